@@ -1,0 +1,641 @@
+"""CloudWatch metrics for a run: presets, a collector on `get_metric_data`, and a poller.
+
+A *preset* names a database and expands to the metrics the studies read beside the client's
+histograms. ``dbsurge run --cloudwatch PRESET:ID`` (repeatable) polls them during the run and
+``dbsurge collect results/<run>`` fetches the run's window afterwards; both write
+``metrics/cloudwatch.csv`` in long form (``time_utc, preset, id, metric, stat, value``).
+
+==========================================  =============================================================
+spec                                        metrics (namespace, dimensions)
+==========================================  =============================================================
+``docdb:<cluster-or-instance>``             AWS/DocDB ServerlessDatabaseCapacity (Average, Maximum),
+                                            DCUUtilization, BufferCacheHitRatio, DatabaseConnections,
+                                            CPUUtilization, ReadIOPS; ``DBClusterIdentifier`` or
+                                            ``DBInstanceIdentifier``, whichever `list_metrics` knows
+``aurora:<cluster>``                        AWS/RDS ServerlessDatabaseCapacity (Average, Maximum),
+                                            ACUUtilization, DatabaseConnections, CPUUtilization,
+                                            BufferCacheHitRatio, for the cluster (id ``<cluster>``)
+                                            and per role (ids ``<cluster>/writer``, ``<cluster>/reader``)
+``aurora:<cluster>/writer`` (or ``reader``)  the same for one role only
+``dsql:<cluster-id>``                       AWS/AuroraDSQL TotalDPU, ReadDPU, WriteDPU, ComputeDPU,
+                                            TotalTransactions, OccConflicts (Sum), CommitLatency
+                                            (Average); the dimension name found with `list_metrics`
+``metric:NS:NAME[:DIM=V,...][:STAT][:SECS]``  any metric; STAT defaults to Average, period to 60 s
+==========================================  =============================================================
+
+Standard AWS metrics have a 60-second period and arrive minutes late, so the poller re-reads a
+trailing window on every poll and ``dbsurge collect`` can be run again later; a later value for
+the same (time, preset, id, metric, stat) replaces the earlier one. A datapoint's ``time_utc`` is
+the start of its period: the Average at 08:45:00 covers 08:45:00 to 08:46:00.
+
+The standard boto3 settings (``AWS_PROFILE``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``) are
+honoured; ``region``, ``profile`` and ``endpoint_url`` override them.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+
+from dbsurge.errors import UserError
+
+from .rundata import CLOUDWATCH_COLUMNS, append_event, format_utc, normalize_cloudwatch, open_run, parse_utc
+
+log = logging.getLogger("dbsurge.collectors.cloudwatch")
+
+MAX_QUERIES_PER_CALL = 500  # the GetMetricData limit
+DEFAULT_PERIOD_S = 60
+_UNRESOLVED = "?"  # a dimension name still to be found with list_metrics
+
+_CAPACITY = (("ServerlessDatabaseCapacity", ("Average", "Maximum")),)
+_DOCDB_METRICS = _CAPACITY + (
+    ("DCUUtilization", ("Average",)),
+    ("BufferCacheHitRatio", ("Average",)),
+    ("DatabaseConnections", ("Average",)),
+    ("CPUUtilization", ("Average",)),
+    ("ReadIOPS", ("Average",)),
+)
+_AURORA_METRICS = _CAPACITY + (
+    ("ACUUtilization", ("Average",)),
+    ("DatabaseConnections", ("Average",)),
+    ("CPUUtilization", ("Average",)),
+    ("BufferCacheHitRatio", ("Average",)),
+)
+_DSQL_METRICS = (
+    ("TotalDPU", ("Sum",)),
+    ("ReadDPU", ("Sum",)),
+    ("WriteDPU", ("Sum",)),
+    ("ComputeDPU", ("Sum",)),
+    ("TotalTransactions", ("Sum",)),
+    ("OccConflicts", ("Sum",)),
+    ("CommitLatency", ("Average",)),
+)
+PRESET_NAMESPACES = {"docdb": "AWS/DocDB", "aurora": "AWS/RDS", "dsql": "AWS/AuroraDSQL"}
+SPEC_HELP = (
+    "use docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID or metric:NAMESPACE:METRIC[:DIM=VALUE,...][:STAT][:SECONDS]"
+)
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+_STAT_RE = re.compile(r"^(SampleCount|Average|Sum|Minimum|Maximum|(p|tm|tc|ts|wm|pr|iqm)[0-9.:()%A-Za-z]*)$")
+_AUTH_CODES = {
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "AccessDenied",
+    "AccessDeniedException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "SignatureDoesNotMatch",
+    "InvalidSignatureException",
+    "AuthFailure",
+}
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    """One CloudWatch metric and statistic, and the ``preset``/``id`` its rows are filed under."""
+
+    preset: str
+    series_id: str
+    namespace: str
+    metric: str
+    stat: str
+    dimensions: tuple[tuple[str, str], ...]
+    period_s: int = DEFAULT_PERIOD_S
+
+    @property
+    def resolved(self) -> bool:
+        return all(name != _UNRESOLVED for name, _ in self.dimensions)
+
+    def api_query(self, query_id: str) -> dict:
+        return {
+            "Id": query_id,
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": self.namespace,
+                    "MetricName": self.metric,
+                    "Dimensions": [{"Name": n, "Value": v} for n, v in self.dimensions],
+                },
+                "Period": self.period_s,
+                "Stat": self.stat,
+            },
+            "ReturnData": True,
+        }
+
+
+@dataclass(frozen=True)
+class MetricSpecs:
+    """What one ``PRESET:ID`` spec expands to.
+
+    ``discover`` names the dimension candidates still to be chosen with `list_metrics`: a tuple of
+    names to try in order (DocumentDB: cluster, then instance), or an empty tuple for "whatever
+    dimension carries this id" (DSQL). ``None`` when the dimensions are known.
+    """
+
+    spec: str
+    preset: str
+    id: str
+    queries: tuple[MetricQuery, ...]
+    discover: tuple[str, ...] | None = None
+    default_dimension: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.queries[0].namespace
+
+    def with_dimension(self, name: str) -> MetricSpecs:
+        """The same specs with the unresolved dimension name filled in."""
+        queries = tuple(
+            replace(q, dimensions=tuple((name if n == _UNRESOLVED else n, v) for n, v in q.dimensions))
+            for q in self.queries
+        )
+        return replace(self, queries=queries, discover=None)
+
+
+def parse_preset(spec: str) -> MetricSpecs:
+    """Expand ``PRESET:ID`` into metric queries; an unknown or malformed spec is a `UserError`."""
+    text = (spec or "").strip()
+    preset, sep, rest = text.partition(":")
+    preset = preset.strip().lower()
+    if not sep or not rest.strip():
+        raise UserError(f"malformed CloudWatch spec {spec!r}: {SPEC_HELP}")
+    rest = rest.strip()
+    if preset == "metric":
+        return _parse_generic(text, rest)
+    if preset not in PRESET_NAMESPACES:
+        raise UserError(f"unknown CloudWatch preset {preset!r} in {spec!r}: {SPEC_HELP}")
+    if preset == "aurora":
+        return _aurora(text, rest)
+    _check_id(text, rest)
+    namespace = PRESET_NAMESPACES[preset]
+    metrics = _DOCDB_METRICS if preset == "docdb" else _DSQL_METRICS
+    queries = _queries(preset, rest, namespace, metrics, ((_UNRESOLVED, rest),))
+    if preset == "docdb":
+        return MetricSpecs(text, preset, rest, queries, ("DBClusterIdentifier", "DBInstanceIdentifier"), "DBClusterIdentifier")
+    return MetricSpecs(text, preset, rest, queries, (), "ClusterId")
+
+
+def parse_presets(specs: Iterable[str | MetricSpecs]) -> list[MetricSpecs]:
+    """`parse_preset` over a list, keeping specs already parsed and dropping duplicates."""
+    parsed: dict[str, MetricSpecs] = {}
+    for spec in specs:
+        item = spec if isinstance(spec, MetricSpecs) else parse_preset(spec)
+        parsed.setdefault(item.spec, item)
+    return list(parsed.values())
+
+
+def _check_id(spec: str, ident: str) -> None:
+    if not _ID_RE.match(ident):
+        raise UserError(f"malformed id {ident!r} in CloudWatch spec {spec!r}: {SPEC_HELP}")
+
+
+def _queries(preset: str, series_id: str, namespace: str, metrics: Sequence, dims: tuple) -> tuple[MetricQuery, ...]:
+    return tuple(
+        MetricQuery(preset, series_id, namespace, metric, stat, dims) for metric, stats in metrics for stat in stats
+    )
+
+
+def _aurora(spec: str, rest: str) -> MetricSpecs:
+    cluster, _, role = rest.partition("/")
+    _check_id(spec, cluster)
+    role = role.lower()
+    if role not in ("", "writer", "reader"):
+        raise UserError(f"unknown Aurora role {role!r} in {spec!r}: use aurora:CLUSTER, aurora:CLUSTER/writer or /reader")
+    queries: tuple[MetricQuery, ...] = ()
+    if not role:
+        queries += _queries("aurora", cluster, "AWS/RDS", _AURORA_METRICS, (("DBClusterIdentifier", cluster),))
+    for each in (role,) if role else ("writer", "reader"):
+        dims = (("DBClusterIdentifier", cluster), ("Role", each.upper()))
+        queries += _queries("aurora", f"{cluster}/{each}", "AWS/RDS", _AURORA_METRICS, dims)
+    return MetricSpecs(spec, "aurora", rest, queries)
+
+
+def _parse_generic(spec: str, rest: str) -> MetricSpecs:
+    parts = [p.strip() for p in rest.split(":")]
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise UserError(f"malformed CloudWatch spec {spec!r}: {SPEC_HELP}")
+    namespace, metric, extra = parts[0], parts[1], parts[2:]
+    dims: tuple[tuple[str, str], ...] = ()
+    stat, period = "Average", DEFAULT_PERIOD_S
+    for part in extra:
+        if "=" in part:
+            pairs = []
+            for item in part.split(","):
+                name, eq, value = item.partition("=")
+                if not eq or not name.strip() or not value.strip():
+                    raise UserError(f"malformed dimension {item!r} in CloudWatch spec {spec!r}: use NAME=VALUE")
+                pairs.append((name.strip(), value.strip()))
+            dims = tuple(pairs)
+        elif part.isdigit():
+            period = int(part)
+            if period < 1 or (period > 60 and period % 60) or (period < 60 and period not in (1, 5, 10, 20, 30)):
+                raise UserError(f"invalid period {part} s in {spec!r}: use 1, 5, 10, 20, 30 or a multiple of 60")
+        elif _STAT_RE.match(part):
+            stat = part
+        else:
+            raise UserError(f"malformed part {part!r} in CloudWatch spec {spec!r}: {SPEC_HELP}")
+    series_id = namespace + (":" + ",".join(f"{n}={v}" for n, v in dims) if dims else "")
+    query = MetricQuery("metric", series_id, namespace, metric, stat, dims, period)
+    return MetricSpecs(spec, "metric", series_id, (query,))
+
+
+def capacity_unit(preset: str, series_id: str, metric: str) -> str | None:
+    """``ACU``, ``DCU`` or ``DPU`` for a capacity series (what cost and the stage table use), else ``None``."""
+    namespace = PRESET_NAMESPACES.get(preset) or (series_id.split(":", 1)[0] if preset == "metric" else "")
+    if metric == "ServerlessDatabaseCapacity":
+        return {"AWS/RDS": "ACU", "AWS/DocDB": "DCU"}.get(namespace)
+    if metric == "TotalDPU" and namespace == "AWS/AuroraDSQL":
+        return "DPU"
+    return None
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+
+def user_error(exc: BaseException, *, endpoint_url: str | None = None) -> UserError:
+    """One line for an AWS error a user can cause (credentials, region, endpoint), else the error itself."""
+    from botocore import exceptions as bx
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, bx.ClientError):
+        code, text, status = _client_error_parts(exc)
+        if code in _AUTH_CODES or status in (401, 403):
+            return UserError(f"CloudWatch refused the AWS credentials ({code}: {text}): check AWS_PROFILE or the keys")
+        return UserError(f"CloudWatch error {code}: {text}")
+    if isinstance(exc, bx.NoRegionError):
+        return UserError("no AWS region for CloudWatch: pass --region or set AWS_DEFAULT_REGION")
+    if isinstance(exc, bx.NoCredentialsError):
+        return UserError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    if isinstance(exc, bx.ProfileNotFound):
+        return UserError(f"AWS profile not found ({exc}): check --profile or AWS_PROFILE")
+    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
+        where = getattr(exc, "kwargs", {}).get("endpoint_url") or endpoint_url or "the CloudWatch endpoint"
+        return UserError(f"cannot reach {where}: check --endpoint-url, AWS_ENDPOINT_URL or the network")
+    if isinstance(exc, bx.ReadTimeoutError):
+        return UserError(f"CloudWatch did not answer in time ({endpoint_url or 'default endpoint'})")
+    if isinstance(exc, (bx.PartialCredentialsError, bx.InvalidConfigError, bx.ParamValidationError)):
+        return UserError(f"AWS configuration problem: {str(exc).splitlines()[0]}")
+    if isinstance(exc, bx.BotoCoreError):
+        return UserError(f"CloudWatch: {str(exc).splitlines()[0]}")
+    return UserError(f"CloudWatch: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def _client_error_parts(exc: Any) -> tuple[str, str, int | None]:
+    """Code, first message line and HTTP status of a botocore ClientError.
+
+    An endpoint that answers an RPC-protocol call with an XML error body (moto does, for a bad
+    token) leaves the code as the HTTP status and the XML in the message: read them from it.
+    """
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code") or "Error"), str(error.get("Message") or "").strip()
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    inner_code = re.search(r"<Code>([^<]+)</Code>", message)
+    if inner_code:
+        code = inner_code.group(1)
+        inner_message = re.search(r"<Message>([^<]*)</Message>", message)
+        message = inner_message.group(1) if inner_message else ""
+    lines = message.splitlines()
+    return code, (lines[0].strip() if lines else ""), status
+
+
+def make_client(region: str | None = None, profile: str | None = None, endpoint_url: str | None = None) -> Any:
+    """A boto3 CloudWatch client with short timeouts and few retries (so a bad endpoint fails fast)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        session = boto3.session.Session(profile_name=profile or None, region_name=region or None)
+        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+        return session.client("cloudwatch", endpoint_url=endpoint_url or None, config=config)
+    except BotoCoreError as exc:
+        raise user_error(exc, endpoint_url=endpoint_url) from None
+    except ValueError as exc:  # botocore: "Invalid endpoint: ..."
+        raise UserError(f"invalid CloudWatch endpoint URL {endpoint_url!r}: {exc}") from None
+
+
+# -- the collector --------------------------------------------------------------------------------
+
+
+class CloudWatchCollector:
+    """Fetches the metrics of some presets for a time window with `get_metric_data`.
+
+    Queries are batched 500 to a call and every call is followed through its ``NextToken``.
+    Start and end are widened to whole periods (as CloudWatch itself rounds them), so the rows
+    always sit on period boundaries::
+
+        collector = CloudWatchCollector([parse_preset("aurora:a2")], region="us-east-1")
+        collector.check()                               # one call; UserError with one line
+        frame = collector.fetch(start, end)             # time_utc, preset, id, metric, stat, value
+
+    The boto3 client and the clock are injected for tests; by default a client is made on first
+    use from ``region``, ``profile`` and ``endpoint_url`` (or the standard AWS environment).
+    """
+
+    def __init__(
+        self,
+        specs: MetricSpecs | Sequence[MetricSpecs | str],
+        *,
+        client: Any = None,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        items = [specs] if isinstance(specs, (MetricSpecs, str)) else list(specs)
+        self.specs = parse_presets(items)
+        self._client = client
+        self.region, self.profile, self.endpoint_url = region, profile, endpoint_url
+        self.clock = clock
+        self._resolved: list[MetricSpecs] | None = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = make_client(self.region, self.profile, self.endpoint_url)
+        return self._client
+
+    @property
+    def where(self) -> str:
+        """Region and endpoint, for messages."""
+        try:
+            meta = self.client.meta
+            return f"{meta.region_name} at {meta.endpoint_url}"
+        except Exception:  # noqa: BLE001 - only for a message
+            return self.endpoint_url or self.region or "the default AWS settings"
+
+    def check(self) -> None:
+        """One cheap call: raises `UserError` with one line for credentials, region or endpoint trouble."""
+        now = self.clock()
+        probe = self.specs[0].queries[0] if self.specs else MetricQuery("metric", "-", "AWS/RDS", "CPUUtilization",
+                                                                         "Average", ())
+        if not probe.resolved:
+            probe = replace(probe, dimensions=tuple(("Probe" if n == _UNRESOLVED else n, v) for n, v in probe.dimensions))
+        try:
+            self.client.get_metric_data(
+                MetricDataQueries=[probe.api_query("probe")],
+                StartTime=_dt(_floor(now - 600, 60)),
+                EndTime=_dt(_floor(now, 60) + 60),
+                MaxDatapoints=10,
+            )
+        except Exception as exc:  # noqa: BLE001 - mapped to one line
+            raise user_error(exc, endpoint_url=self.endpoint_url) from None
+
+    def resolve(self) -> list[MetricSpecs]:
+        """The specs with their dimension names found (once) with `list_metrics`."""
+        if self._resolved is None:
+            self._resolved = [self._resolve(s) if s.discover is not None else s for s in self.specs]
+        return self._resolved
+
+    def _resolve(self, specs: MetricSpecs) -> MetricSpecs:
+        try:
+            if specs.discover:
+                for name in specs.discover:
+                    found = self.client.list_metrics(
+                        Namespace=specs.namespace, Dimensions=[{"Name": name, "Value": specs.id}]
+                    )
+                    if found.get("Metrics"):
+                        return specs.with_dimension(name)
+            else:
+                name = self._dimension_carrying(specs.namespace, specs.id)
+                if name:
+                    return specs.with_dimension(name)
+        except Exception as exc:  # noqa: BLE001 - mapped to one line
+            raise user_error(exc, endpoint_url=self.endpoint_url) from None
+        log.warning(
+            "CloudWatch has no %s metrics for %r yet; assuming the dimension %s", specs.namespace, specs.id,
+            specs.default_dimension,
+        )
+        return specs.with_dimension(specs.default_dimension or "ClusterId")
+
+    def _dimension_carrying(self, namespace: str, value: str, max_pages: int = 20) -> str | None:
+        """The name of a dimension whose value is ``value`` among the namespace's metrics."""
+        token = None
+        for _ in range(max_pages):
+            kwargs = {"Namespace": namespace, **({"NextToken": token} if token else {})}
+            page = self.client.list_metrics(**kwargs)
+            for metric in page.get("Metrics", []):
+                for dim in metric.get("Dimensions", []):
+                    if dim.get("Value") == value:
+                        return str(dim["Name"])
+            token = page.get("NextToken")
+            if not token:
+                break
+        return None
+
+    def queries(self) -> list[MetricQuery]:
+        return [q for specs in self.resolve() for q in specs.queries]
+
+    def fetch(self, start: Any, end: Any) -> pd.DataFrame:
+        """All datapoints in ``[start, end)`` (widened to whole periods), in long form.
+
+        ``time_utc`` holds timezone-aware UTC timestamps (the start of each period).
+        """
+        start_s, end_s = _epoch(start), _epoch(end)
+        if end_s <= start_s:
+            return normalize_cloudwatch(None)
+        rows: list[dict] = []
+        by_period: dict[int, list[MetricQuery]] = {}
+        for query in self.queries():
+            by_period.setdefault(query.period_s, []).append(query)
+        try:
+            for period, queries in by_period.items():
+                lo, hi = _floor(start_s, period), _ceil(end_s, period)
+                for i in range(0, len(queries), MAX_QUERIES_PER_CALL):
+                    rows += self._fetch_batch(queries[i : i + MAX_QUERIES_PER_CALL], lo, hi)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to one line
+            raise user_error(exc, endpoint_url=self.endpoint_url) from None
+        return normalize_cloudwatch(pd.DataFrame(rows, columns=CLOUDWATCH_COLUMNS))
+
+    def _fetch_batch(self, queries: list[MetricQuery], start_s: float, end_s: float) -> list[dict]:
+        by_id = {f"q{i}": q for i, q in enumerate(queries)}
+        rows: list[dict] = []
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "MetricDataQueries": [q.api_query(qid) for qid, q in by_id.items()],
+                "StartTime": _dt(start_s),
+                "EndTime": _dt(end_s),
+                "ScanBy": "TimestampAscending",
+            }
+            if token:
+                kwargs["NextToken"] = token
+            page = self.client.get_metric_data(**kwargs)
+            for result in page.get("MetricDataResults", []):
+                query = by_id.get(result.get("Id", ""))
+                if query is None:
+                    continue
+                for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
+                    rows.append(
+                        {
+                            "time_utc": parse_utc(ts),
+                            "preset": query.preset,
+                            "id": query.series_id,
+                            "metric": query.metric,
+                            "stat": query.stat,
+                            "value": float(value),
+                        }
+                    )
+            token = page.get("NextToken")
+            if not token:
+                return rows
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    return parse_utc(value).value / 1e9
+
+
+def _floor(t: float, period: int) -> float:
+    return math.floor(t / period) * period
+
+
+def _ceil(t: float, period: int) -> float:
+    return math.ceil(t / period) * period
+
+
+def _dt(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=timezone.utc)
+
+
+# -- the poller -----------------------------------------------------------------------------------
+
+
+class CloudWatchAppender:
+    """Appends new or changed rows to ``metrics/cloudwatch.csv`` (one flush per batch).
+
+    A key (time, preset, id, metric, stat) is written again only when its value changed, which
+    happens while CloudWatch is still filling a recent period; readers keep the last row of a key.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "metrics" / "cloudwatch.csv"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._seen: dict[tuple, float] = {}
+        existing = normalize_cloudwatch(pd.read_csv(self.path) if self._has_rows() else None)
+        for row in existing.itertuples(index=False):
+            self._seen[(format_utc(row.time_utc), row.preset, row.id, row.metric, row.stat)] = row.value
+
+    def _has_rows(self) -> bool:
+        return self.path.is_file() and self.path.stat().st_size > 0
+
+    def append(self, frame: pd.DataFrame) -> int:
+        """Write the rows of ``frame`` that are new or changed; returns how many were written."""
+        fresh = []
+        for row in frame.itertuples(index=False):
+            key = (format_utc(row.time_utc), row.preset, row.id, row.metric, row.stat)
+            if self._seen.get(key) != row.value:
+                self._seen[key] = row.value
+                fresh.append([*key, repr(float(row.value))])
+        if fresh:
+            header = not self._has_rows()
+            with open(self.path, "a", newline="") as f:
+                writer = csv.writer(f)
+                if header:
+                    writer.writerow(CLOUDWATCH_COLUMNS)
+                writer.writerows(fresh)
+                f.flush()
+        return len(fresh)
+
+
+class CloudWatchPoller:
+    """A background greenlet that polls CloudWatch during a run and appends to ``metrics/cloudwatch.csv``.
+
+    Every ``interval_s`` it fetches the trailing ``lookback_s`` (at first from the run's start, less
+    ``margin_s``), because CloudWatch fills recent periods minutes late. An error is logged and
+    written as an event ``{"kind": "error", "source": "cloudwatch", "message": ...}`` through
+    ``events`` (a callable taking a dict; by default appended to the run's ``events.jsonl``) and the
+    run goes on. ``stop()`` makes one last poll unless told not to.
+    """
+
+    def __init__(
+        self,
+        collector: CloudWatchCollector,
+        run_dir: str | Path,
+        interval_s: float = 60,
+        events: Callable[[dict], None] | None = None,
+        *,
+        lookback_s: float = 900,
+        margin_s: float = 300,
+        started: Any = None,
+    ) -> None:
+        self.collector = collector
+        self.run_dir = Path(run_dir)
+        self.interval_s = float(interval_s)
+        self.lookback_s = float(lookback_s)
+        self.margin_s = float(margin_s)
+        self.events = events or (lambda event: append_event(self.run_dir, event, collector.clock))
+        self._started = _epoch(started) if started is not None else None
+        self._appender = CloudWatchAppender(self.run_dir)
+        self._greenlet: Any = None
+        self._first = True
+        self.polls = 0
+        self.errors = 0
+        self.rows_written = 0
+
+    def _run_start(self) -> float:
+        if self._started is None:
+            try:
+                run = open_run(self.run_dir)
+                self._started = run.started.value / 1e9 if run.started is not None else None
+            except UserError:
+                self._started = None
+            if self._started is None:
+                self._started = self.collector.clock()
+        return self._started
+
+    def poll_once(self) -> int:
+        """One poll; errors are logged and reported as events, never raised. Returns rows written."""
+        now = self.collector.clock()
+        start = self._run_start() - self.margin_s
+        if not self._first:
+            start = max(start, now - self.lookback_s)
+        try:
+            frame = self.collector.fetch(start, now)
+            written = self._appender.append(frame)
+        except Exception as exc:  # noqa: BLE001 - the run goes on
+            self.errors += 1
+            message = str(user_error(exc, endpoint_url=self.collector.endpoint_url))
+            log.warning("CloudWatch poll failed: %s", message)
+            try:
+                self.events({"time_utc": format_utc(now), "kind": "error", "source": "cloudwatch", "message": message})
+            except Exception:  # noqa: BLE001 - never let reporting stop the run
+                log.exception("could not record the CloudWatch error event")
+            return 0
+        self._first = False
+        self.polls += 1
+        self.rows_written += written
+        return written
+
+    def _loop(self) -> None:
+        import gevent
+
+        while True:
+            self.poll_once()
+            gevent.sleep(self.interval_s)
+
+    def start(self) -> CloudWatchPoller:
+        import gevent
+
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._loop)
+        return self
+
+    def stop(self, final_poll: bool = True) -> None:
+        """Stop polling; by default poll once more so the data up to now is on disk."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True, timeout=5)
+            self._greenlet = None
+            if final_poll:
+                self.poll_once()

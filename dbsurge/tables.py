@@ -1,0 +1,85 @@
+"""Plain-text tables for the end of a run, laid out like the studies' tables.
+
+Response time (from the intended start) is the headline; service time sits beside it. Times
+print with three decimals in milliseconds (0.412 ms), never rounded to whole milliseconds.
+"""
+
+from __future__ import annotations
+
+from .aggregator import ALL
+
+
+def render(headers: list[str], rows: list[list[str]], title: str | None = None) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out = [title, ""] if title else []
+    out += [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(r, widths)))
+    return "\n".join(out)
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _numeric(c: str) -> bool:
+    return bool(c) and (c[0].isdigit() or c[0] == "-") and c != "-"
+
+
+def fmt_ms(v) -> str:
+    return "-" if v in ("", None) else f"{float(v):.3f}"
+
+
+def fmt_num(v, digits: int = 1) -> str:
+    if v in ("", None):
+        return "-"
+    f = float(v)
+    return f"{f:,.0f}" if digits == 0 else f"{f:,.{digits}f}"
+
+
+def fmt_pct(v) -> str:
+    return "-" if v in ("", None) else f"{float(v) * 100:.3f}%"
+
+
+def operation_table(summary_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Per operation over the whole run."""
+    headers = ["operation", "count", "failures", "retries", "ops/s", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
+               "max ms", "svc p50 ms", "svc p99 ms", "lag p99 ms"]
+    rows = [[r["operation"], fmt_num(r["count"], 0), fmt_num(r["failures"], 0), fmt_num(r["retries"], 0),
+             fmt_num(r["achieved_tps"]), fmt_ms(r["p50_ms"]), fmt_ms(r["p95_ms"]), fmt_ms(r["p99_ms"]),
+             fmt_ms(r["p999_ms"]), fmt_ms(r["max_ms"]), fmt_ms(r["service_p50_ms"]), fmt_ms(r["service_p99_ms"]),
+             fmt_ms(r["lag_p99_ms"])] for r in summary_rows]
+    return headers, rows
+
+
+def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """One line per stage, as the 001 study's spike table: arrival rate, successful TPS, p95/p99 per
+    operation, failure rate, lag and drops; a capacity column when a collector supplied one."""
+    ops = sorted({r["operation"] for r in stage_rows if r["operation"] != ALL})
+    headers = ["stage", "arrival rate", "successful TPS"]
+    for op in ops:
+        headers.append(f"{op} p95/p99 ms")
+    headers += ["svc p99 ms", "failure rate", "lag p99 ms", "dropped"]
+    if capacity is not None:
+        headers.append("capacity (max)")
+    rows = []
+    stages = []
+    for r in stage_rows:
+        if r["stage"] not in stages:
+            stages.append(r["stage"])
+    for st in stages:
+        by_op = {r["operation"]: r for r in stage_rows if r["stage"] == st}
+        total = by_op.get(ALL, {})
+        row = [st, fmt_num(total.get("target_tps"), 0), fmt_num(total.get("achieved_tps"), 1)]
+        for op in ops:
+            r = by_op.get(op)
+            row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r else "-")
+        row += [fmt_ms(total.get("service_p99_ms")), fmt_pct(total.get("failure_rate")),
+                fmt_ms(total.get("lag_p99_ms")), fmt_num(total.get("dropped"), 0)]
+        if capacity is not None:
+            row.append(capacity.get(st, ""))
+        rows.append(row)
+    return headers, rows

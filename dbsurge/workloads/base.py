@@ -1,0 +1,280 @@
+"""What every workload shares: option specs and parsing, the `Workload` base class, load progress.
+
+A workload is data plus operations. `Workload.load()` creates the schema and the rows it needs
+(idempotent, deterministic from the ``seed`` option); `Workload.new_client(session, seed)` hands
+one simulated user a dict of zero-argument callables, one per operation, each of which runs one
+complete operation against that user's session and raises on failure. The engine times the
+calls; nothing in here measures operations.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TextIO
+
+from dbsurge.errors import WorkloadError
+
+# Rows per loader transaction: under Aurora DSQL's 3,000-rows-per-transaction limit, and large
+# enough that the round trips do not dominate the load.
+LOAD_CHUNK = 1000
+PROGRESS_INTERVAL_S = 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Options: every key next to its default, in one dict per workload (as go-ycsb's prop.go).
+
+
+@dataclass(frozen=True)
+class Option:
+    """One workload option: its default, a parser from the string form, and a short description.
+
+    ``parse`` raises `ValueError` with what it expected; `resolve_options` turns that into a
+    one-line `WorkloadError` naming the option.
+    """
+
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
+    """Parser for an integer, optionally bounded (inclusive)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if minimum is not None and value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"expected an integer <= {maximum}")
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """Parser for a number between 0 and 1 inclusive."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number between 0 and 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a number between 0 and 1")
+    return value
+
+
+def weight(text: str) -> float:
+    """Parser for an operation weight: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number >= 0") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise ValueError("expected a number >= 0")
+    return value
+
+
+def open_unit_interval(text: str) -> float:
+    """Parser for a number strictly between 0 and 1 (the zipfian constant)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number between 0 and 1 (exclusive)") from None
+    if not 0.0 < value < 1.0:
+        raise ValueError("expected a number between 0 and 1 (exclusive)")
+    return value
+
+
+def boolean(text: str) -> bool:
+    """Parser for true/false (also yes/no, 1/0, on/off), as YCSB's Boolean.parseBoolean and friends."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def choice(*values: str) -> Callable[[str], str]:
+    """Parser for one of a fixed set of words (case-insensitive)."""
+
+    def parse(text: str) -> str:
+        lowered = text.strip().lower()
+        if lowered not in values:
+            raise ValueError("expected one of " + "|".join(values))
+        return lowered
+
+    return parse
+
+
+def text(value: str) -> str:
+    """Parser for free text."""
+    return value
+
+
+def resolve_options(workload: str, specs: Mapping[str, Option], given: Mapping[str, object]) -> dict[str, Any]:
+    """Every option of ``specs`` with its value: the parsed given one, else the default.
+
+    Keys are matched case-insensitively (YCSB property files are lowercase, users type
+    ``recordCount``). Raises `WorkloadError` with one line for an unknown key or a bad value.
+    """
+    values = {key: spec.default for key, spec in specs.items()}
+    for raw_key, raw_value in given.items():
+        key = str(raw_key).strip().lower()
+        spec = specs.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(key, list(specs), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise WorkloadError(
+                f"unknown option '{raw_key}' for workload {workload}{hint}; known options: {', '.join(specs)}"
+            )
+        value_text = _option_text(raw_value)
+        try:
+            values[key] = spec.parse(value_text)
+        except ValueError as exc:
+            raise WorkloadError(f"bad value for workload option {key}={value_text!r}: {exc}") from None
+    return values
+
+
+def _option_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).strip()
+
+
+def parse_workload_options(pairs: Iterable[str]) -> dict[str, str]:
+    """``["recordcount=1000", "readproportion=0.95"]`` -> ``{"recordcount": "1000", ...}``.
+
+    For a repeatable ``--workload-option key=value`` flag; a later pair overrides an earlier one.
+
+        >>> parse_workload_options(["recordcount=1000", "requestdistribution = zipfian"])
+        {'recordcount': '1000', 'requestdistribution': 'zipfian'}
+    """
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise WorkloadError(f"bad --workload-option '{pair}': expected key=value")
+        options[key] = value.strip()
+    return options
+
+
+# ---------------------------------------------------------------------------------------------
+# The base class.
+
+
+class Workload:
+    """Base class of the workloads: options, default operation weights, load, per-user clients.
+
+    Subclasses set `name`, `OPTIONS` (every option with its default) and `kinds` (the target
+    kinds they can drive), and implement `has_data`, `load` and `new_client`.
+    """
+
+    name: ClassVar[str] = ""
+    OPTIONS: ClassVar[dict[str, Option]] = {}
+    kinds: ClassVar[tuple[str, ...]] = ("postgres", "mongo")
+
+    def __init__(self, target: Any, options: Mapping[str, object] | None = None) -> None:
+        self.target = target
+        self.options: dict[str, Any] = resolve_options(self.name, self.OPTIONS, options or {})
+        kind = getattr(target, "kind", None)
+        if kind not in self.kinds:
+            wanted = " or ".join("PostgreSQL" if k == "postgres" else "MongoDB" for k in self.kinds)
+            raise WorkloadError(f"workload {self.name} needs a {wanted} target, not {kind}")
+        self.kind: str = kind
+        self.operations: dict[str, float] = self.default_weights()
+
+    def default_weights(self) -> dict[str, float]:
+        """Operation name -> relative weight, for the engine's operation mix."""
+        raise NotImplementedError
+
+    def has_data(self) -> bool:
+        """True when `load` has already put this workload's data in the target."""
+        raise NotImplementedError
+
+    def load(self, progress: bool = True) -> int:
+        """Create the schema if missing and insert the rows that are missing; returns rows inserted."""
+        raise NotImplementedError
+
+    def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        """Per-user operations: name -> zero-argument callable running one complete operation."""
+        raise NotImplementedError
+
+    def _session(self) -> Any:
+        return self.target.connect()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.options}>"
+
+
+def spread_sample(start: int, stop: int, samples: int = 16) -> list[int]:
+    """Up to ``samples`` indexes spread evenly over ``[start, stop)``, always including the last one.
+
+    Used by ``has_data``: probing a few keys by primary key works on any table size, where
+    ``count(*)`` times out on Aurora DSQL for large tables.
+    """
+    count = stop - start
+    if count <= 0:
+        return []
+    if count <= samples:
+        return list(range(start, stop))
+    step = count / (samples - 1)
+    return sorted({start + min(count - 1, int(i * step)) for i in range(samples)} | {stop - 1})
+
+
+class LoadProgress:
+    """Prints ``loading ycsb: 40000/100000 rows (40%) 12000 rows/s`` to stderr every ~2 s of a load.
+
+    Short loads print nothing; a load that printed at least one line also prints a final one.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        *,
+        enabled: bool = True,
+        interval_s: float = PROGRESS_INTERVAL_S,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label = label
+        self.total = total
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.stream = stream
+        self.clock = clock
+        self.done = 0
+        self.started = clock()
+        self._next_print = self.started + interval_s
+        self._printed = False
+
+    def advance(self, rows: int) -> None:
+        """Count ``rows`` more rows handled (inserted or found present); maybe print a line."""
+        self.done += rows
+        if self.enabled and self.clock() >= self._next_print:
+            self._print()
+            self._next_print = self.clock() + self.interval_s
+
+    def finish(self) -> None:
+        """Print the final line if any progress line was printed."""
+        if self.enabled and self._printed:
+            self._print()
+
+    def _print(self) -> None:
+        elapsed = max(self.clock() - self.started, 1e-9)
+        percent = 100 * self.done // self.total if self.total else 100
+        stream = self.stream or sys.stderr
+        print(
+            f"loading {self.label}: {self.done}/{self.total} rows ({percent}%) {self.done / elapsed:.0f} rows/s",
+            file=stream,
+            flush=True,
+        )
+        self._printed = True

@@ -1,0 +1,214 @@
+"""documents (study 000): N documents of ~250 bytes, reads by ``_id``, a hot set, a full-scan find.
+
+Study 000 loads 2,000,000 documents (~500 MB) into Amazon DocumentDB, runs seeded random reads by
+``_id`` (warm vs cold cache, and a re-warm timeline on a hot set of 100 documents), and times a
+find whose filter matches 1% of the documents and so must scan the whole collection, batch by batch.
+
+Data (deterministic from ``seed``): ``_id`` 0..N-1; ``category`` is ``"match"`` exactly for the ids
+with ``id % 100 == 99`` (so N // 100 documents, spread evenly through the collection), else one
+of a few other words; ``payload`` is 202 random hex characters, which makes each BSON document
+~250 bytes. There is no index on ``category``: the match query is a collection scan.
+
+PostgreSQL binding: ``documents(id bigint primary key, category text, payload text)``; the scan
+is a server-side cursor read with FETCH in batches, so the cache scenarios run on PostgreSQL too.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import bson
+
+from dbsurge.workloads.base import (
+    LOAD_CHUNK,
+    LoadProgress,
+    Option,
+    Workload,
+    choice,
+    integer,
+    spread_sample,
+    weight,
+)
+from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_load
+
+MATCH = "match"
+_OTHER_CATEGORIES = ("alpha", "bravo", "delta", "gamma")
+PAYLOAD_HEX_CHARS = 202  # with _id and category: ~250 bytes of BSON per document
+TABLE = "documents"
+COLUMNS = ("id", "category", "payload")
+
+# on_batch(batch_index, docs_in_batch, elapsed_ns)
+BatchCallback = Callable[[int, int, int], None]
+
+
+def category_of(doc_id: int) -> str:
+    """The category of a document: ``"match"`` for 1% of the ids (``id % 100 == 99``)."""
+    return MATCH if doc_id % 100 == 99 else _OTHER_CATEGORIES[doc_id % 4]
+
+
+def match_count(documents: int) -> int:
+    """How many of ``documents`` documents have ``category == "match"``."""
+    return documents // 100
+
+
+def _make_rows(rng: random.Random, first: int, stop: int) -> list[tuple[int, str, str]]:
+    half = PAYLOAD_HEX_CHARS // 2
+    return [(i, category_of(i), rng.randbytes(half).hex()) for i in range(first, stop)]
+
+
+def _make_docs(rng: random.Random, first: int, stop: int) -> list[dict[str, Any]]:
+    return [{"_id": i, "category": c, "payload": p} for i, c, p in _make_rows(rng, first, stop)]
+
+
+class DocumentsWorkload(Workload):
+    """Reads by id over all documents or a hot set, and a timed full-scan find (study 000)."""
+
+    name = "documents"
+    OPTIONS = {
+        "documents": Option(100_000, integer(1), "number of documents (the study used 2,000,000)"),
+        "seed": Option(42, integer(), "seed of the generated data"),
+        "hot_set": Option(100, integer(1), "size of the hot set: ids 0..hot_set-1"),
+        "read_mode": Option("all", choice("all", "hot"), "read_by_id over all ids or over the hot set"),
+        "scan_batch_size": Option(1000, integer(1), "documents per batch of the full-scan cursor"),
+        "scan_proportion": Option(0.0, weight, "weight of full_scan in the default mix"),
+    }
+
+    def default_weights(self) -> dict[str, float]:
+        weights = {"read_by_id": 1.0}
+        if self.options["scan_proportion"] > 0:
+            weights["full_scan"] = self.options["scan_proportion"]
+        return weights
+
+    @property
+    def documents(self) -> int:
+        return self.options["documents"]
+
+    # ---- data -------------------------------------------------------------------------------
+
+    def has_data(self) -> bool:
+        sample = spread_sample(0, self.documents)
+        session = self._session()
+        try:
+            if self.kind == "postgres":
+                return pg_count_present(session, TABLE, "id", sample) == len(sample)
+            return mongo_count_present(session.db[TABLE], sample) == len(sample)
+        finally:
+            session.close()
+
+    def load(self, progress: bool = True) -> int:
+        """Create the table (PostgreSQL) and insert the missing documents; returns how many were inserted."""
+        meter = LoadProgress(self.name, self.documents, enabled=progress)
+        session = self._session()
+        try:
+            if self.kind == "postgres":
+                session.conn.execute(
+                    f"create table if not exists {TABLE} (id bigint primary key, category text, payload text)"
+                )
+                inserted = pg_load(
+                    session, label=self.name, seed=self.options["seed"], table=TABLE, columns=COLUMNS,
+                    make=_make_rows, start=0, stop=self.documents, statement_rows=LOAD_CHUNK, progress=meter,
+                )
+            else:
+                inserted = mongo_load(
+                    session.db[TABLE], label=self.name, seed=self.options["seed"], make=_make_docs,
+                    start=0, stop=self.documents, batch_size=LOAD_CHUNK, progress=meter,
+                )
+        finally:
+            session.close()
+        meter.finish()
+        return inserted
+
+    # ---- operations -------------------------------------------------------------------------
+
+    def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        rng = random.Random(seed)
+        span = self.options["hot_set"] if self.options["read_mode"] == "hot" else self.documents
+        span = min(span, self.documents)
+        draw = rng.random
+        if self.kind == "postgres":
+            sql = f"select id, category, payload from {TABLE} where id = %s"
+
+            def read_by_id() -> object:
+                doc_id = int(draw() * span)
+                row = session.conn.execute(sql, (doc_id,), prepare=True).fetchone()
+                if row is None:
+                    raise LookupError(f"documents: no row with id {doc_id}")
+                return row
+
+        else:
+            collection = session.db[TABLE]
+            find_one = collection.find_one
+
+            def read_by_id() -> object:
+                doc_id = int(draw() * span)
+                doc = find_one({"_id": doc_id})
+                if doc is None:
+                    raise LookupError(f"documents: no document with _id {doc_id}")
+                return doc
+
+        def full_scan() -> object:
+            return self.scan_batches(session)
+
+        return {"read_by_id": read_by_id, "full_scan": full_scan}
+
+    def scan_batches(self, session: Any, on_batch: BatchCallback | None = None) -> int:
+        """Run the 1%-match full scan, consuming the cursor batch by batch; returns documents read.
+
+        ``on_batch(batch_index, docs_in_batch, elapsed_ns)`` is called after each non-empty
+        batch with the time that batch took to arrive (the first batch includes starting the
+        query); time spent in the callback is not counted in the next batch.
+        """
+        batch_size = self.options["scan_batch_size"]
+        if self.kind == "postgres":
+            return _pg_scan(session, batch_size, on_batch)
+        return _mongo_scan(session, batch_size, on_batch)
+
+
+def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
+    conn = session.conn
+    total = 0
+    index = 0
+    clock = time.perf_counter_ns
+    # A named (server-side) cursor lives in a transaction; each fetchmany is one FETCH round trip.
+    with conn.transaction():
+        with conn.cursor(name="dbsurge_full_scan") as cursor:
+            started = clock()
+            cursor.execute(f"select id, category, payload from {TABLE} where category = %s", (MATCH,))
+            while True:
+                rows = cursor.fetchmany(batch_size)
+                if not rows:
+                    break
+                elapsed = clock() - started
+                total += len(rows)
+                if on_batch is not None:
+                    on_batch(index, len(rows), elapsed)
+                index += 1
+                started = clock()
+    return total
+
+
+def _mongo_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
+    total = 0
+    index = 0
+    clock = time.perf_counter_ns
+    # find_raw_batches yields exactly one server reply (find, then each getMore) per iteration,
+    # so a batch's time is one round trip plus decoding it.
+    cursor = session.db[TABLE].find_raw_batches({"category": MATCH}, batch_size=batch_size)
+    try:
+        started = clock()
+        for raw in cursor:
+            docs = bson.decode_all(raw)
+            elapsed = clock() - started
+            if docs:
+                total += len(docs)
+                if on_batch is not None:
+                    on_batch(index, len(docs), elapsed)
+                index += 1
+            started = clock()
+    finally:
+        cursor.close()
+    return total
+

@@ -1,0 +1,188 @@
+"""orders (study 001): product lookups by key and order creation as one transaction.
+
+Schema (runs unchanged on PostgreSQL, Aurora PostgreSQL and Aurora DSQL): UUID primary keys made
+on the client, no sequences/SERIAL, foreign keys, triggers, temporary tables or TRUNCATE, and the
+loader writes 1,000 rows per transaction (DSQL allows 3,000 changed rows per transaction)::
+
+    products    (id uuid pk, sku text, name text, price numeric(12,2), stock integer)
+    orders      (id uuid pk, created_at timestamptz, customer_id integer, total numeric(12,2))
+    order_items (id uuid pk, order_id uuid, product_id uuid, qty integer, price numeric(12,2))
+
+Product ``i``'s id and price are a hash of (seed, i), so a client computes the key of any product
+without asking the database. ``order_create`` is one transaction: the order row, 1-5 item rows
+(one multi-row INSERT) and one ``update products set stock = stock - qty`` per item, products
+taken in index order so concurrent orders lock rows in the same order and never deadlock.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from dbsurge.errors import WorkloadError
+from dbsurge.workloads.base import (
+    LOAD_CHUNK,
+    LoadProgress,
+    Option,
+    Workload,
+    fraction,
+    integer,
+    spread_sample,
+)
+from dbsurge.workloads.loading import pg_count_present, pg_load
+
+INITIAL_STOCK = 1_000_000  # lasts days at the studies' rates, so stock never goes negative in a run
+QTY_MAX = 3
+
+DDL = (
+    "create table if not exists products (id uuid primary key, sku text not null, name text not null,"
+    " price numeric(12,2) not null, stock integer not null)",
+    "create table if not exists orders (id uuid primary key, created_at timestamptz not null,"
+    " customer_id integer not null, total numeric(12,2) not null)",
+    "create table if not exists order_items (id uuid primary key, order_id uuid not null,"
+    " product_id uuid not null, qty integer not null, price numeric(12,2) not null)",
+)
+PRODUCT_COLUMNS = ("id", "sku", "name", "price", "stock")
+LOOKUP_SQL = "select id, sku, name, price, stock from products where id = %s"
+INSERT_ORDER_SQL = "insert into orders (id, created_at, customer_id, total) values (%s, now(), %s, %s)"
+UPDATE_STOCK_SQL = "update products set stock = stock - %s where id = %s"
+_ADJECTIVES = ("red", "blue", "small", "large", "light", "heavy", "smart", "classic")
+_NOUNS = ("lamp", "chair", "kettle", "phone", "desk", "bottle", "jacket", "speaker")
+
+
+def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
+    """Product ``index``'s id (a version-4 UUID from a BLAKE2b hash of seed and index) and price.
+
+        >>> pid, price = product_key(42, 0)
+        >>> pid.version, Decimal("1.00") <= price <= Decimal("1000.00")
+        (4, True)
+    """
+    digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
+    cents = 100 + int.from_bytes(digest[16:], "little") % 99_901
+    return uuid.UUID(bytes=digest[:16], version=4), Decimal(cents).scaleb(-2)
+
+
+def _items_sql(count: int) -> str:
+    row = "(%s, %s, %s, %s, %s)"
+    return "insert into order_items (id, order_id, product_id, qty, price) values " + ", ".join([row] * count)
+
+
+class OrdersWorkload(Workload):
+    """Product lookup by key and order creation in one transaction (study 001); PostgreSQL targets only."""
+
+    name = "orders"
+    kinds = ("postgres",)
+    OPTIONS = {
+        "products": Option(10_000, integer(1), "number of products"),
+        "seed": Option(42, integer(), "seed of the generated data (product ids and prices)"),
+        "items_min": Option(1, integer(1, 1000), "fewest items in an order"),
+        "items_max": Option(5, integer(1, 1000), "most items in an order"),
+        "customers": Option(100_000, integer(1), "customer ids are drawn from 1..customers"),
+        "order_proportion": Option(0.5, fraction, "share of order_create in the default mix (rest: product_lookup)"),
+    }
+
+    def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:
+        super().__init__(target, options)
+        if self.options["items_min"] > self.options["items_max"]:
+            raise WorkloadError(
+                f"workload option items_min={self.options['items_min']} is above items_max={self.options['items_max']}"
+            )
+        seed = self.options["seed"]
+        # Shared by all users of this process: the same hot products are hashed once.
+        self.product = functools.lru_cache(maxsize=65_536)(functools.partial(product_key, seed))
+
+    def default_weights(self) -> dict[str, float]:
+        share = self.options["order_proportion"]
+        weights = {"product_lookup": 1.0 - share, "order_create": share}
+        return {name: w for name, w in weights.items() if w > 0}
+
+    # ---- data -------------------------------------------------------------------------------
+
+    def has_data(self) -> bool:
+        ids = [self.product(i)[0] for i in spread_sample(0, self.options["products"])]
+        session = self._session()
+        try:
+            return pg_count_present(session, "products", "id", ids) == len(ids)
+        finally:
+            session.close()
+
+    def load(self, progress: bool = True) -> int:
+        """Create the three tables if missing and insert the missing products; returns products inserted."""
+        total = self.options["products"]
+        meter = LoadProgress(self.name, total, enabled=progress)
+        session = self._session()
+        try:
+            for ddl in DDL:  # one DDL statement per transaction (a DSQL rule)
+                session.conn.execute(ddl)
+            inserted = pg_load(
+                session, label=self.name, seed=self.options["seed"], table="products", columns=PRODUCT_COLUMNS,
+                make=self._make_products, start=0, stop=total, statement_rows=LOAD_CHUNK, progress=meter,
+            )
+        finally:
+            session.close()
+        meter.finish()
+        return inserted
+
+    def _make_products(self, rng: random.Random, first: int, stop: int) -> list[tuple[Any, ...]]:
+        rows = []
+        for i in range(first, stop):
+            pid, price = product_key(self.options["seed"], i)
+            name = f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {i}"
+            rows.append((pid, f"SKU-{i:08d}", name, price, INITIAL_STOCK))
+        return rows
+
+    # ---- operations -------------------------------------------------------------------------
+
+    def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        rng = random.Random(seed)
+        draw = rng.random
+        getrandbits = rng.getrandbits
+        product = self.product
+        products = self.options["products"]
+        items_min = min(self.options["items_min"], products)
+        items_span = min(self.options["items_max"], products) - items_min + 1
+        customers = self.options["customers"]
+        items_sql = {k: _items_sql(k) for k in range(items_min, items_min + items_span)}
+        UUID = uuid.UUID
+
+        def product_lookup() -> object:
+            pid = product(int(draw() * products))[0]
+            row = session.conn.execute(LOOKUP_SQL, (pid,), prepare=True).fetchone()
+            if row is None:
+                raise LookupError(f"orders: product {pid} not found (is the workload loaded?)")
+            return row
+
+        def order_create() -> object:
+            count = items_min + int(draw() * items_span)
+            picks: set[int] = set()
+            while len(picks) < count:
+                picks.add(int(draw() * products))
+            order_id = UUID(int=getrandbits(128), version=4)
+            item_params: list[object] = []
+            stock_updates = []
+            total = Decimal(0)
+            for index in sorted(picks):  # one lock order for every transaction: no deadlocks
+                pid, price = product(index)
+                qty = 1 + int(draw() * QTY_MAX)
+                total += price * qty
+                item_params += (UUID(int=getrandbits(128), version=4), order_id, pid, qty, price)
+                stock_updates.append((qty, pid))
+            order_params = (order_id, 1 + int(draw() * customers), total)
+            sql = items_sql[count]
+
+            def transaction(conn: Any) -> None:
+                conn.execute(INSERT_ORDER_SQL, order_params, prepare=True)
+                conn.execute(sql, item_params, prepare=True)
+                for params in stock_updates:
+                    if conn.execute(UPDATE_STOCK_SQL, params, prepare=True).rowcount != 1:
+                        raise LookupError(f"orders: product {params[1]} not found (is the workload loaded?)")
+
+            session.run_transaction(transaction)
+            return order_id
+
+        return {"product_lookup": product_lookup, "order_create": order_create}

@@ -1,0 +1,317 @@
+"""ycsb (study 002): YCSB's CoreWorkload on ``usertable``, with YCSB's own property names.
+
+Keys are ``user`` + FNV-64 hash of the record number (``insertorder=hashed``, YCSB's default, so
+record 0 is ``user6284781860667377211`` as in YCSB) or ``user`` + the zero-padded number
+(``insertorder=ordered``). Each record has ``fieldcount`` fields ``field0..`` of ``fieldlength``
+characters (random hex; YCSB uses random printable bytes).
+
+- PostgreSQL: ``usertable(ycsb_key text primary key, field0 text, ...)``, as YCSB's JDBC binding.
+- MongoDB: one document per record, ``_id`` = key, one string field per field.
+
+Operations: ``read`` (all fields, or one with ``readallfields=false``), ``update`` (one random
+field, or all with ``writeallfields=true``), ``insert``, ``scan`` and ``readmodifywrite``; the
+default weights come from the ``*proportion`` properties (workload A: 50% read, 50% update).
+
+Differences from YCSB, all because clients here do not share a counter across machines:
+
+- ``insert`` keys: each client owns a disjoint range of record numbers, ``recordcount +
+  (client_seed % 9e9) * 10**9 + n``, so concurrent clients never collide. A client whose range
+  already holds records from an earlier run with the same seed finds the first free number with
+  a few point reads (a galloping search) before its first operation.
+- ``requestdistribution=latest`` skews towards the client's own newest insert (YCSB: the newest
+  insert of all clients); uniform, zipfian and hotspot draw over the ``recordcount`` loaded
+  records, like YCSB (whose zipfian also reaches the keys it expects to be inserted).
+- ``operationcount`` is accepted and recorded; how long a run lasts is the engine's stage plan.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+from dbsurge.distributions import (
+    HotspotGenerator,
+    ScrambledZipfianGenerator,
+    SkewedLatestGenerator,
+    UniformGenerator,
+    ZipfianGenerator,
+    fnvhash64,
+)
+from dbsurge.errors import WorkloadError
+from dbsurge.workloads.base import (
+    LoadProgress,
+    Option,
+    Workload,
+    boolean,
+    choice,
+    fraction,
+    integer,
+    open_unit_interval,
+    spread_sample,
+    text,
+)
+from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_load
+
+KEY_PREFIX = "user"
+KEY_COLUMN = "ycsb_key"
+INSERT_SLOT = 10**9  # record numbers a client may insert before its range runs into the next client's
+INSERT_SLOTS = 9 * 10**9  # client ranges: recordcount + slot * INSERT_SLOT stays below 2**63
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_READ_PREFERENCES = ("primary", "primarypreferred", "secondary", "secondarypreferred", "nearest")
+OPERATIONS = ("read", "update", "insert", "scan", "readmodifywrite")
+
+
+def _identifier(value: str) -> str:
+    if not _IDENTIFIER.match(value):
+        raise ValueError("expected a name of letters, digits and underscores")
+    return value
+
+
+def _zeropadding(value: str) -> str | int:
+    if value.strip().lower() == "auto":
+        return "auto"
+    return integer(1, 64)(value)
+
+
+def _writeconcern(value: str) -> str:
+    value = value.strip().lower()
+    if value and value != "majority" and not value.isdigit():
+        raise ValueError("expected a number of nodes (0, 1, 2...) or majority")
+    return value
+
+
+def _insertcount(value: str) -> int | None:
+    return None if value.strip() == "" else integer(0)(value)
+
+
+class YcsbWorkload(Workload):
+    """YCSB's CoreWorkload (workloads A-F) on PostgreSQL and MongoDB targets (study 002)."""
+
+    name = "ycsb"
+    OPTIONS = {
+        "recordcount": Option(1000, integer(1), "records loaded (and drawn from by read/update/scan)"),
+        "operationcount": Option(0, integer(0), "YCSB's operation count; recorded only (the stage plan sets the run)"),
+        "readproportion": Option(0.5, fraction, "weight of read"),
+        "updateproportion": Option(0.5, fraction, "weight of update"),
+        "insertproportion": Option(0.0, fraction, "weight of insert"),
+        "scanproportion": Option(0.0, fraction, "weight of scan"),
+        "readmodifywriteproportion": Option(0.0, fraction, "weight of readmodifywrite"),
+        "requestdistribution": Option(
+            "uniform", choice("uniform", "zipfian", "hotspot", "latest"), "which records operations touch"
+        ),
+        "zipfianconstant": Option(0.99, open_unit_interval, "skew of zipfian and latest"),
+        "hotspotdatafraction": Option(0.2, fraction, "hotspot: share of the records that are hot"),
+        "hotspotopnfraction": Option(0.8, fraction, "hotspot: share of the operations on hot records"),
+        "fieldcount": Option(10, integer(1, 1000), "fields per record"),
+        "fieldlength": Option(100, integer(1), "characters per field"),
+        "fieldnameprefix": Option("field", _identifier, "field names are prefix + index"),
+        "readallfields": Option(True, boolean, "read returns every field (else one random field)"),
+        "writeallfields": Option(False, boolean, "update writes every field (else one random field)"),
+        "insertorder": Option("hashed", choice("hashed", "ordered"), "keys: user + FNV hash, or user + number"),
+        "zeropadding": Option("auto", _zeropadding, "key digits (auto: 1 when hashed as YCSB, 20 when ordered)"),
+        "insertstart": Option(0, integer(0), "load: first record number (split a load between loaders)"),
+        "insertcount": Option(None, _insertcount, "load: records to load (default recordcount - insertstart)"),
+        "maxscanlength": Option(1000, integer(1), "scan: most records per scan"),
+        "scanlengthdistribution": Option("uniform", choice("uniform", "zipfian"), "scan: length distribution"),
+        "batchsize": Option(1, integer(1, 1000), "load: records per insert (1: unbatched, as YCSB's default)"),
+        "table": Option("usertable", _identifier, "table or collection name"),
+        "readpreference": Option("", choice("", *_READ_PREFERENCES), "MongoDB read preference (default: the URI's)"),
+        "writeconcern": Option("", _writeconcern, "MongoDB write concern w (default: the URI's)"),
+        "seed": Option(42, integer(), "seed of the loaded data"),
+    }
+
+    def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:
+        super().__init__(target, options)
+        opts = self.options
+        self.recordcount: int = opts["recordcount"]
+        if opts["insertcount"] is None:
+            opts["insertcount"] = max(0, self.recordcount - opts["insertstart"])
+        if opts["insertstart"] + opts["insertcount"] > self.recordcount:
+            raise WorkloadError(
+                f"workload option insertstart + insertcount ({opts['insertstart']} + {opts['insertcount']})"
+                f" is above recordcount={self.recordcount}"
+            )
+        if self.kind == "postgres" and (opts["readpreference"] or opts["writeconcern"]):
+            raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
+        if not self.operations:
+            raise WorkloadError("workload ycsb: every *proportion option is 0, so there is nothing to run")
+        self.ordered = opts["insertorder"] == "ordered"
+        padding = opts["zeropadding"]
+        self.zeropadding: int = (20 if self.ordered else 1) if padding == "auto" else padding
+        self.fields = [f"{opts['fieldnameprefix']}{i}" for i in range(opts["fieldcount"])]
+        self.table: str = opts["table"]
+
+    def default_weights(self) -> dict[str, float]:
+        opts = self.options
+        weights = {op: opts[f"{op}proportion"] for op in OPERATIONS}
+        return {op: w for op, w in weights.items() if w > 0}
+
+    # ---- keys and request distribution -------------------------------------------------------
+
+    def key_for(self, keynum: int) -> str:
+        """The key of record number ``keynum``, as YCSB's ``CoreWorkload.buildKeyName``.
+
+        >>> from types import SimpleNamespace
+        >>> YcsbWorkload(SimpleNamespace(kind="mongo")).key_for(0)
+        'user6284781860667377211'
+        """
+        if not self.ordered:
+            keynum = fnvhash64(keynum)
+        return KEY_PREFIX + str(keynum).zfill(self.zeropadding)
+
+    def request_generator(self, rng: random.Random, count: Callable[[], int] | None = None) -> Any:
+        """The generator of record numbers for read/update/scan: ``.next()`` in ``[0, recordcount)``.
+
+        ``count`` (latest only) returns the current number of records the client can see.
+        """
+        opts = self.options
+        last = self.recordcount - 1
+        distribution = opts["requestdistribution"]
+        if distribution == "uniform":
+            return UniformGenerator(rng, 0, last)
+        if distribution == "zipfian":
+            return ScrambledZipfianGenerator(rng, 0, last, opts["zipfianconstant"])
+        if distribution == "hotspot":
+            return HotspotGenerator(rng, 0, last, opts["hotspotdatafraction"], opts["hotspotopnfraction"])
+        return SkewedLatestGenerator(rng, count or (lambda: self.recordcount), opts["zipfianconstant"])
+
+    def insert_base(self, client_seed: int) -> int:
+        """The first record number of the insert range owned by the client with ``client_seed``."""
+        return self.recordcount + (client_seed % INSERT_SLOTS) * INSERT_SLOT
+
+    def _record(self, rng: random.Random) -> list[str]:
+        length = self.options["fieldlength"]
+        blob = rng.randbytes((len(self.fields) * length + 1) // 2).hex()
+        return [blob[i * length : (i + 1) * length] for i in range(len(self.fields))]
+
+    # ---- data -------------------------------------------------------------------------------
+
+    def _load_range(self) -> tuple[int, int]:
+        start = self.options["insertstart"]
+        return start, start + self.options["insertcount"]
+
+    def has_data(self) -> bool:
+        keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
+        session = self._session()
+        try:
+            if self.kind == "postgres":
+                return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
+            return mongo_count_present(session.db[self.table], keys) == len(keys)
+        finally:
+            session.close()
+
+    def load(self, progress: bool = True) -> int:
+        """Create ``usertable`` if missing and insert the missing records in ``batchsize`` batches."""
+        start, stop = self._load_range()
+        meter = LoadProgress(self.name, stop - start, enabled=progress)
+        seed = self.options["seed"]
+        batch = self.options["batchsize"]
+        session = self._session()
+        try:
+            if self.kind == "postgres":
+                columns = (KEY_COLUMN, *self.fields)
+                session.conn.execute(
+                    f"create table if not exists {self.table} ({KEY_COLUMN} text primary key, "
+                    + ", ".join(f"{field} text" for field in self.fields)
+                    + ")"
+                )
+
+                def rows(rng: random.Random, first: int, last: int) -> list[tuple[str, ...]]:
+                    return [(self.key_for(i), *self._record(rng)) for i in range(first, last)]
+
+                inserted = pg_load(
+                    session, label=self.name, seed=seed, table=self.table, columns=columns, make=rows,
+                    start=start, stop=stop, statement_rows=batch, progress=meter,
+                )
+            else:
+
+                def docs(rng: random.Random, first: int, last: int) -> list[dict[str, str]]:
+                    return [self._document(self.key_for(i), self._record(rng)) for i in range(first, last)]
+
+                inserted = mongo_load(
+                    self._collection(session), label=self.name, seed=seed, make=docs,
+                    start=start, stop=stop, batch_size=batch, progress=meter,
+                )
+        finally:
+            session.close()
+        meter.finish()
+        return inserted
+
+    def _document(self, key: str, values: list[str]) -> dict[str, str]:
+        doc = {"_id": key}
+        doc.update(zip(self.fields, values))
+        return doc
+
+    def _collection(self, session: Any) -> Any:
+        collection = session.db[self.table]
+        read_preference = self.options["readpreference"]
+        write_concern = self.options["writeconcern"]
+        if read_preference or write_concern:
+            from pymongo import ReadPreference, WriteConcern
+
+            kwargs: dict[str, Any] = {}
+            if read_preference:
+                names = {"primarypreferred": "PRIMARY_PREFERRED", "secondarypreferred": "SECONDARY_PREFERRED"}
+                kwargs["read_preference"] = getattr(ReadPreference, names.get(read_preference, read_preference.upper()))
+            if write_concern:
+                kwargs["write_concern"] = WriteConcern(w=write_concern if write_concern == "majority" else int(write_concern))
+            collection = collection.with_options(**kwargs)
+        return collection
+
+    # ---- operations -------------------------------------------------------------------------
+
+    def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
+
+        return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)
+
+
+class ClientKeys:
+    """One client's view of the record numbers: the loaded ``0..recordcount-1``, then its own inserts.
+
+    Index ``i < recordcount`` is record ``i``; index ``recordcount + n`` is the client's ``n``-th
+    insert, record ``insert_base + n``. `SkewedLatestGenerator` draws over `count`.
+    """
+
+    __slots__ = ("recordcount", "base", "inserted")
+
+    def __init__(self, recordcount: int, base: int, inserted: int = 0) -> None:
+        self.recordcount = recordcount
+        self.base = base
+        self.inserted = inserted
+
+    def count(self) -> int:
+        return self.recordcount + self.inserted
+
+    def keynum(self, index: int) -> int:
+        return index if index < self.recordcount else self.base + index - self.recordcount
+
+
+def first_free(exists: Callable[[int], bool], base: int, limit: int = INSERT_SLOT) -> int:
+    """The first ``n`` with record ``base + n`` absent, assuming records ``base..`` were inserted in order.
+
+    A galloping search: about 2 * log2(n) point reads, done once per client.
+    """
+    if not exists(base):
+        return 0
+    present, absent = 0, 1
+    while absent < limit and exists(base + absent):
+        present, absent = absent, absent * 2
+    absent = min(absent, limit)
+    while absent - present > 1:
+        middle = (present + absent) // 2
+        if exists(base + middle):
+            present = middle
+        else:
+            absent = middle
+    return absent
+
+
+def scan_length_generator(workload: YcsbWorkload, rng: random.Random) -> Any:
+    """Scan lengths in ``1..maxscanlength`` (uniform or zipfian, YCSB's scanlengthdistribution)."""
+    longest = workload.options["maxscanlength"]
+    if workload.options["scanlengthdistribution"] == "zipfian":
+        return ZipfianGenerator(rng, 1, longest, workload.options["zipfianconstant"])
+    return UniformGenerator(rng, 1, longest)

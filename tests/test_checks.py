@@ -1,0 +1,31 @@
+"""--check thresholds for pipelines."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbsurge.checks import evaluate_checks, parse_checks
+from dbsurge.errors import UserError
+
+ROWS = [
+    {"operation": "order_create", "p99_ms": 61.2, "failure_rate": 0.0},
+    {"operation": "ALL", "p99_ms": 12.0, "failure_rate": 0.02, "lag_p99_ms": 0.4},
+]
+
+
+def test_checks_pass_and_fail_with_units():
+    checks = parse_checks("order_create.p99<50ms,failure_rate<1%,lag_p99<=1000us,p99<0.1s")
+    results = {str(c): ok for c, ok, _ in evaluate_checks(checks, ROWS)}
+    assert results == {"order_create.p99<50ms": False, "failure_rate<1%": False, "lag_p99<=1000us": True,
+                       "p99<0.1s": True}
+
+
+def test_unknown_operation_fails_the_check():
+    (c,) = parse_checks("nope.p99<50ms")
+    assert c.evaluate(ROWS) == (False, None)
+
+
+@pytest.mark.parametrize("bad", ["p99<<5ms", "p98<5ms", "failure_rate<5ms", "p99<5tps"])
+def test_malformed_checks(bad):
+    with pytest.raises(UserError, match="bad --check"):
+        parse_checks(bad)
