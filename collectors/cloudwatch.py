@@ -39,10 +39,11 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -314,7 +315,8 @@ def make_client(region: str | None = None, profile: str | None = None, endpoint_
 
     try:
         session = boto3.session.Session(profile_name=profile or None, region_name=region or None)
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+        # one retry: a poll that fails is tried again at the next poll anyway
+        config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=30)
         return session.client("cloudwatch", endpoint_url=endpoint_url or None, config=config)
     except BotoCoreError as exc:
         raise user_error(exc, endpoint_url=endpoint_url) from None
@@ -506,7 +508,7 @@ def _ceil(t: float, period: int) -> float:
 
 
 def _dt(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)
+    return datetime.fromtimestamp(t, tz=UTC)
 
 
 # -- the poller -----------------------------------------------------------------------------------
@@ -610,7 +612,7 @@ class CloudWatchPoller:
             log.warning("CloudWatch poll failed: %s", message)
             try:
                 self.events({"time_utc": format_utc(now), "kind": "error", "source": "cloudwatch", "message": message})
-            except Exception:  # noqa: BLE001 - never let reporting stop the run
+            except Exception:
                 log.exception("could not record the CloudWatch error event")
             return 0
         self._first = False

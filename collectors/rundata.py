@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -28,9 +29,10 @@ CLOUDWATCH_KEY = ["time_utc", "preset", "id", "metric", "stat"]
 def parse_utc(value: Any) -> pd.Timestamp:
     """A timezone-aware UTC timestamp from ISO 8601 text, epoch seconds, a datetime or a Timestamp."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return pd.Timestamp(value, unit="s", tz="UTC")
+        return pd.Timestamp(round(value * 1e9), unit="ns", tz="UTC")
     ts = pd.Timestamp(value)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return ts.as_unit("ns")
 
 
 def format_utc(value: Any) -> str:
@@ -41,7 +43,7 @@ def format_utc(value: Any) -> str:
 
 def to_utc(series: pd.Series) -> pd.Series:
     """Parse a column of ISO 8601 times (any precision, with Z or an offset) into UTC timestamps."""
-    return pd.to_datetime(series, utc=True, format="ISO8601")
+    return pd.to_datetime(series, utc=True, format="ISO8601").dt.as_unit("ns")
 
 
 def epoch_s(value: Any) -> float:
@@ -225,7 +227,10 @@ def normalize_cloudwatch(frame: pd.DataFrame | None) -> pd.DataFrame:
             {"value": "float64", "time_utc": "datetime64[ns, UTC]"}
         )
     frame = frame[CLOUDWATCH_COLUMNS].copy()
-    frame["time_utc"] = to_utc(frame["time_utc"]) if frame["time_utc"].dtype == object else frame["time_utc"]
+    if pd.api.types.is_datetime64_any_dtype(frame["time_utc"]):
+        frame["time_utc"] = frame["time_utc"].dt.tz_convert("UTC").dt.as_unit("ns")
+    else:
+        frame["time_utc"] = to_utc(frame["time_utc"])
     for column in ("preset", "id", "metric", "stat"):
         frame[column] = frame[column].astype(str)
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")

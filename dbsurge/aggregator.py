@@ -62,6 +62,7 @@ class Aggregator:
         self.last_written = -1
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=10)  # (second, ok, mean service us)
         self.operations: list[str] = []
+        self.per_source: dict[str, int] = defaultdict(int)  # operations recorded by each worker
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -69,13 +70,14 @@ class Aggregator:
         self.schedule = schedule
         self.start_epoch_s = start_epoch_s
 
-    def merge(self, payload: dict) -> None:
+    def merge(self, payload: dict, source: str = "local") -> None:
         ops = payload["ops"]
         for name in ops:
             if name not in self.operations:
                 self.operations.append(name)
         for op, stage, wire in payload["stages"]:
             self.stage_cells[(ops[op], stage)].add_wire(wire)
+            self.per_source[source] += int(wire[3]) + int(wire[4])
         for sec, op, wire in payload["intervals"]:
             if sec <= self.last_written:
                 sec = self.last_written + 1
@@ -95,10 +97,11 @@ class Aggregator:
     def _stage_name_at(self, epoch_s: float) -> str:
         if self.schedule is None or self.start_epoch_s is None:
             return self.stage_names[0] if self.stage_names else "run"
-        t = epoch_s - self.start_epoch_s
-        if t < 0 or t >= self.schedule.end_s:
+        # a second that straddles time zero or the end belongs to the stage it overlaps
+        t = max(epoch_s - self.start_epoch_s, 0.0)
+        if t >= self.schedule.end_s and epoch_s + 1 - self.start_epoch_s > self.schedule.end_s + 1:
             return ""
-        return self.stage_names[self.schedule.stage_at(t)]
+        return self.stage_names[self.schedule.stage_at(min(t, self.schedule.end_s - 1e-9))]
 
     def target_tps_at(self, epoch_s: float) -> float | None:
         """Planned arrivals in the second starting at epoch_s (None without a plan)."""

@@ -163,9 +163,6 @@ def load_main(argv: list[str]) -> int:
     wopts = parse_workload_options(args.workload_option or [])
     topts = parse_pairs(args.target_option, "--target-option")
     uri, handle = resolve_embedded(args.target)
-    if handle is not None:
-        print(f"dbsurge: note: {args.target} was not running; started one for this load only "
-              f"(use `dbsurge embedded start` to keep one)", file=sys.stderr)
     try:
         target = open_target(uri, topts)
         target.check()

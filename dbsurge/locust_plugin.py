@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ class DbSurgeRun:
         self.options = environment.parsed_options
         self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
                      else "master" if isinstance(environment.runner, MasterRunner) else "local")
-        self.recorder = Recorder()
+        raw_dir = os.environ.get("DBSURGE_RAW_SAMPLES_DIR")
+        self.recorder = Recorder(raw_samples_path=os.path.join(raw_dir, f"samples-{os.getpid()}.bin") if raw_dir else None)
         self.pacer: Pacer | None = None
         self.schedule: Schedule | None = None
         self.plan: StagePlan | None = None
@@ -294,7 +296,9 @@ def begin_run(run: DbSurgeRun) -> None:
     env = run.environment
     run.finished = False
     run.changes = []
-    delay_s = max(0.0, float(opts.start_delay))
+    # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
+    # a closed-model run starts now.
+    delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
     run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
     start_s = run.start_epoch_ns / 1e9
     names = sorted({u.workload for u in dbsurge_user_classes(env)})
@@ -497,7 +501,7 @@ def _on_worker_report(client_id, data, **_kw):
     run = getattr(env, "dbsurge", None) if env else None
     if run is None or run.aggregator is None or "dbsurge" not in data:
         return
-    run.aggregator.merge(data["dbsurge"])
+    run.aggregator.merge(data["dbsurge"], source=client_id)
 
 
 _ENV = {"env": None}

@@ -21,7 +21,9 @@ DEFAULTS = {
 
 def add_options(parser) -> None:
     """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``)."""
-    g = parser.add_argument_group("dbsurge", "database load testing: target, workload, arrival-rate plan, results")
+    # Locust's own add_argument takes the web-UI keywords (include_in_web_ui, is_secret); argument
+    # groups do not, so the options go on the parser itself.
+    g = parser
     g.add_argument("--target", env_var="DBSURGE_TARGET", default=None, is_secret=True,
                    help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / embedded-mongo")
     g.add_argument("--target-option", env_var="DBSURGE_TARGET_OPTION", action="append", default=None,

@@ -73,7 +73,7 @@ class Recorder:
     UTC seconds.
     """
 
-    def __init__(self, *, clock_ns=time.perf_counter_ns, wall_ns=time.time_ns):
+    def __init__(self, *, clock_ns=time.perf_counter_ns, wall_ns=time.time_ns, raw_samples_path: str | None = None):
         self._buf: list[tuple] = []
         self.operations: list[str] = []
         self._op_ids: dict[str, int] = {}
@@ -81,6 +81,9 @@ class Recorder:
         self.dropped: Counter[int] = Counter()
         self.wall_offset_ns = wall_ns() - clock_ns()
         self.clock_ns = clock_ns
+        # Debugging and tests: every successful response time (us, int64) appended to this file, so
+        # merged percentiles can be checked against all samples together.
+        self.raw_samples_path = raw_samples_path
 
     def op_id(self, name: str) -> int:
         """A small integer for an operation name (register once per user, not per operation)."""
@@ -116,6 +119,9 @@ class Recorder:
         lag = np.maximum(start - intended, 0) // NS_PER_US
         sec = (end + self.wall_offset_ns) // NS_PER_S
         okm = ok.astype(bool)
+        if self.raw_samples_path:
+            with open(self.raw_samples_path, "ab") as f:
+                f.write(resp[okm].astype(np.int64).tobytes())
         payload["stages"] = _group(np.stack([op, stage]), okm, resp, serv, lag, retries)
         payload["intervals"] = _group(np.stack([sec, op]), okm, resp, serv, lag, retries)
         return payload

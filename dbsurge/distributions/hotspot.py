@@ -32,7 +32,7 @@ class HotspotGenerator:
     spot (YCSB would throw on ``nextInt(0)``).
     """
 
-    __slots__ = ("lower", "upper", "hot_count", "cold_count", "hot_op_fraction", "_random")
+    __slots__ = ("_random", "cold_count", "hot_count", "hot_op_fraction", "lower", "upper")
 
     def __init__(
         self,

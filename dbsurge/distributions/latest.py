@@ -22,15 +22,15 @@ from dbsurge.distributions.zipfian import ZIPFIAN_CONSTANT, ZipfianGenerator
 class SkewedLatestGenerator:
     """Record indexes in ``[0, count())``, skewed towards ``count() - 1``, the newest.
 
-        >>> inserted = [1000]
-        >>> gen = SkewedLatestGenerator(random.Random(5), lambda: inserted[0])
-        >>> draws = [gen.next() for _ in range(10_000)]
-        >>> max(set(draws), key=draws.count)
-        999
-        >>> inserted[0] = 1500       # 500 inserts later the newest record leads
-        >>> draws = [gen.next() for _ in range(10_000)]
-        >>> max(set(draws), key=draws.count)
-        1499
+    >>> inserted = [1000]
+    >>> gen = SkewedLatestGenerator(random.Random(5), lambda: inserted[0])
+    >>> draws = [gen.next() for _ in range(10_000)]
+    >>> max(set(draws), key=draws.count)
+    999
+    >>> inserted[0] = 1500       # 500 inserts later the newest record leads
+    >>> draws = [gen.next() for _ in range(10_000)]
+    >>> max(set(draws), key=draws.count)
+    1499
     """
 
     __slots__ = ("_count", "_zipf")

@@ -19,7 +19,7 @@ class UniformGenerator:
         True
     """
 
-    __slots__ = ("lower", "upper", "_count", "_random")
+    __slots__ = ("_count", "_random", "lower", "upper")
 
     def __init__(self, rng: random.Random, lower: int, upper: int) -> None:
         if upper < lower:

@@ -72,7 +72,7 @@ class ZipfianGenerator:
     records are inserted (YCSB's ``nextLong(itemcount)``); zeta is extended term by term.
     """
 
-    __slots__ = ("lower", "items", "theta", "zetan", "_zeta2", "_alpha", "_eta", "_half_pow", "_random")
+    __slots__ = ("_alpha", "_eta", "_half_pow", "_random", "_zeta2", "items", "lower", "theta", "zetan")
 
     def __init__(
         self,
@@ -140,7 +140,7 @@ class ScrambledZipfianGenerator:
         (True, 0.04)
     """
 
-    __slots__ = ("lower", "count", "_zipf_next")
+    __slots__ = ("_zipf_next", "count", "lower")
 
     def __init__(self, rng: random.Random, lower: int, upper: int, theta: float = ZIPFIAN_CONSTANT) -> None:
         if upper < lower:

@@ -1,0 +1,226 @@
+"""Database targets: one binding per module, registered by name, chosen by URI scheme.
+
+`open_target(uri, options)` parses and validates a target (no network) and returns a `Target`;
+`target.check()` connects once and fails with a one-line `TargetError`; `target.connect()` gives one
+`Session` per Locust user. See docs/architecture.md, section "Targets".
+
+Bindings live in `dbsurge.targets.postgres` and `dbsurge.targets.mongo` and are imported on first use,
+so that a MongoDB run never imports psycopg and the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from dbsurge.errors import TargetError
+from dbsurge.redact import redact_uri
+
+__all__ = [
+    "Session",
+    "Target",
+    "TargetError",
+    "binding_names",
+    "get_binding",
+    "open_target",
+    "register_binding",
+]
+
+# Modules that register the built-in bindings when imported.
+_BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo")
+
+_bindings: dict[str, type[Target]] = {}
+_schemes: dict[str, str] = {}  # URI scheme -> binding name
+_builtins_loaded = False
+
+
+class Session(ABC):
+    """One connection (or client) to a target, owned by one Locust user.
+
+    `retries` counts whole-transaction retries after serialization conflicts; they are reported apart
+    from failures.
+    """
+
+    retries: int = 0
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection. Safe to call twice."""
+
+
+class Target(ABC):
+    """A database to load: parsed, validated and secret-free to display.
+
+    Subclasses set `kind` (``postgres`` or ``mongo``), `schemes` (the URI schemes they accept) and
+    `flavors`, and are registered with `register_binding`.
+    """
+
+    kind: ClassVar[str]
+    schemes: ClassVar[tuple[str, ...]]
+    flavors: ClassVar[tuple[str, ...]]
+    flavor: str
+    display: str
+
+    @abstractmethod
+    def connect(self) -> Session:
+        """Open a new session (one per Locust user)."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Connect once with a short timeout, run a trivial command, close.
+
+        Raises `TargetError` with one line naming what failed (unreachable host, connection refused,
+        timeout, authentication failed, missing CA file, TLS error); never the password or a traceback.
+        """
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """A secret-free description for run.json."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.flavor} {self.display}>"
+
+
+def register_binding(name: str):
+    """Class decorator: register a `Target` subclass under `name` and for its URI schemes.
+
+    A name or scheme registered twice is a programming error (`ValueError`), not a user error.
+    """
+
+    def decorate(cls: type[Target]) -> type[Target]:
+        if name in _bindings:
+            raise ValueError(f"target binding {name!r} is already registered by {_bindings[name].__qualname__}")
+        for scheme in cls.schemes:
+            if scheme in _schemes:
+                raise ValueError(f"URI scheme {scheme!r} is already taken by target binding {_schemes[scheme]!r}")
+        _bindings[name] = cls
+        for scheme in cls.schemes:
+            _schemes[scheme] = name
+        return cls
+
+    return decorate
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
+
+
+def binding_names() -> list[str]:
+    """The registered binding names."""
+    _load_builtins()
+    return sorted(_bindings)
+
+
+def get_binding(name: str) -> type[Target]:
+    """The `Target` class registered under `name`; `TargetError` if there is none."""
+    _load_builtins()
+    try:
+        return _bindings[name]
+    except KeyError:
+        raise TargetError(f"unknown target binding {name!r}: known are {', '.join(sorted(_bindings))}") from None
+
+
+def _scheme_list() -> str:
+    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb") if s in _schemes]
+    return ", ".join(schemes[:-1]) + f" or {schemes[-1]}" if len(schemes) > 1 else "".join(schemes)
+
+
+def open_target(uri: str, options: dict[str, str] | None = None, **binding_kwargs: Any) -> Target:
+    """Parse and validate a target URI and its options; no network.
+
+    The binding is chosen by scheme: ``postgresql://``/``postgres://``/``dsql://`` (flavors postgres,
+    aurora, dsql) and ``mongodb://``/``mongodb+srv://`` (flavors mongo, docdb). The flavor follows from
+    the host name (``*.rds.amazonaws.com``: aurora, ``*.dsql.<region>.on.aws``: dsql,
+    ``*.docdb.amazonaws.com``: docdb) or the option ``flavor``. `binding_kwargs` go to the binding's
+    constructor (e.g. ``token_provider=`` for DSQL). Raises `TargetError` with one line.
+    """
+    _load_builtins()
+    if not isinstance(uri, str) or not uri.strip():
+        raise TargetError("no target given: pass a URI such as postgresql://user@host:5432/db or mongodb://host/")
+    uri = uri.strip()
+    scheme, sep, _rest = uri.partition("://")
+    if not sep:
+        hint = ""
+        if uri.startswith("embedded-"):
+            hint = " (embedded targets are started by `dbsurge run`/`dbsurge embedded start`)"
+        raise TargetError(f"bad target URI {redact_uri(uri)!r}: scheme must be {_scheme_list()}{hint}")
+    name = _schemes.get(scheme.lower())
+    if name is None:
+        raise TargetError(f"bad target URI {redact_uri(uri)!r}: scheme must be {_scheme_list()}")
+    return _bindings[name](uri, dict(options or {}), **binding_kwargs)
+
+
+# Shared helpers for the bindings: option parsing with one-line errors.
+
+
+def check_options(kind: str, options: dict[str, str], known: frozenset[str]) -> None:
+    """Raise `TargetError` for an option name the binding does not know."""
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TargetError(
+            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            f"known are {', '.join(sorted(known))}"
+        )
+
+
+def option_int(options: dict[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
+    """An integer option, or `default` when absent."""
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise TargetError(f"target option {name}={raw!r}: expected an integer") from None
+    if value < minimum:
+        raise TargetError(f"target option {name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def option_seconds(options: dict[str, str], name: str, default: float | None) -> float | None:
+    """A duration option in seconds: ``30``, ``1.5s``, ``500ms``, ``55m``, ``1h``; ``none``/``0``: off (None)."""
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    text = str(raw).strip().lower()
+    if text in ("none", "off", "never", "0"):
+        return None
+    number, unit = text, "s"
+    for suffix in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)], suffix
+            break
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise TargetError(f"target option {name}={raw!r}: expected a duration such as 30s, 500ms or 55m") from None
+    if value <= 0:
+        raise TargetError(f"target option {name}={raw!r}: must be positive")
+    return value
+
+
+def option_bool(options: dict[str, str], name: str, default: bool | None) -> bool | None:
+    """A boolean option: true/false, yes/no, on/off, 1/0."""
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise TargetError(f"target option {name}={raw!r}: expected true or false")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """The first line of a driver message, trimmed, for a one-line `TargetError`."""
+    first = " ".join(str(text).strip().splitlines()[:1]).strip()
+    return first if len(first) <= limit else first[: limit - 3] + "..."

@@ -214,6 +214,23 @@ class Workload:
         return f"<{type(self).__name__} {self.name} {self.options}>"
 
 
+def pg_executor(session: Any) -> Callable[..., Any]:
+    """``execute(sql, params, prepare=...) -> cursor`` for one autocommit statement on a PostgreSQL session.
+
+    The session's own ``execute`` when it has one (dbsurge's sessions do: it notices a broken
+    connection and reconnects before the next operation, which matters after an idle window);
+    else ``session.conn.execute``. Bound once per client, so it costs nothing per operation.
+    """
+    execute = getattr(session, "execute", None)
+    if execute is not None:
+        return execute
+
+    def conn_execute(sql: Any, params: Any = None, *, prepare: bool | None = None) -> Any:
+        return session.conn.execute(sql, params, prepare=prepare)
+
+    return conn_execute
+
+
 def spread_sample(start: int, stop: int, samples: int = 16) -> list[int]:
     """Up to ``samples`` indexes spread evenly over ``[start, stop)``, always including the last one.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import bson
 
@@ -29,10 +29,11 @@ from dbsurge.workloads.base import (
     Workload,
     choice,
     integer,
+    pg_executor,
     spread_sample,
     weight,
 )
-from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_load
+from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
 
 MATCH = "match"
 _OTHER_CATEGORIES = ("alpha", "bravo", "delta", "gamma")
@@ -67,7 +68,7 @@ class DocumentsWorkload(Workload):
     """Reads by id over all documents or a hot set, and a timed full-scan find (study 000)."""
 
     name = "documents"
-    OPTIONS = {
+    OPTIONS: ClassVar[dict[str, Option]] = {
         "documents": Option(100_000, integer(1), "number of documents (the study used 2,000,000)"),
         "seed": Option(42, integer(), "seed of the generated data"),
         "hot_set": Option(100, integer(1), "size of the hot set: ids 0..hot_set-1"),
@@ -89,14 +90,17 @@ class DocumentsWorkload(Workload):
     # ---- data -------------------------------------------------------------------------------
 
     def has_data(self) -> bool:
-        sample = spread_sample(0, self.documents)
         session = self._session()
         try:
-            if self.kind == "postgres":
-                return pg_count_present(session, TABLE, "id", sample) == len(sample)
-            return mongo_count_present(session.db[TABLE], sample) == len(sample)
+            return self._data_present(session)
         finally:
             session.close()
+
+    def _data_present(self, session: Any) -> bool:
+        sample = spread_sample(0, self.documents)
+        if self.kind == "postgres":
+            return pg_count_present(session, TABLE, "id", sample) == len(sample)
+        return mongo_count_present(session.db[TABLE], sample) == len(sample)
 
     def load(self, progress: bool = True) -> int:
         """Create the table (PostgreSQL) and insert the missing documents; returns how many were inserted."""
@@ -104,17 +108,34 @@ class DocumentsWorkload(Workload):
         session = self._session()
         try:
             if self.kind == "postgres":
-                session.conn.execute(
-                    f"create table if not exists {TABLE} (id bigint primary key, category text, payload text)"
+                pg_execute(
+                    session, f"create table if not exists {TABLE} (id bigint primary key, category text, payload text)"
                 )
+            if self._data_present(session):  # a complete earlier load: nothing to send
+                return 0
+            if self.kind == "postgres":
                 inserted = pg_load(
-                    session, label=self.name, seed=self.options["seed"], table=TABLE, columns=COLUMNS,
-                    make=_make_rows, start=0, stop=self.documents, statement_rows=LOAD_CHUNK, progress=meter,
+                    session,
+                    label=self.name,
+                    seed=self.options["seed"],
+                    table=TABLE,
+                    columns=COLUMNS,
+                    make=_make_rows,
+                    start=0,
+                    stop=self.documents,
+                    statement_rows=LOAD_CHUNK,
+                    progress=meter,
                 )
             else:
                 inserted = mongo_load(
-                    session.db[TABLE], label=self.name, seed=self.options["seed"], make=_make_docs,
-                    start=0, stop=self.documents, batch_size=LOAD_CHUNK, progress=meter,
+                    session.db[TABLE],
+                    label=self.name,
+                    seed=self.options["seed"],
+                    make=_make_docs,
+                    start=0,
+                    stop=self.documents,
+                    batch_size=LOAD_CHUNK,
+                    progress=meter,
                 )
         finally:
             session.close()
@@ -130,10 +151,11 @@ class DocumentsWorkload(Workload):
         draw = rng.random
         if self.kind == "postgres":
             sql = f"select id, category, payload from {TABLE} where id = %s"
+            execute = pg_executor(session)
 
             def read_by_id() -> object:
                 doc_id = int(draw() * span)
-                row = session.conn.execute(sql, (doc_id,), prepare=True).fetchone()
+                row = execute(sql, (doc_id,), prepare=True).fetchone()
                 if row is None:
                     raise LookupError(f"documents: no row with id {doc_id}")
                 return row
@@ -168,12 +190,13 @@ class DocumentsWorkload(Workload):
 
 
 def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
-    conn = session.conn
-    total = 0
-    index = 0
     clock = time.perf_counter_ns
+
     # A named (server-side) cursor lives in a transaction; each fetchmany is one FETCH round trip.
-    with conn.transaction():
+    # run_transaction also notices a broken connection; a rerun after a conflict starts the count over.
+    def scan(conn: Any) -> int:
+        total = 0
+        index = 0
         with conn.cursor(name="dbsurge_full_scan") as cursor:
             started = clock()
             cursor.execute(f"select id, category, payload from {TABLE} where category = %s", (MATCH,))
@@ -187,7 +210,9 @@ def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> i
                     on_batch(index, len(rows), elapsed)
                 index += 1
                 started = clock()
-    return total
+        return total
+
+    return session.run_transaction(scan)
 
 
 def _mongo_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
@@ -211,4 +236,3 @@ def _mongo_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -
     finally:
         cursor.close()
     return total
-

@@ -12,13 +12,14 @@ of its keys exist and inserts only the others. A load into an empty table skips 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 import pymongo.errors
 
-from dbsurge.workloads.base import LOAD_CHUNK, LoadProgress
+from dbsurge.workloads.base import LOAD_CHUNK, LoadProgress, pg_executor
 
 # (block_random, first, stop) -> rows for record numbers first..stop-1, first key in each row.
 MakeRows = Callable[[random.Random, int, int], list[Any]]
@@ -51,10 +52,26 @@ def block_rows(label: str, seed: int, block: int, first: int, stop: int, make: M
 # PostgreSQL
 
 
+def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, attempts: int = 8) -> Any:
+    """Run one autocommit statement, retrying SQLSTATE 40001 with backoff; returns the cursor.
+
+    Aurora DSQL answers 40001 to a statement as well as to a commit, for instance to the first
+    statements on a table right after its CREATE ("schema has been updated by another transaction").
+    """
+    for attempt in range(attempts):
+        try:
+            return pg_executor(session)(sql, params, prepare=params is not None)
+        except psycopg.errors.SerializationFailure:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
 def pg_table_has_rows(session: Any, table: str) -> bool:
     """True if ``table`` exists and has at least one row."""
     try:
-        return session.conn.execute(f"select 1 from {table} limit 1").fetchone() is not None
+        return pg_execute(session, f"select 1 from {table} limit 1").fetchone() is not None
     except psycopg.errors.UndefinedTable:
         return False
 
@@ -62,8 +79,8 @@ def pg_table_has_rows(session: Any, table: str) -> bool:
 def pg_count_present(session: Any, table: str, key_column: str, keys: Sequence[Any]) -> int:
     """How many of ``keys`` exist in ``table`` (0 if the table does not exist)."""
     try:
-        row = session.conn.execute(f"select count(*) from {table} where {key_column} = any(%s)", (list(keys),))
-        return int(row.fetchone()[0])
+        cursor = pg_execute(session, f"select count(*) from {table} where {key_column} = any(%s)", (list(keys),))
+        return int(cursor.fetchone()[0])
     except psycopg.errors.UndefinedTable:
         return 0
 
@@ -101,7 +118,7 @@ def pg_load(
     for block, first, last in blocks(start, stop):
         rows = block_rows(label, seed, block, first, last, make)
         if check_existing:
-            present = {r[0] for r in session.conn.execute(exists_sql, ([row[0] for row in rows],))}
+            present = {r[0] for r in pg_execute(session, exists_sql, ([row[0] for row in rows],))}
             rows = [row for row in rows if row[0] not in present]
         for offset in range(0, len(rows), statement_rows):
             batch = rows[offset : offset + statement_rows]
@@ -110,7 +127,7 @@ def pg_load(
                 sql = sql_by_rows[len(batch)] = pg_insert_sql(table, columns, len(batch))
             params = [value for row in batch for value in row]
             if len(batch) == 1:
-                session.conn.execute(sql, params, prepare=True)
+                pg_execute(session, sql, params)
             else:
                 session.run_transaction(lambda conn, sql=sql, params=params: conn.execute(sql, params))
             inserted += len(batch)
@@ -144,13 +161,21 @@ def mongo_load(
     for block, first, last in blocks(start, stop):
         docs = block_rows(label, seed, block, first, last, make)
         if check_existing:
-            ids = [doc["_id"] for doc in docs]
-            present = {d["_id"] for d in collection.find({"_id": {"$in": ids}}, {"_id": 1})}
+            present = _mongo_present(collection, [doc["_id"] for doc in docs])
             docs = [doc for doc in docs if doc["_id"] not in present]
         for offset in range(0, len(docs), batch_size):
             inserted += _mongo_insert(collection, docs[offset : offset + batch_size])
         progress.advance(last - first)
     return inserted
+
+
+def _mongo_present(collection: Any, ids: list[Any]) -> set[Any]:
+    # $in lists of 100: secantusdb's $in costs grow with the square of the list (1,000 ids: ~1 s).
+    present: set[Any] = set()
+    for offset in range(0, len(ids), 100):
+        chunk = ids[offset : offset + 100]
+        present.update(d["_id"] for d in collection.find({"_id": {"$in": chunk}}, {"_id": 1}))
+    return present
 
 
 def _mongo_insert(collection: Any, docs: list[dict[str, Any]]) -> int:

@@ -22,7 +22,7 @@ import random
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from dbsurge.errors import WorkloadError
 from dbsurge.workloads.base import (
@@ -32,20 +32,21 @@ from dbsurge.workloads.base import (
     Workload,
     fraction,
     integer,
+    pg_executor,
     spread_sample,
 )
-from dbsurge.workloads.loading import pg_count_present, pg_load
+from dbsurge.workloads.loading import pg_count_present, pg_execute, pg_load
 
 INITIAL_STOCK = 1_000_000  # lasts days at the studies' rates, so stock never goes negative in a run
 QTY_MAX = 3
 
 DDL = (
-    "create table if not exists products (id uuid primary key, sku text not null, name text not null,"
-    " price numeric(12,2) not null, stock integer not null)",
-    "create table if not exists orders (id uuid primary key, created_at timestamptz not null,"
-    " customer_id integer not null, total numeric(12,2) not null)",
-    "create table if not exists order_items (id uuid primary key, order_id uuid not null,"
-    " product_id uuid not null, qty integer not null, price numeric(12,2) not null)",
+    "create table if not exists products (id uuid primary key, sku text not null, name text not null, "
+    + "price numeric(12,2) not null, stock integer not null)",
+    "create table if not exists orders (id uuid primary key, created_at timestamptz not null, "
+    + "customer_id integer not null, total numeric(12,2) not null)",
+    "create table if not exists order_items (id uuid primary key, order_id uuid not null, "
+    + "product_id uuid not null, qty integer not null, price numeric(12,2) not null)",
 )
 PRODUCT_COLUMNS = ("id", "sku", "name", "price", "stock")
 LOOKUP_SQL = "select id, sku, name, price, stock from products where id = %s"
@@ -58,9 +59,9 @@ _NOUNS = ("lamp", "chair", "kettle", "phone", "desk", "bottle", "jacket", "speak
 def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
     """Product ``index``'s id (a version-4 UUID from a BLAKE2b hash of seed and index) and price.
 
-        >>> pid, price = product_key(42, 0)
-        >>> pid.version, Decimal("1.00") <= price <= Decimal("1000.00")
-        (4, True)
+    >>> pid, price = product_key(42, 0)
+    >>> pid.version, Decimal("1.00") <= price <= Decimal("1000.00")
+    (4, True)
     """
     digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
     cents = 100 + int.from_bytes(digest[16:], "little") % 99_901
@@ -77,7 +78,7 @@ class OrdersWorkload(Workload):
 
     name = "orders"
     kinds = ("postgres",)
-    OPTIONS = {
+    OPTIONS: ClassVar[dict[str, Option]] = {
         "products": Option(10_000, integer(1), "number of products"),
         "seed": Option(42, integer(), "seed of the generated data (product ids and prices)"),
         "items_min": Option(1, integer(1, 1000), "fewest items in an order"),
@@ -104,12 +105,15 @@ class OrdersWorkload(Workload):
     # ---- data -------------------------------------------------------------------------------
 
     def has_data(self) -> bool:
-        ids = [self.product(i)[0] for i in spread_sample(0, self.options["products"])]
         session = self._session()
         try:
-            return pg_count_present(session, "products", "id", ids) == len(ids)
+            return self._data_present(session)
         finally:
             session.close()
+
+    def _data_present(self, session: Any) -> bool:
+        ids = [self.product(i)[0] for i in spread_sample(0, self.options["products"])]
+        return pg_count_present(session, "products", "id", ids) == len(ids)
 
     def load(self, progress: bool = True) -> int:
         """Create the three tables if missing and insert the missing products; returns products inserted."""
@@ -118,10 +122,20 @@ class OrdersWorkload(Workload):
         session = self._session()
         try:
             for ddl in DDL:  # one DDL statement per transaction (a DSQL rule)
-                session.conn.execute(ddl)
+                pg_execute(session, ddl)
+            if self._data_present(session):  # a complete earlier load: nothing to send
+                return 0
             inserted = pg_load(
-                session, label=self.name, seed=self.options["seed"], table="products", columns=PRODUCT_COLUMNS,
-                make=self._make_products, start=0, stop=total, statement_rows=LOAD_CHUNK, progress=meter,
+                session,
+                label=self.name,
+                seed=self.options["seed"],
+                table="products",
+                columns=PRODUCT_COLUMNS,
+                make=self._make_products,
+                start=0,
+                stop=total,
+                statement_rows=LOAD_CHUNK,
+                progress=meter,
             )
         finally:
             session.close()
@@ -141,18 +155,19 @@ class OrdersWorkload(Workload):
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
         rng = random.Random(seed)
         draw = rng.random
-        getrandbits = rng.getrandbits
         product = self.product
         products = self.options["products"]
         items_min = min(self.options["items_min"], products)
         items_span = min(self.options["items_max"], products) - items_min + 1
         customers = self.options["customers"]
         items_sql = {k: _items_sql(k) for k in range(items_min, items_min + items_span)}
-        UUID = uuid.UUID
+        new_id = uuid.uuid4  # from os.urandom, not the seeded rng: ids must differ between runs with one seed
+
+        execute = pg_executor(session)
 
         def product_lookup() -> object:
             pid = product(int(draw() * products))[0]
-            row = session.conn.execute(LOOKUP_SQL, (pid,), prepare=True).fetchone()
+            row = execute(LOOKUP_SQL, (pid,), prepare=True).fetchone()
             if row is None:
                 raise LookupError(f"orders: product {pid} not found (is the workload loaded?)")
             return row
@@ -162,7 +177,7 @@ class OrdersWorkload(Workload):
             picks: set[int] = set()
             while len(picks) < count:
                 picks.add(int(draw() * products))
-            order_id = UUID(int=getrandbits(128), version=4)
+            order_id = new_id()
             item_params: list[object] = []
             stock_updates = []
             total = Decimal(0)
@@ -170,7 +185,7 @@ class OrdersWorkload(Workload):
                 pid, price = product(index)
                 qty = 1 + int(draw() * QTY_MAX)
                 total += price * qty
-                item_params += (UUID(int=getrandbits(128), version=4), order_id, pid, qty, price)
+                item_params += (new_id(), order_id, pid, qty, price)
                 stock_updates.append((qty, pid))
             order_params = (order_id, 1 + int(draw() * customers), total)
             sql = items_sql[count]

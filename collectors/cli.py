@@ -1,0 +1,144 @@
+"""``dbsurge collect``, ``dbsurge report`` and ``dbsurge cost``: entry functions for the CLI.
+
+Each takes its arguments (without the sub-command name) and returns an exit code; a problem the
+user can fix raises `UserError`, which the CLI prints as one line.
+
+    dbsurge collect results/<run> [--cloudwatch PRESET:ID ...] [--region R] [--profile P]
+                                  [--endpoint-url URL] [--margin 5m]
+    dbsurge report results/<run>
+    dbsurge cost results/<run> [--prices FILE] [--region R] [--runner TYPE[:COUNT] ...]
+                               [--storage-gb GB] [--io-requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from dbsurge.errors import UserError
+
+from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises `UserError` (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message}")
+
+
+def parse_duration(text: str) -> float:
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)")
+    value, unit = float(match.group(1)), match.group(2) or "s"
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def collect_main(argv: Sequence[str]) -> int:
+    """Fetch CloudWatch for a finished run's window (plus a margin) and rewrite merged.csv."""
+    from .cloudwatch import CloudWatchCollector, parse_presets
+    from .merge import merge_run
+
+    parser = _Parser(prog="dbsurge collect", description="Fetch CloudWatch metrics for a run and merge them.")
+    parser.add_argument("run_dir", help="the run directory, results/<run-id>")
+    parser.add_argument("--cloudwatch", action="append", default=[], metavar="PRESET:ID",
+                        help="docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID or metric:NS:NAME[...]; "
+                             "default: the presets recorded in run.json")
+    parser.add_argument("--region", help="AWS region (default: AWS_DEFAULT_REGION / the profile's)")
+    parser.add_argument("--profile", help="AWS profile (default: AWS_PROFILE)")
+    parser.add_argument("--endpoint-url", help="CloudWatch endpoint (default: AWS_ENDPOINT_URL / AWS's)")
+    parser.add_argument("--margin", default="5m", help="fetch this much before and after the run (default 5m)")
+    args = parser.parse_args(list(argv))
+    run = open_run(args.run_dir)
+    margin = parse_duration(args.margin)
+    specs = parse_presets([*run.cloudwatch, *args.cloudwatch])
+    if specs:
+        window = run.window()
+        if window is None:
+            raise UserError(f"{run.path}: run.json has no started_utc: cannot tell which window to fetch")
+        start, end = window
+        if run.ended is None:
+            end = max(end, _now())
+        collector = CloudWatchCollector(specs, region=args.region, profile=args.profile,
+                                        endpoint_url=args.endpoint_url)
+        collector.check()
+        fetched = collector.fetch(start.value / 1e9 - margin, end.value / 1e9 + margin)
+        existing = read_cloudwatch(run.path)
+        write_cloudwatch(run.path, existing if fetched.empty else _concat(existing, fetched))
+        recorded = list(dict.fromkeys([*run.cloudwatch, *(s.spec for s in specs)]))
+        if recorded != run.cloudwatch:
+            update_run_json(run.path, cloudwatch=recorded)
+        series = fetched.groupby(["preset", "id", "metric", "stat"]).ngroups if not fetched.empty else 0
+        _say(f"fetched {len(fetched)} datapoints in {series} series from CloudWatch ({collector.where}) for "
+             f"{format_utc(start)} to {format_utc(end)} with a {args.margin} margin")
+        if not fetched.empty:
+            last = fetched["time_utc"].max()
+            _say(f"last datapoint {format_utc(last)}")
+        if _now() - end.value / 1e9 < 900:
+            _say("CloudWatch publishes minutes late: run `dbsurge collect` again in a few minutes for the last ones")
+    else:
+        _say("no CloudWatch presets (none recorded in run.json, none given with --cloudwatch): merging the run's "
+             "own metrics")
+    merged = merge_run(run.path)
+    _say(f"wrote {run.path / 'metrics' / 'cloudwatch.csv'} and {run.path / 'merged.csv'} ({len(merged)} rows)"
+         if specs else f"wrote {run.path / 'merged.csv'} ({len(merged)} rows)")
+    return 0
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _concat(existing, fetched):  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    return fetched if existing.empty else pd.concat([existing, fetched], ignore_index=True)
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """Write report.html, timeline.png and summary.md (and merged.csv, cost.csv) for a run."""
+    from .report import build_report
+
+    parser = _Parser(prog="dbsurge report", description="Build the run's report.")
+    parser.add_argument("run_dir", help="the run directory, results/<run-id>")
+    args = parser.parse_args(list(argv))
+    path = build_report(args.run_dir)
+    _say(f"wrote {path}, {path.with_name('timeline.png')} and {path.with_name('summary.md')}")
+    return 0
+
+
+def cost_main(argv: Sequence[str]) -> int:
+    """Print (and write cost.csv) the run's cost: total, per stage, operations per dollar."""
+    from .cost import estimate_cost
+    from .report import cost_tables, markdown_table
+
+    parser = _Parser(prog="dbsurge cost", description="Estimate what a run cost.")
+    parser.add_argument("run_dir", help="the run directory, results/<run-id>")
+    parser.add_argument("--prices", help="a prices TOML file laid over the us-east-1 defaults")
+    parser.add_argument("--region", help="the region to price (default: run.json's, AWS_DEFAULT_REGION, us-east-1)")
+    parser.add_argument("--runner", action="append", default=[], metavar="TYPE[:COUNT]",
+                        help="load-generator instance type and count, e.g. c6g.4xlarge:2 (repeatable)")
+    parser.add_argument("--storage-gb", type=float, help="database storage in GB, priced per GB-month")
+    parser.add_argument("--io-requests", type=float, help="billed I/O requests during the run")
+    args = parser.parse_args(list(argv))
+    report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
+                           storage_gb=args.storage_gb, io_requests=args.io_requests)
+    (items_h, items), (stages_h, stages) = cost_tables(report)
+    _say(markdown_table(items_h, items))
+    if stages:
+        _say("")
+        _say(markdown_table(stages_h, stages))
+    _say("")
+    _say("Prices: " + "; ".join([report.prices.note, *report.notes]))
+    return 0

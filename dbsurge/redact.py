@@ -1,0 +1,191 @@
+"""Keep secrets (passwords, IAM auth tokens, request signatures) out of logs, run.json and messages.
+
+Three tools:
+
+- `redact_uri(uri)`: a connection URI (or a presigned URL such as a DSQL auth token) with the password
+  in its userinfo and every sensitive query parameter replaced by ``***``.
+- `redact_text(text, secrets)`: any text with the given secret strings, and anything that looks like an
+  AWS SigV4 signature, credential or session token, replaced by ``***``.
+- `SecretFilter`: a `logging.Filter` that applies `redact_text` with the secrets registered through
+  `register_secret`, and masks the request signatures botocore logs at DEBUG level (from a DSQL
+  token's signature and its logged canonical request the token could be rebuilt).
+  `install_log_redaction()` (called by the first `register_secret` and by the DSQL token signer)
+  applies it to every log record of the process through the log-record factory, because a filter on a
+  logger does not see its children's records and handlers are added later by Locust and pytest.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
+
+MASK = "***"
+
+# Query parameters whose value is a secret, compared in lower case. X-Amz-Credential holds the access key
+# id, which is not a secret on its own but identifies the account's key: treated as one.
+SENSITIVE_PARAMS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "sslpassword",
+        "token",
+        "auth_token",
+        "access_token",
+        "secret",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+    }
+)
+
+# Secrets shorter than this are not registered: masking every "pw" in every log line would make the logs
+# unreadable and would not protect such a password anyway.
+MIN_SECRET_LENGTH = 4
+
+# The registry keeps the most recent secrets only: DSQL makes a token per connection, and old tokens have
+# expired. Their signatures are caught by _SIGV4_PATTERN regardless.
+MAX_SECRETS = 512
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_QUERY_PARAM = re.compile(r"(?P<sep>^|[?&;])(?P<key>[^=&;#?]+)=(?P<value>[^&;#]*)")
+# SigV4 presigned-URL parts, and MongoDB's authMechanismProperties=AWS_SESSION_TOKEN:<token>.
+_SIGV4_PATTERN = re.compile(
+    r"(?i)(?P<key>X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|AWS_SESSION_TOKEN)(?P<sep>=|%3D|:)"
+    r"(?P<value>[^&\s,'\"]+)"
+)
+
+_secrets: dict[str, None] = {}  # insertion-ordered set
+
+
+def redact_uri(uri: str) -> str:
+    """Return `uri` with the userinfo password and sensitive query parameter values replaced by ``***``.
+
+    Works on any ``scheme://user:password@host/...?...`` URI, on multi-host URIs and on a scheme-less
+    presigned URL such as a DSQL token (``host/?Action=DbConnect&X-Amz-Signature=...``).
+    """
+    match = _SCHEME.match(uri)
+    if match:
+        scheme, rest = match.group(0), uri[match.end() :]
+        # The userinfo ends at the last "@" before the query, so that an unescaped "@" or "/" in a password
+        # is still masked as a whole.
+        query_at = rest.find("?")
+        head = rest if query_at < 0 else rest[:query_at]
+        at = head.rfind("@")
+        if at >= 0:
+            userinfo = head[:at]
+            user, colon, _password = userinfo.partition(":")
+            if colon:
+                rest = f"{user}:{MASK}{rest[at:]}"
+        uri = scheme + rest
+    query_at = uri.find("?")
+    if query_at >= 0:
+        uri = uri[:query_at] + _QUERY_PARAM.sub(_mask_param, uri[query_at:])
+    return _SIGV4_PATTERN.sub(_mask_sigv4, uri)
+
+
+def _mask_param(match: re.Match[str]) -> str:
+    if match.group("key").strip().lower() in SENSITIVE_PARAMS:
+        return f"{match.group('sep')}{match.group('key')}={MASK}"
+    return match.group(0)
+
+
+def _mask_sigv4(match: re.Match[str]) -> str:
+    return f"{match.group('key')}{match.group('sep')}{MASK}"
+
+
+def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
+    """Return `text` with each of `secrets` (default: the registered ones) and any SigV4 signature masked.
+
+    A secret is also masked in its percent-encoded forms, as it appears inside URIs.
+    """
+    if secrets is None:
+        secrets = _secrets
+    # Longest first, so that a secret containing another one is masked whole.
+    for secret in sorted(secrets, key=len, reverse=True):
+        if not secret:
+            continue
+        for form in {secret, quote(secret, safe=""), quote_plus(secret, safe="")}:
+            if form in text:
+                text = text.replace(form, MASK)
+    if "mz-" in text or "MZ-" in text or "SESSION_TOKEN" in text.upper():
+        text = _SIGV4_PATTERN.sub(_mask_sigv4, text)
+    return text
+
+
+def register_secret(secret: str | None) -> None:
+    """Remember `secret` so that `SecretFilter` masks it in every log record from now on."""
+    if not secret or len(secret) < MIN_SECRET_LENGTH or secret in _secrets:
+        return
+    _secrets[secret] = None
+    while len(_secrets) > MAX_SECRETS:
+        del _secrets[next(iter(_secrets))]
+    install_log_redaction()
+
+
+def registered_secrets() -> frozenset[str]:
+    """The secrets currently registered (for tests)."""
+    return frozenset(_secrets)
+
+
+def contains_secret(text: str) -> bool:
+    """True when `text` contains a registered secret (for assertions in tests and checks)."""
+    return any(secret in text for secret in _secrets)
+
+
+class SecretFilter(logging.Filter):
+    """A logging filter that masks the registered secrets in a record's message, arguments and traceback.
+
+    It never drops a record. Without registered secrets it costs a truthiness test and a string prefix
+    test per record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        _redact_record(record)
+        return True
+
+
+_SIGNING_LOGGER = "botocore.auth"
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    if record.name == _SIGNING_LOGGER and isinstance(record.msg, str) and record.msg.startswith("Signature:"):
+        record.msg, record.args = f"Signature: {MASK}", None
+        return
+    if not _secrets:
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed log call: let logging report it as usual
+        return
+    redacted = redact_text(message)
+    if redacted != message:
+        record.msg, record.args = redacted, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact_text(record.exc_text)
+
+
+_factory_installed = False
+
+
+def install_log_redaction() -> None:
+    """Apply `SecretFilter` to every log record when it is created, whichever logger and handler it goes to.
+
+    Idempotent. Records that are never created (below the logger's level) cost nothing.
+    """
+    global _factory_installed
+    if _factory_installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def redacting_factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        _redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(redacting_factory)
+    _factory_installed = True

@@ -1,0 +1,288 @@
+"""MongoDB-compatible targets through pymongo: MongoDB (and MongoDB-wire servers) and Amazon DocumentDB.
+
+DocumentDB (host ``*.docdb.amazonaws.com`` or option ``flavor=docdb``) gets the settings AWS documents
+for it: TLS with the RDS CA bundle (``tls_ca_file``; DocumentDB's CA is in no public trust store),
+``replicaSet=rs0``, ``readPreference=secondaryPreferred``, and ``retryWrites=false``, which engines
+before 8.0.2 reject.
+
+Each session owns a `MongoClient` with a small pool: a Locust user runs one operation at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pymongo
+from pymongo import MongoClient, common
+from pymongo.errors import ConfigurationError, InvalidURI, OperationFailure, PyMongoError
+
+from dbsurge.errors import TargetError
+from dbsurge.redact import redact_text, redact_uri, register_secret
+from dbsurge.targets import (
+    Session,
+    Target,
+    check_options,
+    one_line,
+    option_bool,
+    option_int,
+    register_binding,
+)
+
+KNOWN_OPTIONS = frozenset(
+    {
+        "flavor",
+        "tls",
+        "tls_ca_file",
+        "replica_set",
+        "read_preference",
+        "read_concern",
+        "w",
+        "j",
+        "retry_writes",
+        "engine_version",
+        "max_pool_size",
+        "server_selection_timeout_ms",
+        "connect_timeout_ms",
+        "database",
+        "app_name",
+    }
+)
+
+DEFAULT_DATABASE = "dbsurge"
+DEFAULT_MAX_POOL_SIZE = 2
+DEFAULT_SERVER_SELECTION_TIMEOUT_MS = 5000
+DEFAULT_CONNECT_TIMEOUT_MS = 10000
+# DocumentDB accepts retryable writes from engine 8.0.2 on.
+DOCDB_RETRYABLE_WRITES_SINCE = (8, 0, 2)
+DOCDB_CA_BUNDLE_URL = "https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem"
+
+
+class MongoSession(Session):
+    """One `MongoClient` (`client`) and its database (`db`) for one Locust user."""
+
+    def __init__(self, client: MongoClient[Any], database: str) -> None:
+        self.client = client
+        self.db = client[database]
+        self.retries = 0
+
+    def close(self) -> None:
+        """Close the client and its connections."""
+        self.client.close()
+
+
+@register_binding("mongo")
+class MongoTarget(Target):
+    """A MongoDB or DocumentDB deployment.
+
+    `options` (strings; URI options such as ``replicaSet=`` work too, options win): ``flavor``
+    (mongo|docdb), ``tls``, ``tls_ca_file``, ``replica_set``, ``read_preference``, ``read_concern``, ``w``,
+    ``j``, ``retry_writes``, ``engine_version`` (DocumentDB, e.g. 8.0.2: enables retryable writes),
+    ``max_pool_size`` (default 2), ``server_selection_timeout_ms`` (5000), ``connect_timeout_ms``
+    (10000), ``database`` (default: the URI's, else ``dbsurge``), ``app_name`` (dbsurge).
+    """
+
+    kind = "mongo"
+    schemes = ("mongodb", "mongodb+srv")
+    flavors = ("mongo", "docdb")
+
+    def __init__(self, uri: str, options: dict[str, str] | None = None) -> None:
+        self.display = redact_uri(uri)
+        self._uri = uri
+        options = {k: str(v) for k, v in (options or {}).items()}
+        check_options(self.kind, options, KNOWN_OPTIONS)
+        parsed = self._parse(uri)
+        self._secrets = [p for p in (parsed.get("password"),) if p]
+        for secret in self._secrets:
+            register_secret(secret)
+        uri_options = {k.lower(): v for k, v in parsed.get("options", {}).items()}
+        self.hosts = [f"{h}:{p}" if p else h for h, p in parsed.get("nodelist") or []] or [parsed.get("fqdn") or ""]
+        first_host = (parsed.get("fqdn") or (parsed["nodelist"][0][0] if parsed.get("nodelist") else "")).lower()
+        self.flavor = _choose_flavor(first_host, options.get("flavor"))
+        docdb = self.flavor == "docdb"
+        self.database = options.get("database") or parsed.get("database") or DEFAULT_DATABASE
+
+        kwargs: dict[str, Any] = {"appname": options.get("app_name") or uri_options.get("appname") or "dbsurge"}
+        self.tls = option_bool(options, "tls", uri_options.get("tls", uri_options.get("ssl")))
+        self.tls_ca_file = options.get("tls_ca_file") or uri_options.get("tlscafile")
+        if self.tls_ca_file:
+            path = os.path.expanduser(self.tls_ca_file)
+            if not os.path.isfile(path):
+                raise TargetError(
+                    f"target {self.display}: missing CA file tls_ca_file={self.tls_ca_file!r} (no such file)"
+                )
+            kwargs["tlsCAFile"] = path
+            if self.tls is None:
+                self.tls = True
+        if docdb and self.tls is None:
+            self.tls = True  # DocumentDB clusters have TLS on unless it was turned off in the parameter group
+        if docdb and self.tls and not self.tls_ca_file:
+            raise TargetError(
+                f"target {self.display}: DocumentDB needs its CA bundle: pass tls_ca_file=global-bundle.pem "
+                f"(from {DOCDB_CA_BUNDLE_URL}), or tls=false if the cluster has TLS turned off"
+            )
+        if self.tls is not None:
+            kwargs["tls"] = self.tls
+
+        self.replica_set = options.get("replica_set") or uri_options.get("replicaset") or ("rs0" if docdb else None)
+        self.read_preference = (
+            options.get("read_preference")
+            or uri_options.get("readpreference")
+            or ("secondaryPreferred" if docdb else None)
+        )
+        self.read_concern = options.get("read_concern") or uri_options.get("readconcernlevel")
+        self.w = options.get("w") or uri_options.get("w")
+        self.j = option_bool(options, "j", uri_options.get("journal"))
+        self.engine_version = _parse_version(options.get("engine_version"))
+        self.retry_writes = option_bool(options, "retry_writes", uri_options.get("retrywrites"))
+        if self.retry_writes is None and docdb:
+            self.retry_writes = self.engine_version is not None and self.engine_version >= DOCDB_RETRYABLE_WRITES_SINCE
+        self.max_pool_size = option_int(options, "max_pool_size", DEFAULT_MAX_POOL_SIZE, minimum=1)
+        self.server_selection_timeout_ms = option_int(
+            options, "server_selection_timeout_ms", DEFAULT_SERVER_SELECTION_TIMEOUT_MS, minimum=1
+        )
+        self.connect_timeout_ms = option_int(options, "connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT_MS, minimum=1)
+
+        for name, value in (
+            ("replicaSet", self.replica_set),
+            ("readPreference", self.read_preference),
+            ("readConcernLevel", self.read_concern),
+            ("w", int(self.w) if isinstance(self.w, str) and self.w.isdigit() else self.w),
+            ("journal", self.j),
+            ("retryWrites", self.retry_writes),
+            ("maxPoolSize", self.max_pool_size),
+            ("serverSelectionTimeoutMS", self.server_selection_timeout_ms),
+            ("connectTimeoutMS", self.connect_timeout_ms),
+        ):
+            if value is not None:
+                kwargs[name] = value
+        for name, value in kwargs.items():
+            try:
+                common.validate(name, value)
+            except (ValueError, TypeError, ConfigurationError) as exc:
+                raise TargetError(f"target {self.display}: bad option {name}={value!r}: {one_line(str(exc))}") from None
+        self._client_kwargs = kwargs
+
+    def _parse(self, uri: str) -> dict[str, Any]:
+        """Parse and validate the URI without network (no SRV lookup)."""
+        try:
+            if uri.lower().startswith("mongodb+srv://"):
+                from pymongo.uri_parser_shared import _validate_uri  # the SRV-free part of parse_uri
+
+                return _validate_uri(uri)
+            from pymongo.uri_parser import parse_uri
+
+            return parse_uri(uri)
+        except FileNotFoundError:
+            raise TargetError(f"target {self.display}: missing CA file named by tlsCAFile in the URI") from None
+        except (InvalidURI, ConfigurationError, ValueError, TypeError, ImportError) as exc:
+            raise TargetError(f"bad target URI {self.display!r}: {one_line(str(exc))}") from None
+
+    def _client(self, **overrides: Any) -> MongoClient[Any]:
+        return MongoClient(self._uri, **{**self._client_kwargs, **overrides})
+
+    def connect(self) -> MongoSession:
+        """A new session with its own `MongoClient` for one Locust user."""
+        try:
+            return MongoSession(self._client(), self.database)
+        except PyMongoError as exc:
+            raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+
+    def check(self) -> None:
+        """Run ``ping`` once (server selection bounded by ``server_selection_timeout_ms``); one-line errors."""
+        client = None
+        try:
+            client = self._client()
+            client.admin.command("ping")
+        except PyMongoError as exc:
+            raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+        finally:
+            if client is not None:
+                client.close()
+
+    def _explain(self, exc: BaseException) -> str:
+        return redact_text(explain_mongo_error(exc, self), self._secrets)
+
+    def describe(self) -> dict[str, Any]:
+        """Secret-free settings for run.json."""
+        return {
+            "kind": self.kind,
+            "flavor": self.flavor,
+            "display": self.display,
+            "hosts": self.hosts,
+            "database": self.database,
+            "tls": self.tls,
+            "tls_ca_file": self.tls_ca_file,
+            "replica_set": self.replica_set,
+            "read_preference": self.read_preference,
+            "read_concern": self.read_concern,
+            "w": self.w,
+            "j": self.j,
+            "retry_writes": self.retry_writes,
+            "engine_version": ".".join(map(str, self.engine_version)) if self.engine_version else None,
+            "max_pool_size": self.max_pool_size,
+            "server_selection_timeout_ms": self.server_selection_timeout_ms,
+            "connect_timeout_ms": self.connect_timeout_ms,
+            "driver": f"pymongo {pymongo.version}",
+        }
+
+
+def _choose_flavor(host: str, option: str | None) -> str:
+    if option:
+        flavor = option.strip().lower()
+        if flavor not in MongoTarget.flavors:
+            raise TargetError(f"target option flavor={option!r}: expected mongo or docdb")
+        return flavor
+    return "docdb" if host.rstrip(".").endswith(".docdb.amazonaws.com") else "mongo"
+
+
+def _parse_version(raw: str | None) -> tuple[int, ...] | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return tuple(int(part) for part in raw.strip().split("."))
+    except ValueError:
+        raise TargetError(f"target option engine_version={raw!r}: expected a version such as 5.0.0 or 8.0.2") from None
+
+
+def explain_mongo_error(exc: BaseException, target: MongoTarget) -> str:
+    """One line saying why reaching `target` failed, from a pymongo error."""
+    message = str(exc)
+    low = _first_server_error(message).lower()  # the topology description would match too much
+    where = ", ".join(target.hosts)
+    if isinstance(exc, OperationFailure):
+        if exc.code == 18 or "authentication failed" in message.lower():
+            return "authentication failed (wrong user name or password, or wrong authSource)"
+        if exc.code == 13:
+            return f"not authorized: {one_line(message)}"
+        return f"ping failed: {one_line(message)}"
+    if any(s in low for s in ("ssl", "tls", "certificate")):
+        return f"TLS error talking to {where}: {_first_server_error(message)}"
+    if "connection refused" in low:
+        return f"connection refused by {where}: is the server running and accepting connections there?"
+    if any(
+        s in low
+        for s in (
+            "name or service not known",
+            "nodename nor servname",
+            "getaddrinfo failed",
+            "temporary failure in name resolution",
+            "no address associated",
+            "dns",
+        )
+    ):
+        return f"unknown host {where}: the DNS lookup failed"
+    if any(s in low for s in ("no route to host", "network is unreachable", "host is unreachable")):
+        return f"unreachable host {where}: no network route to it"
+    if "timed out" in low or "timeout" in low:
+        return (
+            f"timeout: no usable server at {where} within server_selection_timeout_ms="
+            f"{target.server_selection_timeout_ms} (host down or firewalled, wrong replica_set, or TLS mismatch)"
+        )
+    return f"{type(exc).__name__}: {_first_server_error(message)}"
+
+
+def _first_server_error(message: str) -> str:
+    """pymongo's selection errors list every server and the topology; keep the first server's error."""
+    head = message.split(", Timeout:")[0].split(", Topology Description:")[0]
+    return one_line(head)

@@ -1,0 +1,547 @@
+"""PostgreSQL-compatible targets through psycopg 3: plain PostgreSQL, Aurora, and Aurora DSQL.
+
+- plain: the URI as libpq understands it, plus dbsurge's defaults (``application_name=dbsurge``,
+  ``connect_timeout=10``).
+- aurora (host ``*.rds.amazonaws.com`` or option ``flavor=aurora``): the same driver, ``sslmode=require``
+  by default on AWS hosts.
+- dsql (``dsql://``, host ``<id>.dsql.<region>.on.aws`` or ``*.dsql.amazonaws.com``, or ``flavor=dsql``):
+  user ``admin``, database ``postgres``, ``sslmode=verify-full`` against a CA bundle found on the host, a
+  fresh IAM auth token for every new connection, connections recycled before DSQL's 60-minute limit.
+
+Every session retries a whole transaction on SQLSTATE 40001 (serialization failure; DSQL's optimistic
+concurrency conflicts use the same code) with exponential backoff and full jitter, and counts the retries
+apart from failures.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from time import monotonic
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.errors import SerializationFailure
+from psycopg.pq import TransactionStatus
+
+from dbsurge.errors import TargetError
+from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret
+from dbsurge.targets import (
+    Session,
+    Target,
+    check_options,
+    gevent_wait,
+    one_line,
+    option_int,
+    option_seconds,
+    register_binding,
+)
+
+T = TypeVar("T")
+
+# (host, region, user) -> IAM auth token. Injected in tests to count and inspect tokens.
+TokenProvider = Callable[[str, str, str], str]
+
+# Options that are libpq connection parameters: they may come in the URI query too, options win.
+_LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "application_name", "user", "dbname")
+# Options that only dbsurge understands: accepted in the URI query as well, and removed before libpq sees it.
+_DBSURGE_OPTIONS = (
+    "flavor",
+    "connect_timeout",
+    "isolation",
+    "retry_attempts",
+    "retry_base_ms",
+    "retry_cap_ms",
+    "max_connection_age",
+    "region",
+    "endpoint_url",
+    "token_expires_in",
+    "database",
+    "prepare_threshold",
+)
+KNOWN_OPTIONS = frozenset(_LIBPQ_OPTIONS + _DBSURGE_OPTIONS)
+
+_ISOLATION_LEVELS = {
+    "read_committed": IsolationLevel.READ_COMMITTED,
+    "repeatable_read": IsolationLevel.REPEATABLE_READ,
+    "serializable": IsolationLevel.SERIALIZABLE,
+    "default": None,
+}
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_RETRY_ATTEMPTS = 10
+DEFAULT_RETRY_BASE_MS = 5
+DEFAULT_RETRY_CAP_MS = 1000
+# DSQL closes connections after 60 minutes; recycle well before, spread over the last 10% so that users
+# that connected together do not all reconnect in the same second.
+DSQL_MAX_CONNECTION_AGE_S = 55 * 60.0
+_RECYCLE_SPREAD = 0.1
+DEFAULT_TOKEN_EXPIRES_S = 900
+
+_DSQL_HOST = re.compile(r"\.dsql(-fips)?\.[a-z0-9-]+\.on\.aws$|\.dsql\.amazonaws\.com$")
+_AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d+$")
+# CA bundles of the common distributions. psycopg-binary's bundled OpenSSL looks for the "system" store in
+# its own build directory (/usr/lib/psycopg-openssl), which does not exist, so libpq's
+# sslrootcert=system does not work with it: dbsurge passes a concrete file instead.
+_SYSTEM_CA_FILES = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+    "/usr/local/etc/openssl/cert.pem",
+)
+
+
+def system_ca_file() -> str:
+    """A CA bundle file to verify public endpoints (DSQL) with, or ``system`` when none is found."""
+    candidate = os.environ.get("SSL_CERT_FILE")
+    if candidate and os.path.isfile(candidate):
+        return candidate
+    for path in _SYSTEM_CA_FILES:
+        if os.path.isfile(path):
+            return path
+    try:
+        import certifi
+
+        return certifi.where()
+    except ImportError:
+        return "system"
+
+
+def is_dsql_host(host: str) -> bool:
+    """True for Aurora DSQL endpoints (``<id>.dsql.<region>.on.aws``, ``*.dsql.amazonaws.com``)."""
+    return bool(_DSQL_HOST.search(host.lower().rstrip(".")))
+
+
+def region_from_host(host: str) -> str | None:
+    """The AWS region named in an endpoint host, e.g. ``us-east-1`` in ``abc.dsql.us-east-1.on.aws``."""
+    for label in host.lower().split("."):
+        if _AWS_REGION.match(label):
+            return label
+    return None
+
+
+class DsqlTokenProvider:
+    """Signs DSQL IAM auth tokens with boto3's ``dsql`` client: local SigV4 signing, no network call.
+
+    One client per region, created once (client creation is slow) and shared by all sessions.
+    """
+
+    def __init__(self, endpoint_url: str | None = None, expires_in: int = DEFAULT_TOKEN_EXPIRES_S) -> None:
+        self.endpoint_url = endpoint_url
+        self.expires_in = expires_in
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        install_log_redaction()  # botocore logs each signature at DEBUG level
+
+    def _client(self, region: str) -> Any:
+        client = self._clients.get(region)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(region)
+                if client is None:
+                    import boto3  # only DSQL needs it; it takes a while to import
+
+                    client = boto3.session.Session().client("dsql", region_name=region, endpoint_url=self.endpoint_url)
+                    self._clients[region] = client
+        return client
+
+    def __call__(self, host: str, region: str, user: str) -> str:
+        client = self._client(region)
+        if user == "admin":
+            return client.generate_db_connect_admin_auth_token(Hostname=host, Region=region, ExpiresIn=self.expires_in)
+        return client.generate_db_connect_auth_token(Hostname=host, Region=region, ExpiresIn=self.expires_in)
+
+
+class PostgresSession(Session):
+    """One autocommit psycopg connection for one Locust user.
+
+    `conn` is the connection. Reading it, `execute` and `run_transaction` first reconnect when the
+    connection has reached `max_connection_age` (only between transactions) or broke; on the hot path
+    that costs one monotonic comparison.
+    """
+
+    def __init__(self, target: PostgresTarget) -> None:
+        self.target = target
+        self.retries = 0
+        self.reconnects = 0
+        self._max_attempts = target.retry_attempts
+        self._base_s = target.retry_base_ms / 1000.0
+        self._cap_s = target.retry_cap_ms / 1000.0
+        self._recycle_at = float("inf")
+        self._conn: psycopg.Connection[Any] = self._open()
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The connection, renewed first if it is due (see `maybe_recycle`)."""
+        if monotonic() >= self._recycle_at:
+            self.maybe_recycle()
+        return self._conn
+
+    def _open(self) -> psycopg.Connection[Any]:
+        conn = self.target.new_connection()
+        age = self.target.max_connection_age
+        if age is None:
+            self._recycle_at = float("inf")
+        else:
+            self._recycle_at = monotonic() + age * (1.0 - _RECYCLE_SPREAD * random.random())
+        return conn
+
+    def reconnect(self) -> None:
+        """Close the connection and open a new one (with a fresh token on DSQL).
+
+        Should opening fail, the error is raised and the next operation tries again.
+        """
+        self._recycle_at = 0.0
+        try:
+            self._conn.close()
+        except Exception:  # closing a broken connection may fail; the new one is what matters
+            pass
+        self._conn = self._open()
+        self.reconnects += 1
+
+    def maybe_recycle(self) -> None:
+        """Reconnect if the connection is too old or broke, unless a transaction is open on it.
+
+        Cheap when nothing is due: one monotonic comparison.
+        """
+        if monotonic() < self._recycle_at:
+            return
+        conn = self._conn
+        if conn.closed or conn.broken or conn.info.transaction_status == TransactionStatus.IDLE:
+            self.reconnect()
+        # else: a transaction the caller opened on `conn` is in progress: recycle after it.
+
+    def execute(self, sql: Any, params: Any = None, *, prepare: bool | None = None) -> psycopg.Cursor[Any]:
+        """Run one statement (autocommit) and return its cursor, whose rows the caller fetches."""
+        if monotonic() >= self._recycle_at:
+            self.maybe_recycle()
+        try:
+            return self._conn.execute(sql, params, prepare=prepare)
+        except psycopg.OperationalError:
+            self._mark_if_broken()
+            raise
+
+    def run_transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn(conn)`` inside one transaction and return its result.
+
+        On SQLSTATE 40001 the whole transaction is rolled back and run again after a backoff of
+        ``uniform(0, min(cap, base * 2**n))`` ("full jitter"), up to ``retry_attempts`` runs in all; each
+        rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
+        (savepoints), which DSQL does not support.
+        """
+        attempt = 1
+        while True:
+            if monotonic() >= self._recycle_at:
+                self.maybe_recycle()
+            conn = self._conn
+            try:
+                with conn.transaction():
+                    return fn(conn)
+            except SerializationFailure:
+                if attempt >= self._max_attempts:
+                    raise
+                delay = random.uniform(0.0, min(self._cap_s, self._base_s * (1 << (attempt - 1))))
+                attempt += 1
+                self.retries += 1
+                time.sleep(delay)  # looked up at call time: gevent's patched sleep under Locust
+            except psycopg.OperationalError:
+                self._mark_if_broken()
+                raise
+
+    def _mark_if_broken(self) -> None:
+        conn = self._conn
+        if conn.broken or conn.closed:
+            self._recycle_at = 0.0
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._recycle_at = float("inf")
+        self._conn.close()
+
+
+@register_binding("postgres")
+class PostgresTarget(Target):
+    """A PostgreSQL, Aurora PostgreSQL or Aurora DSQL database.
+
+    `options` (all strings; the dbsurge ones may also be given in the URI query): ``flavor``
+    (postgres|aurora|dsql), ``connect_timeout`` (seconds, default 10; libpq rounds below 2 up to 2),
+    ``sslmode``, ``sslrootcert`` (CA file), ``application_name`` (default dbsurge), ``user``, ``dbname``
+    (or ``database``), ``isolation`` (read_committed|repeatable_read|serializable), ``retry_attempts``
+    (default 10), ``retry_base_ms`` (5), ``retry_cap_ms`` (1000), ``max_connection_age`` (DSQL default
+    55m, else never), ``prepare_threshold`` (psycopg's, default 5; ``none`` disables), and for DSQL
+    ``region``, ``endpoint_url`` and ``token_expires_in`` (seconds, default 900).
+    `token_provider` replaces the boto3 signer for DSQL (tests count tokens with it).
+    """
+
+    kind = "postgres"
+    schemes = ("postgresql", "postgres", "dsql")
+    flavors = ("postgres", "aurora", "dsql")
+
+    def __init__(
+        self, uri: str, options: dict[str, str] | None = None, *, token_provider: TokenProvider | None = None
+    ) -> None:
+        self.display = redact_uri(uri)
+        scheme, _, rest = uri.partition("://")
+        scheme = scheme.lower()
+        libpq_uri, uri_options = _split_dbsurge_query("postgresql://" + rest)
+        options = {**uri_options, **{k: str(v) for k, v in (options or {}).items()}}
+        check_options(self.kind, options, KNOWN_OPTIONS)
+        try:
+            params: dict[str, Any] = conninfo_to_dict(libpq_uri)
+        except psycopg.Error as exc:
+            raise TargetError(f"bad target URI {self.display!r}: {one_line(str(exc))}") from None
+        self._secrets: list[str] = []
+        if params.get("password"):
+            self._secrets.append(params["password"])
+            register_secret(params["password"])
+
+        self.host = str(params.get("host") or "")
+        first_host = self.host.split(",")[0]
+        self.flavor = _choose_flavor(scheme, first_host, options.get("flavor"), self.display)
+        is_aws = first_host.lower().rstrip(".").endswith((".amazonaws.com", ".on.aws", ".amazonaws.com.cn"))
+
+        for name in ("user", "sslmode", "sslrootcert", "application_name", "dbname"):
+            if options.get(name):
+                params[name] = options[name]
+        if options.get("database"):
+            params["dbname"] = options["database"]
+        params.setdefault("application_name", "dbsurge")
+        if self.flavor == "dsql":
+            params.setdefault("user", "admin")
+            params.setdefault("dbname", "postgres")
+            params.setdefault("sslmode", "verify-full")
+            if params["sslmode"] in ("verify-ca", "verify-full"):
+                params.setdefault("sslrootcert", system_ca_file())
+        elif self.flavor == "aurora" and is_aws:
+            params.setdefault("sslmode", "require")
+        ca_file = params.get("sslrootcert")
+        if ca_file and ca_file != "system" and not os.path.isfile(os.path.expanduser(ca_file)):
+            raise TargetError(f"target {self.display}: missing CA file sslrootcert={ca_file!r} (no such file)")
+
+        self.connect_timeout_s = option_seconds(options, "connect_timeout", None)
+        if self.connect_timeout_s is None:
+            self.connect_timeout_s = float(params.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT_S)
+        # libpq takes whole seconds; psycopg enforces at least 2 like libpq does.
+        params["connect_timeout"] = str(max(1, int(-(-self.connect_timeout_s // 1))))
+
+        self.isolation = _isolation(options.get("isolation"))
+        self.retry_attempts = option_int(options, "retry_attempts", DEFAULT_RETRY_ATTEMPTS, minimum=1) or 1
+        self.retry_base_ms = option_int(options, "retry_base_ms", DEFAULT_RETRY_BASE_MS, minimum=0) or 0
+        self.retry_cap_ms = option_int(options, "retry_cap_ms", DEFAULT_RETRY_CAP_MS, minimum=0) or 0
+        default_age = DSQL_MAX_CONNECTION_AGE_S if self.flavor == "dsql" else None
+        self.max_connection_age = option_seconds(options, "max_connection_age", default_age)
+        threshold = options.get("prepare_threshold", "5").strip().lower()
+        self.prepare_threshold = (
+            None if threshold in ("none", "off", "") else option_int(options, "prepare_threshold", 5)
+        )
+
+        self.user = str(params.get("user") or "")
+        self.dbname = str(params.get("dbname") or "")
+        self.port = str(params.get("port") or "")
+        self.sslmode = params.get("sslmode")
+        self.sslrootcert = params.get("sslrootcert")
+        self.region: str | None = None
+        self._token_provider: TokenProvider | None = None
+        if self.flavor == "dsql":
+            self.region = options.get("region") or region_from_host(first_host) or _default_region()
+            if not self.region:
+                raise TargetError(
+                    f"target {self.display}: cannot tell the DSQL region from the host name; pass option region=..."
+                )
+            expires = option_seconds(options, "token_expires_in", DEFAULT_TOKEN_EXPIRES_S) or DEFAULT_TOKEN_EXPIRES_S
+            self._token_provider = token_provider or DsqlTokenProvider(options.get("endpoint_url"), int(expires))
+            self._token_host = first_host
+            params.pop("password", None)  # the token is the password, made per connection
+        self._conninfo = make_conninfo("", **params)
+
+    # Connections
+
+    def new_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection with this target's settings (and a fresh token on DSQL)."""
+        gevent_wait.install()
+        extra: dict[str, Any] = {}
+        if self._token_provider is not None:
+            extra["password"] = self._new_token()
+        conn = psycopg.Connection.connect(
+            self._conninfo, autocommit=True, prepare_threshold=self.prepare_threshold, **extra
+        )
+        if self.isolation is not None:
+            conn.isolation_level = self.isolation
+        return conn
+
+    def _new_token(self) -> str:
+        assert self._token_provider is not None and self.region is not None
+        try:
+            token = self._token_provider(self._token_host, self.region, self.user)
+        except Exception as exc:
+            raise TargetError(f"target {self.display}: {_explain_token_error(exc)}") from None
+        self._secrets.append(token)
+        del self._secrets[:-8]  # the password (if any) and the last few tokens, for redacting messages
+        register_secret(token)
+        return token
+
+    def connect(self) -> PostgresSession:
+        """A new session (one connection) for one Locust user."""
+        return PostgresSession(self)
+
+    def check(self) -> None:
+        """Connect once (``connect_timeout``), run ``select 1``, close; `TargetError` with one line on failure."""
+        started = monotonic()
+        try:
+            conn = self.new_connection()
+        except psycopg.Error as exc:
+            raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
+        try:
+            conn.execute("select 1").fetchone()
+        except psycopg.Error as exc:
+            raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
+        finally:
+            conn.close()
+
+    def _explain(self, exc: BaseException, elapsed: float) -> str:
+        return redact_text(explain_connect_error(exc, self, elapsed), self._secrets)
+
+    def describe(self) -> dict[str, Any]:
+        """Secret-free settings for run.json."""
+        info: dict[str, Any] = {
+            "kind": self.kind,
+            "flavor": self.flavor,
+            "display": self.display,
+            "host": self.host,
+            "port": self.port,
+            "dbname": self.dbname,
+            "user": self.user,
+            "sslmode": self.sslmode,
+            "sslrootcert": self.sslrootcert,
+            "connect_timeout_s": self.connect_timeout_s,
+            "isolation": self.isolation.name.lower() if self.isolation is not None else "default",
+            "retry_attempts": self.retry_attempts,
+            "retry_base_ms": self.retry_base_ms,
+            "retry_cap_ms": self.retry_cap_ms,
+            "max_connection_age_s": self.max_connection_age,
+            "prepare_threshold": self.prepare_threshold,
+            "driver": f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__}, libpq {psycopg.pq.version()})",
+        }
+        if self.flavor == "dsql":
+            info["region"] = self.region
+            info["auth"] = "IAM token per connection"
+        return info
+
+
+def _split_dbsurge_query(uri: str) -> tuple[str, dict[str, str]]:
+    """Move dbsurge's own options out of the URI query, which libpq would reject.
+
+    The parameters libpq gets are passed on byte for byte (libpq does not read ``+`` as a space).
+    """
+    base, sep, query = uri.partition("?")
+    if not sep:
+        return uri, {}
+    keep: list[str] = []
+    ours: dict[str, str] = {}
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if unquote(key) in _DBSURGE_OPTIONS:
+            ours[unquote(key)] = unquote(value)
+        elif part:
+            keep.append(part)
+    return (f"{base}?{'&'.join(keep)}" if keep else base), ours
+
+
+def _choose_flavor(scheme: str, host: str, option: str | None, display: str) -> str:
+    by_host = "dsql" if scheme == "dsql" or is_dsql_host(host) else None
+    if by_host is None and host.lower().rstrip(".").endswith(".rds.amazonaws.com"):
+        by_host = "aurora"
+    if option:
+        flavor = option.strip().lower()
+        if flavor not in PostgresTarget.flavors:
+            raise TargetError(f"target option flavor={option!r}: expected postgres, aurora or dsql")
+        if scheme == "dsql" and flavor != "dsql":
+            raise TargetError(f"target {display}: a dsql:// URI cannot have flavor={flavor}")
+        return flavor
+    return by_host or "postgres"
+
+
+def _isolation(raw: str | None) -> IsolationLevel | None:
+    if raw is None or not raw.strip():
+        return None
+    key = raw.strip().lower().replace(" ", "_").replace("-", "_")
+    if key not in _ISOLATION_LEVELS:
+        raise TargetError(f"target option isolation={raw!r}: expected read_committed, repeatable_read or serializable")
+    return _ISOLATION_LEVELS[key]
+
+
+def _default_region() -> str | None:
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        return region
+    try:
+        import boto3
+
+        return boto3.session.Session().region_name  # from the AWS config file; no network
+    except Exception:
+        return None
+
+
+def _explain_token_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return (
+            "cannot sign the DSQL auth token: no AWS credentials "
+            "(set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run with an IAM role)"
+        )
+    return f"cannot sign the DSQL auth token: {name}: {one_line(str(exc))}"
+
+
+def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: float | None = None) -> str:
+    """One line saying why connecting to (or querying) `target` failed, from a psycopg error."""
+    message = str(exc)
+    low = message.lower()
+    sqlstate = getattr(exc, "sqlstate", None)
+    where = f"{target.host or 'local socket'}{':' + target.port if target.port else ''}"
+    if isinstance(exc, psycopg.errors.ConnectionTimeout) or "timeout expired" in low or "timed out" in low:
+        took = f" (gave up after {elapsed:.1f}s)" if elapsed is not None else ""
+        return (
+            f"timeout: {where} did not answer within connect_timeout={target.connect_timeout_s:g}s{took}; "
+            "the host is down, firewalled, or the server is stopped"
+        )
+    if "connection refused" in low:
+        return f"connection refused by {where}: is the server running and accepting TCP connections there?"
+    if any(
+        s in low
+        for s in (
+            "could not translate host name",
+            "failed to resolve host",
+            "name or service not known",
+            "nodename nor servname",
+            "temporary failure in name resolution",
+        )
+    ):
+        return f"unknown host {target.host!r}: the DNS lookup failed"
+    if any(s in low for s in ("no route to host", "network is unreachable", "host is unreachable")):
+        return f"unreachable host {where}: no network route to it"
+    if sqlstate == "28P01" or "password authentication failed" in low or "pam authentication failed" in low:
+        if target.flavor == "dsql":
+            return (
+                f"authentication failed for user {target.user!r}: the IAM token was rejected "
+                "(check the region, the IAM policy's dsql:DbConnect/DbConnectAdmin and the clock)"
+            )
+        return f"authentication failed for user {target.user!r} (wrong password)"
+    if "no password supplied" in low or "fe_sendauth" in low:
+        return f"authentication failed for user {target.user!r}: the server wants a password and none was given"
+    if sqlstate == "28000" or ("role" in low and "does not exist" in low):
+        return f"authentication failed: {one_line(message)}"
+    if "root certificate file" in low and ("does not exist" in low or "no such file" in low):
+        return f"missing CA file: {one_line(message)}"
+    if any(s in low for s in ("ssl", "tls", "certificate", "server does not support")):
+        return f"TLS error: {one_line(message)}"
+    if sqlstate == "3D000":
+        return one_line(message)
+    return f"{type(exc).__name__}: {one_line(message)}"

@@ -1,0 +1,202 @@
+"""Cost: exact figures for known capacity series, prices files, per-stage cost, ops per dollar, the cost guard."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dbsurge.collectors.cli import cost_main
+from dbsurge.collectors.cost import CostGuard, cost_frames, estimate_cost, integrate, load_prices
+from dbsurge.collectors.rundata import format_utc, normalize_cloudwatch, open_run
+
+from dbsurge.errors import UserError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run_spike"
+T0 = datetime(2026, 9, 29, 8, 0, tzinfo=UTC)
+
+
+def minutes(values: list[float], preset: str = "aurora", series_id: str = "a2/writer",
+            metric: str = "ServerlessDatabaseCapacity", stat: str = "Average", start: datetime = T0) -> pd.DataFrame:
+    return pd.DataFrame({
+        "time_utc": [format_utc(start + timedelta(minutes=k)) for k in range(len(values))],
+        "preset": preset, "id": series_id, "metric": metric, "stat": stat, "value": values,
+    })
+
+
+def make_run(path: Path, start: datetime, end: datetime, stages: list[tuple[str, datetime, datetime]],
+             series: pd.DataFrame, **meta) -> Path:
+    path.mkdir(parents=True)
+    (path / "metrics").mkdir()
+    (path / "run.json").write_text(json.dumps({
+        "run_id": path.name, "started_utc": format_utc(start), "ended_utc": format_utc(end),
+        "plan": {"stages": [{"name": n, "start_utc": format_utc(a), "end_utc": format_utc(b)} for n, a, b in stages]},
+        **meta,
+    }))
+    series.to_csv(path / "metrics" / "cloudwatch.csv", index=False)
+    return path
+
+
+def test_acu_4_for_30_minutes_then_21_for_5_minutes(tmp_path):
+    end = T0 + timedelta(minutes=35)
+    run = make_run(tmp_path / "known", T0, end, [("steady", T0, T0 + timedelta(minutes=30)),
+                                                 ("spike", T0 + timedelta(minutes=30), end)],
+                   minutes([4.0] * 30 + [21.0] * 5), region="us-east-1")
+    report = estimate_cost(run)
+    (acu, runner) = report.items
+    assert acu.unit == "ACU-hours" and acu.usage == pytest.approx(3.75, abs=1e-12)  # 4 x 0.5 h + 21 x 5/60 h
+    assert acu.unit_price_usd == 0.12 and acu.cost_usd == pytest.approx(0.45, abs=1e-12)
+    assert runner.cost_usd == 0 and runner.usage == pytest.approx(35 / 60)
+    assert report.total_usd == pytest.approx(0.45, abs=1e-12)
+    stages = report.stages.set_index("stage")["cost_usd"]
+    assert stages["steady"] == pytest.approx(4 * 0.5 * 0.12) and stages["spike"] == pytest.approx(21 * 5 / 60 * 0.12)
+    frame = pd.read_csv(run / "cost.csv")
+    total = frame[frame["scope"] == "total"].iloc[0]
+    assert total["cost_usd"] == pytest.approx(0.45) and "us-east-1 defaults as of" in total["note"]
+
+
+def test_partial_periods_at_the_edges_are_prorated():
+    series = normalize_cloudwatch(minutes([10.0, 20.0, 30.0]))[["time_utc", "value"]]
+    start, end = T0 + timedelta(seconds=30), T0 + timedelta(minutes=2, seconds=15)
+    value_s, measured = integrate(series, 60, start, end)
+    assert measured == pytest.approx(30 + 60 + 15)
+    assert value_s == pytest.approx(10 * 30 + 20 * 60 + 30 * 15)
+
+
+def test_the_golden_spike_run_costs_what_the_hand_computation_says(tmp_path):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    report = estimate_cost(run, runners=["m7g.4xlarge"], storage_gb=2, io_requests=1_198_000)
+    items = {item.name: item for item in report.items}
+    # run 08:43:07.250-08:49:07.600: 52.75 s of the 08:43 minute ... 7.6 s of the 08:49 minute
+    writer = (12 * 52.75 + 15 * 60 + 15 * 60 + 21 * 60 + 19 * 60 + 12 * 60 + 10.5 * 7.6) / 3600
+    reader = (4 * 52.75 + 4 * 60 + 4 * 60 + 4.5 * 60 + 4 * 60 + 4 * 60 + 4 * 7.6) / 3600
+    hours = 360.35 / 3600
+    assert items["Aurora a2-spike/writer ACU-hours"].usage == pytest.approx(writer)
+    assert items["Aurora a2-spike/reader ACU-hours"].usage == pytest.approx(reader)
+    assert items["runner m7g.4xlarge x1"].cost_usd == pytest.approx(hours * 0.6528)
+    assert items["Aurora storage 2 GB"].cost_usd == pytest.approx(2 * 0.10 * hours / 730)
+    assert items["Aurora I/O"].cost_usd == pytest.approx(1.198 * 0.20)
+    expected = (writer + reader) * 0.12 + hours * 0.6528 + 2 * 0.10 * hours / 730 + 1.198 * 0.20
+    assert report.total_usd == pytest.approx(expected, abs=1e-9)
+    assert round(report.total_usd, 2) == 0.54
+    assert report.operations == 263_889 - 3  # ALL count less failures (summary.csv)
+    assert report.ops_per_usd == pytest.approx(report.operations / expected)
+    stages = report.stages.set_index("stage")
+    assert stages.loc["200%", "operations"] == 117_589 - 3
+    spike = (15 * 52.75 + 21 * 7.25 + 4 * 52.75 + 4.5 * 7.25) / 3600 * 0.12 + 60 / 3600 * 0.6528 + 2 * 0.1 * 60 / 3600 / 730
+    assert stages.loc["200%", "cost_usd"] == pytest.approx(spike)
+    assert stages.loc["200%", "ops_per_usd"] == pytest.approx((117_589 - 3) / spike)
+
+
+def test_aurora_roles_are_billed_and_the_cluster_average_is_not(tmp_path):
+    cw = pd.concat([minutes([6.0] * 10, series_id="a2"), minutes([8.0] * 10, series_id="a2/writer"),
+                    minutes([4.0] * 10, series_id="a2/reader")])
+    end = T0 + timedelta(minutes=10)
+    run = make_run(tmp_path / "roles", T0, end, [], cw)
+    names = [item.name for item in estimate_cost(run).items]
+    assert names[:2] == ["Aurora a2/writer ACU-hours", "Aurora a2/reader ACU-hours"]
+    assert estimate_cost(run).total_usd == pytest.approx(12 * 10 / 60 * 0.12)
+    only_cluster = make_run(tmp_path / "cluster", T0, end, [], minutes([6.0] * 10, series_id="a2"))
+    assert estimate_cost(only_cluster).total_usd == pytest.approx(6 * 10 / 60 * 0.12)
+
+
+def test_dsql_dpus_are_summed_and_priced_per_million(tmp_path):
+    cw = pd.concat([minutes([30_000.0, 50_000.0, 20_000.0], preset="dsql", series_id="abc", metric="TotalDPU", stat="Sum"),
+                    minutes([9e9] * 3, preset="dsql", series_id="abc", metric="ReadDPU", stat="Sum")])
+    run = make_run(tmp_path / "dsql", T0, T0 + timedelta(minutes=3), [], cw)
+    (dpu, _runner) = estimate_cost(run).items
+    assert (dpu.name, dpu.usage, dpu.unit) == ("DSQL abc DPUs", 100_000.0, "DPUs")
+    assert dpu.cost_usd == pytest.approx(0.80)  # $8.00 per million DPUs
+
+
+def test_docdb_dcu_hours_and_missing_minutes_are_reported(tmp_path):
+    cw = minutes([0.5] * 10 + [10.0] * 10, preset="docdb", series_id="ddb")
+    cw = cw.drop(index=[3, 4])  # two minutes CloudWatch never delivered: not filled in
+    run = make_run(tmp_path / "docdb", T0, T0 + timedelta(minutes=20), [], cw)
+    (dcu, _runner) = estimate_cost(run).items
+    assert dcu.usage == pytest.approx((0.5 * 8 + 10 * 10) / 60)
+    assert dcu.cost_usd == pytest.approx(dcu.usage * 0.0822)
+    assert dcu.note == "10% of the window has no datapoint"
+
+
+def test_prices_defaults_are_marked_and_dated():
+    prices = load_prices()
+    assert prices.region == "us-east-1" and prices.defaults
+    assert prices.note.startswith("us-east-1 defaults as of 20")
+    assert prices.get("aurora", "acu_hour") == 0.12 and prices.get("docdb", "dcu_hour") == 0.0822
+    assert prices.get("dsql", "dpu_per_million") == 8.0 and prices.runner("c6g.4xlarge") == 0.544
+
+
+def test_a_users_prices_file_adds_a_region(tmp_path):
+    path = tmp_path / "seoul.toml"
+    path.write_text('[regions.ap-northeast-2]\nas_of = "2026-09-29"\n[regions.ap-northeast-2.aurora]\nacu_hour = 0.20\n'
+                    '[regions.ap-northeast-2.runner_hour]\n"m7g.4xlarge" = 0.19\n')
+    prices = load_prices(path, "ap-northeast-2")
+    assert prices.get("aurora", "acu_hour") == 0.20 and prices.runner("m7g.4xlarge") == 0.19 and not prices.defaults
+    assert "ap-northeast-2 prices from" in prices.note
+    fallback = load_prices(None, "eu-west-1")
+    assert fallback.region == "us-east-1" and "no prices for eu-west-1" in fallback.note
+    with pytest.raises(UserError, match="not found"):
+        load_prices(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[regions\n")
+    with pytest.raises(UserError, match="cannot be read"):
+        load_prices(bad)
+
+
+def test_unknown_runner_type_is_a_user_error(tmp_path):
+    run = make_run(tmp_path / "r", T0, T0 + timedelta(minutes=1), [], minutes([1.0]))
+    with pytest.raises(UserError, match="no runner price for 'x9.huge'"):
+        estimate_cost(run, runners=["x9.huge"])
+    with pytest.raises(UserError, match="malformed runner"):
+        estimate_cost(run, runners=["m5.large:zero"])
+
+
+def test_cost_guard_counts_unmeasured_minutes_and_trips(tmp_path):
+    # 10 minutes into a run, CloudWatch has delivered 6 minutes at 4 ACU (the last 4 are late)
+    run = make_run(tmp_path / "guard", T0, T0 + timedelta(hours=1), [], minutes([4.0] * 6))
+    now = (T0 + timedelta(minutes=10)).timestamp()
+    guard = CostGuard(0.10, run_dir=run, clock=lambda: now)
+    assert guard.estimate() == pytest.approx(4 * 10 / 60 * 0.12)  # the late minutes at the highest level seen
+    assert not guard.check()
+    strict = CostGuard(0.10, run_dir=run, clock=lambda: now, assume_capacity={"ACU": 32})
+    assert strict.estimate() == pytest.approx((4 * 6 + 32 * 4) / 60 * 0.12)
+    assert strict.check() and strict.check(now - 300)  # latched
+    event = strict.event()
+    assert event["kind"] == "cost_cap" and event["cap_usd"] == 0.10 and event["estimate_usd"] == pytest.approx(0.304)
+    assert event["time_utc"] == format_utc(now)
+
+
+def test_cost_guard_before_any_datapoint_and_with_runners(tmp_path):
+    run = make_run(tmp_path / "early", T0, T0 + timedelta(hours=1), [], minutes([])[:0],
+                   cloudwatch=["aurora:a2"])
+    now = (T0 + timedelta(minutes=30)).timestamp()
+    assert CostGuard(1.0, run_dir=run, clock=lambda: now).estimate() == 0.0
+    assumed = CostGuard(1.0, run_dir=run, clock=lambda: now, assume_capacity={"ACU": 10})
+    assert assumed.estimate() == pytest.approx(10 * 0.5 * 0.12)
+    runners = CostGuard(0.5, run_dir=run, clock=lambda: now, runners=["c6g.4xlarge:2"])
+    assert runners.estimate() == pytest.approx(2 * 0.5 * 0.544) and runners.check()
+    with pytest.raises(UserError, match="positive"):
+        CostGuard(0, run_dir=run)
+
+
+def test_cost_frames_is_pure_and_needs_a_window(tmp_path):
+    run = make_run(tmp_path / "nowin", T0, T0, [], minutes([1.0]))
+    info = open_run(run)
+    info.started = info.ended = None
+    with pytest.raises(UserError, match="no start and end time"):
+        cost_frames(info, normalize_cloudwatch(None), load_prices())
+
+
+def test_cost_command_prints_the_tables(tmp_path, capsys):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    assert cost_main([str(run), "--runner", "m7g.4xlarge", "--region", "us-east-1"]) == 0
+    out = capsys.readouterr().out
+    assert "| Aurora a2-spike/writer ACU-hours | 1.5647 ACU-hours | $0.1200 | $0.1878 |" in out
+    assert "| 200% | 60.0 |" in out and "Prices: us-east-1 defaults" in out
+    assert (run / "cost.csv").is_file()
