@@ -357,7 +357,8 @@ class CloudWatchCollector:
         self._client = client
         self.region, self.profile, self.endpoint_url = region, profile, endpoint_url
         self.clock = clock
-        self._resolved: list[MetricSpecs] | None = None
+        self._found: dict[str, MetricSpecs] = {}
+        self._warned: set[str] = set()
 
     @property
     def client(self) -> Any:
@@ -392,30 +393,37 @@ class CloudWatchCollector:
             raise user_error(exc, endpoint_url=self.endpoint_url) from None
 
     def resolve(self) -> list[MetricSpecs]:
-        """The specs with their dimension names found (once) with `list_metrics`."""
-        if self._resolved is None:
-            self._resolved = [self._resolve(s) if s.discover is not None else s for s in self.specs]
-        return self._resolved
+        """The specs with their dimension names found with `list_metrics`.
+
+        A name that was found is kept; while CloudWatch has no metric for the id yet (a new
+        cluster), the preset's usual dimension is used and the next call looks again.
+        """
+        return [self._resolve(s) if s.discover is not None else s for s in self.specs]
 
     def _resolve(self, specs: MetricSpecs) -> MetricSpecs:
+        if specs.spec in self._found:
+            return self._found[specs.spec]
         try:
+            name = None
             if specs.discover:
-                for name in specs.discover:
+                for candidate in specs.discover:
                     found = self.client.list_metrics(
-                        Namespace=specs.namespace, Dimensions=[{"Name": name, "Value": specs.id}]
+                        Namespace=specs.namespace, Dimensions=[{"Name": candidate, "Value": specs.id}]
                     )
                     if found.get("Metrics"):
-                        return specs.with_dimension(name)
+                        name = candidate
+                        break
             else:
                 name = self._dimension_carrying(specs.namespace, specs.id)
-                if name:
-                    return specs.with_dimension(name)
         except Exception as exc:  # noqa: BLE001 - mapped to one line
             raise user_error(exc, endpoint_url=self.endpoint_url) from None
-        log.warning(
-            "CloudWatch has no %s metrics for %r yet; assuming the dimension %s", specs.namespace, specs.id,
-            specs.default_dimension,
-        )
+        if name:
+            self._found[specs.spec] = specs.with_dimension(name)
+            return self._found[specs.spec]
+        if specs.spec not in self._warned:
+            self._warned.add(specs.spec)
+            log.warning("CloudWatch has no %s metrics for %r yet; assuming the dimension %s", specs.namespace,
+                        specs.id, specs.default_dimension)
         return specs.with_dimension(specs.default_dimension or "ClusterId")
 
     def _dimension_carrying(self, namespace: str, value: str, max_pages: int = 20) -> str | None:

@@ -2,8 +2,10 @@
 
 `merge_run` writes ``merged.csv``: one row per second of the run, ``[floor(started), ceil(ended))``.
 
-- ``time_utc`` (the start of the second), ``elapsed_s``, ``stage`` and ``target_tps`` (from the plan
-  in run.json), and the totals over operations ``achieved_tps, count, failures, dropped``.
+- ``time_utc`` (the start of the second), ``elapsed_s``, ``stage`` (the plan's stage holding the
+  second's start), ``target_tps`` (the timeline's planned arrivals in that second, else the stage's
+  rate), and the totals ``achieved_tps, count, failures, dropped`` (the timeline's ``ALL`` row, else
+  the sum over operations).
 - ``<operation>.<column>`` for each operation and each numeric column of timeline.csv
   (``create_order.p99_ms``, ``get_product.achieved_tps``, ...).
 - ``pg.<column>`` and ``mongo.<column>`` from the database samplers. A sample's deltas cover the
@@ -91,15 +93,19 @@ def timeline_wide(timeline: pd.DataFrame | None, index: pd.DatetimeIndex) -> pd.
     values = [c for c in data.columns if c not in _TIMELINE_KEYS and pd.api.types.is_numeric_dtype(data[c])]
     data["operation"] = data["operation"].astype(str)
     per_op = data[data["operation"] != "ALL"]
-    wide = per_op.pivot_table(index="time_utc", columns="operation", values=values, aggfunc="last", dropna=False)
-    operations = list(dict.fromkeys(per_op["operation"]))
+    operations = list(dict.fromkeys(per_op["operation"])) + (["ALL"] if (data["operation"] == "ALL").any() else [])
+    wide = data.pivot_table(index="time_utc", columns="operation", values=values, aggfunc="last", dropna=False)
     ordered = [(v, op) for op in operations for v in values if (v, op) in wide.columns]
     wide = wide[ordered]
     wide.columns = [f"{op}.{v}" for v, op in ordered]
     wide = wide.reindex(index)
-    totals = per_op.groupby("time_utc")[[c for c in _TOTALS if c in per_op.columns]].sum(min_count=1).reindex(index)
+    # totals: the ALL row where the engine wrote one (it carries the drops), else the sum over operations
+    present = [c for c in _TOTALS if c in per_op.columns]
+    totals = per_op.groupby("time_utc")[present].sum(min_count=1).reindex(index)
     for column in _TOTALS:
         frame[column] = totals[column] if column in totals.columns else float("nan")
+        if f"ALL.{column}" in wide.columns:
+            frame[column] = wide[f"ALL.{column}"].where(wide[f"ALL.{column}"].notna(), frame[column])
     return pd.concat([frame, wide], axis=1)
 
 
@@ -162,6 +168,11 @@ def merge_frames(
         cloudwatch_wide(index, cloudwatch),
     ]
     merged = pd.concat(parts, axis=1)
+    # the engine writes each second's planned arrivals (exact across stage boundaries and ramps): prefer it
+    planned = [c for c in merged.columns if c.endswith(".target_tps") and not c.startswith(("pg.", "mongo.", "cw."))]
+    if planned:
+        per_second = merged["ALL.target_tps"] if "ALL.target_tps" in merged else merged[planned].max(axis=1)
+        merged["target_tps"] = per_second.where(per_second.notna(), merged["target_tps"])
     if merged["stage"].isna().all() and timeline is not None and "stage" in timeline.columns and len(index):
         stage_by_second = timeline.assign(time_utc=timeline["time_utc"].dt.floor("s")).groupby("time_utc")["stage"]
         merged["stage"] = stage_by_second.first().reindex(index)

@@ -57,7 +57,7 @@ class ReportData:
     def operations(self) -> list[str]:
         ops = []
         for column in self.merged.columns:
-            if column.endswith(".p99_ms") and "." in column and not column.startswith(("pg.", "mongo.", "cw.")):
+            if column.endswith(".p99_ms") and not column.startswith(("pg.", "mongo.", "cw.", "ALL.")):
                 ops.append(column[: -len(".p99_ms")])
         return ops
 
@@ -126,9 +126,14 @@ def _empty(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#777777", fontsize=9)
 
 
+def _mid(data: ReportData) -> Any:
+    """The middle of each second: where a per-second value is drawn."""
+    return _naive(data.merged["time_utc"] + pd.Timedelta(milliseconds=500))
+
+
 def draw_latency(ax: Any, data: ReportData) -> None:
     """Response-time p50 and p99 per operation, log scale."""
-    x = _naive(data.merged["time_utc"])
+    x = _mid(data)
     drawn = False
     for i, op in enumerate(data.operations):
         color = _COLORS[i % len(_COLORS)]
@@ -153,9 +158,10 @@ def draw_rate(ax: Any, data: ReportData) -> None:
     if m["target_tps"].notna().any():
         ax.step(x, m["target_tps"], where="post", color="#555555", lw=1.2, ls="--", label="target")
     if m["achieved_tps"].notna().any():
-        ax.plot(x, m["achieved_tps"], color=_COLORS[0], lw=1.2, label="achieved")
+        ax.step(x, m["achieved_tps"], where="post", color=_COLORS[0], lw=1.2, label="achieved")
     if "failures" in m and m["failures"].fillna(0).gt(0).any():
-        ax.bar(x, m["failures"].fillna(0), width=1 / 86400, color=_COLORS[1], label="failures/s", zorder=3)
+        ax.bar(x, m["failures"].fillna(0), width=1 / 86400, align="edge", color=_COLORS[1], label="failures/s",
+               zorder=3)
     if m["target_tps"].notna().any() or m["achieved_tps"].notna().any():
         ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
     else:
@@ -168,16 +174,18 @@ def draw_lag(ax: Any, data: ReportData) -> None:
     """Scheduling lag (worst operation's p99) and dropped slots per second."""
     m = data.merged
     x = _naive(m["time_utc"])
+    mid = _mid(data)
     lag_columns = [f"{op}.lag_p99_ms" for op in data.operations if f"{op}.lag_p99_ms" in m]
     if lag_columns and m[lag_columns].notna().any().any():
-        ax.plot(x, m[lag_columns].max(axis=1), color=_COLORS[4], lw=1.2, label="lag p99 (ms)")
+        ax.plot(mid, m[lag_columns].max(axis=1), color=_COLORS[4], lw=1.2, label="lag p99 (ms)")
         ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
     else:
         _empty(ax, "no lag data")
     ax.set_ylabel("lag p99 (ms)")
     if "dropped" in m and m["dropped"].fillna(0).gt(0).any():
         twin = ax.twinx()
-        twin.bar(x, m["dropped"].fillna(0), width=1 / 86400, color=_COLORS[1], alpha=0.7, label="dropped/s")
+        twin.bar(x, m["dropped"].fillna(0), width=1 / 86400, align="edge", color=_COLORS[1], alpha=0.7,
+                 label="dropped/s")
         twin.set_ylabel("dropped slots/s")
         twin.legend(loc="upper right", fontsize=7, framealpha=0.8)
     ax.set_title("Lag behind the schedule and dropped slots", fontsize=10, loc="left", pad=16)
@@ -204,7 +212,7 @@ def draw_capacity(ax: Any, data: ReportData) -> None:
     twin = ax.twinx()
     hit = False
     m = data.merged
-    x = _naive(m["time_utc"])
+    x = _mid(data)
     for column, label, color in (("pg.buffer_hit_ratio", "PostgreSQL buffer hit % (1 s)", "#2ca02c"),
                                  ("mongo.cache_hit_ratio", "MongoDB cache hit % (1 s)", "#17becf")):
         if column in m and m[column].notna().any():
@@ -231,6 +239,9 @@ def draw_capacity(ax: Any, data: ReportData) -> None:
         ax.set_ylim(bottom=0)
     elif not hit:
         _empty(ax, "no capacity or cache data (run with --cloudwatch, or a database sampler)")
+    else:
+        ax.text(0.5, 0.3, "no CloudWatch capacity series (run with --cloudwatch, or dbsurge collect)",
+                transform=ax.transAxes, ha="center", va="center", color="#777777", fontsize=9)
     ax.set_title("Capacity units and cache hit ratio", fontsize=10, loc="left", pad=16)
 
 
@@ -389,7 +400,7 @@ def cost_tables(cost: CostReport) -> tuple[tuple[list[str], list[list[str]]], tu
     items = [[i.name, f"{_num(i.usage, 4)} {i.unit}", _usd(i.unit_price_usd) if i.unit_price_usd is not None else "",
               _usd(i.cost_usd), i.note] for i in cost.items]
     items.append(["Total", f"{cost.window_s:.1f} s", "", _usd(cost.total_usd),
-                  f"{_num(cost.operations, 0)} operations, {_num(cost.ops_per_usd, 0)} per $" if cost.operations else ""])
+                  _ops_note(cost.operations, cost.ops_per_usd)])
     stages = [[s.stage, f"{s.duration_s:.1f}", _usd(s.cost_usd), _num(s.operations, 0), _num(s.ops_per_usd, 0)]
               for s in cost.stages.itertuples(index=False)]
     return (["Item", "Usage", "Unit price", "Cost", "Note"], items), (
@@ -397,6 +408,12 @@ def cost_tables(cost: CostReport) -> tuple[tuple[list[str], list[list[str]]], tu
 
 
 _NUMERIC = re.compile(r"^[-+$]?[\d,.]+(%| s| ms|[ A-Za-z-]*hours| GB-months| DPUs| million requests)?$|^[\d.]+ / [\d.]+$")
+
+
+def _ops_note(operations: int | None, per_usd: float | None) -> str:
+    if not operations:
+        return ""
+    return f"{_num(operations, 0)} operations" + (f", {_num(per_usd, 0)} per $" if per_usd else "")
 
 
 def html_table(headers: list[str], rows: list[list[str]]) -> str:

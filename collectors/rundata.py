@@ -96,6 +96,8 @@ class RunInfo:
         value = self.meta.get("workload")
         if isinstance(value, dict):
             return str(value.get("name", ""))
+        if isinstance(value, (list, tuple)):
+            return ", ".join(str(v) for v in value)
         return "" if value is None else str(value)
 
     @property
@@ -141,7 +143,7 @@ def open_run(run_dir: str | Path) -> RunInfo:
         raise UserError(f"{meta_path} does not hold a JSON object")
     started = _maybe_time(meta.get("started_utc"))
     ended = _maybe_time(meta.get("ended_utc"))
-    return RunInfo(path=path, meta=meta, started=started, ended=ended, stages=_stages(meta))
+    return RunInfo(path=path, meta=meta, started=started, ended=ended, stages=_stages(meta, ended))
 
 
 def _maybe_time(value: Any) -> pd.Timestamp | None:
@@ -153,7 +155,7 @@ def _maybe_time(value: Any) -> pd.Timestamp | None:
         return None
 
 
-def _stages(meta: dict) -> list[Stage]:
+def _stages(meta: dict, ended: pd.Timestamp | None) -> list[Stage]:
     plan = meta.get("plan")
     raw = plan.get("stages") if isinstance(plan, dict) else None
     stages: list[Stage] = []
@@ -161,6 +163,8 @@ def _stages(meta: dict) -> list[Stage]:
         if not isinstance(item, dict):
             continue
         start, end = _maybe_time(item.get("start_utc")), _maybe_time(item.get("end_utc"))
+        if end is None and start is not None and ended is not None and ended > start:
+            end = ended  # an open-ended last stage lasts until the run ended
         if start is None or end is None:
             continue
         tps = item.get("target_tps")

@@ -63,6 +63,7 @@ class Aggregator:
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=10)  # (second, ok, mean service us)
         self.operations: list[str] = []
         self.per_source: dict[str, int] = defaultdict(int)  # operations recorded by each worker
+        self.issued = 0  # slots the pacers handed out or dropped
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ class Aggregator:
             if sec <= self.last_written:
                 sec = self.last_written + 1
             self.open_seconds[sec][ops[op]].add_wire(wire)
+        self.issued += int(payload.get("issued", 0))
         now_sec = int(time.time())
         for stage, n in payload["dropped"]:
             self.dropped[int(stage)] += n

@@ -64,10 +64,17 @@ def finish_run(run) -> None:
     dropped = sum(agg.dropped.values())
     not_sent = None
     if planned is not None:
-        not_sent = int(round(planned)) - sent - dropped
-        if not_sent > 0:
-            findings.append(f"{not_sent} of {int(round(planned))} planned operations were neither sent nor dropped "
-                            f"(in flight when the test stopped, or the run was cut short)")
+        planned_n = int(round(planned))
+        unfinished = max(0, agg.issued - sent - dropped)  # taken by a user, still in flight at the stop
+        if opts.arrivals == "uniform":
+            not_sent = planned_n - sent - dropped
+            if agg.issued < planned_n:
+                findings.append(f"the run ended before the plan did: {agg.issued} of {planned_n} planned slots "
+                                f"were reached")
+        else:  # Poisson arrivals: the plan gives the expected count; the drawn count is what was owed
+            not_sent = unfinished
+        if unfinished:
+            findings.append(f"{unfinished} operations were still in flight when the test stopped (not recorded)")
 
     checks = parse_checks(opts.check)
     results = evaluate_checks(checks, summary)
@@ -82,6 +89,7 @@ def finish_run(run) -> None:
         ended_utc=utc_iso(agg.end_epoch_s),
         results={
             "planned_operations": None if planned is None else int(round(planned)),
+            "slots": agg.issued if planned is not None else None,
             "operations": sent, "dropped": dropped, "not_sent": not_sent, "behind_plan": findings,
             "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
             "errors": dict(agg.errors),

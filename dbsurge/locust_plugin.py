@@ -233,6 +233,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         preflight(run)
     except UserError as e:
         fail(str(e))
+    environment.host = run.target.display  # shown as Host in the web UI; secrets removed
     if web_ui is not None:
         from .web import install_web_controls
 
@@ -404,10 +405,17 @@ def _master_loop(run: DbSurgeRun) -> None:
 
 
 def drain_local(run: DbSurgeRun) -> None:
+    run.aggregator.merge(pacer_payload(run))
+
+
+def pacer_payload(run: DbSurgeRun) -> dict:
+    """The recorder's histograms plus the pacer's dropped and issued slot counts."""
     payload = run.recorder.drain()
     if run.pacer is not None:
-        payload["dropped"] = [[k, v] for k, v in run.pacer.take_dropped().items()]
-    run.aggregator.merge(payload)
+        dropped, issued = run.pacer.take_counts()
+        payload["dropped"] = [[k, v] for k, v in dropped.items()]
+        payload["issued"] = issued
+    return payload
 
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
@@ -489,10 +497,7 @@ def _on_report(client_id, data, **_kw):
     run = getattr(env, "dbsurge", None) if env else None
     if run is None:
         return
-    payload = run.recorder.drain()
-    if run.pacer is not None:
-        payload["dropped"] = [[k, v] for k, v in run.pacer.take_dropped().items()]
-    data["dbsurge"] = payload
+    data["dbsurge"] = pacer_payload(run)
 
 
 @events.worker_report.add_listener

@@ -76,6 +76,7 @@ class Pacer:
         self.start_epoch_ns = start_epoch_ns
         self.rng = random.Random(seed * 1_000_003 + worker_index)
         self.dropped: dict[int, int] = {}
+        self.issued = 0  # slots handed out or dropped since the last take_counts()
         self.returned: deque[Slot] = deque()
         self.finished = False
         self._assign(worker_index, worker_count, from_number=0.0)
@@ -117,6 +118,7 @@ class Pacer:
         Slots later than ``max_lag_s`` are skipped and counted in ``dropped`` per stage.
         """
         if self.returned:
+            self.issued += 1
             return self.returned.popleft()
         sched = self.schedule
         while True:
@@ -126,6 +128,7 @@ class Pacer:
                 return None
             number = self.next_number
             self._advance()
+            self.issued += 1
             intended = self.start_ns + int(t * NS)
             if self.max_lag_ns is not None and self.clock_ns() - intended > self.max_lag_ns:
                 stage = sched.stage_at(t)
@@ -136,6 +139,7 @@ class Pacer:
     def give_back(self, slot: Slot) -> None:
         """Return a slot a user took but could not run (it was stopped while waiting)."""
         self.returned.append(slot)
+        self.issued -= 1
 
     def wait_for(self, slot: Slot) -> Slot | None:
         """Sleep until the slot is due and return it (re-timed if the rate changed meanwhile).
@@ -162,7 +166,8 @@ class Pacer:
             gevent.sleep(0)
         return slot
 
-    def take_dropped(self) -> dict[int, int]:
-        """Dropped counts per stage since the last call."""
+    def take_counts(self) -> tuple[dict[int, int], int]:
+        """Dropped slots per stage and slots issued (run or dropped) since the last call."""
         d, self.dropped = self.dropped, {}
-        return d
+        n, self.issued = self.issued, 0
+        return d, n

@@ -45,9 +45,9 @@ SENSITIVE_PARAMS = frozenset(
 # unreadable and would not protect such a password anyway.
 MIN_SECRET_LENGTH = 4
 
-# The registry keeps the most recent secrets only: DSQL makes a token per connection, and old tokens have
-# expired. Their signatures are caught by _SIGV4_PATTERN regardless.
-MAX_SECRETS = 512
+# Transient secrets (DSQL tokens, one per connection) are kept for the most recent ones only: old tokens
+# have expired, and any token's signature and credential are masked by _SIGV4_PATTERN regardless.
+MAX_TRANSIENT_SECRETS = 64
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _QUERY_PARAM = re.compile(r"(?P<sep>^|[?&;])(?P<key>[^=&;#?]+)=(?P<value>[^&;#]*)")
@@ -57,7 +57,9 @@ _SIGV4_PATTERN = re.compile(
     r"(?P<value>[^&\s,'\"]+)"
 )
 
-_secrets: dict[str, None] = {}  # insertion-ordered set
+_secrets: dict[str, None] = {}  # passwords: kept for the life of the process
+_transient: dict[str, None] = {}  # tokens: insertion-ordered, bounded
+_forms: list[str] | None = None  # the masked forms of all registered secrets, longest first (a cache)
 
 
 def redact_uri(uri: str) -> str:
@@ -101,38 +103,48 @@ def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
 
     A secret is also masked in its percent-encoded forms, as it appears inside URIs.
     """
-    if secrets is None:
-        secrets = _secrets
-    # Longest first, so that a secret containing another one is masked whole.
-    for secret in sorted(secrets, key=len, reverse=True):
-        if not secret:
-            continue
-        for form in {secret, quote(secret, safe=""), quote_plus(secret, safe="")}:
-            if form in text:
-                text = text.replace(form, MASK)
-    if "mz-" in text or "MZ-" in text or "SESSION_TOKEN" in text.upper():
+    global _forms
+    if secrets is not None:
+        forms = _masked_forms(secrets)
+    elif _forms is not None:
+        forms = _forms
+    else:
+        forms = _forms = _masked_forms([*_secrets, *_transient])
+    for form in forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    if "mz-" in text or "MZ-" in text or "_TOKEN" in text:
         text = _SIGV4_PATTERN.sub(_mask_sigv4, text)
     return text
 
 
-def register_secret(secret: str | None) -> None:
-    """Remember `secret` so that `SecretFilter` masks it in every log record from now on."""
-    if not secret or len(secret) < MIN_SECRET_LENGTH or secret in _secrets:
+def _masked_forms(secrets: Iterable[str]) -> list[str]:
+    """Each secret as is and percent-encoded, longest first so that a secret containing another is masked whole."""
+    forms = {form for secret in secrets if secret for form in (secret, quote(secret, safe=""), quote_plus(secret))}
+    return sorted(forms, key=len, reverse=True)
+
+
+def register_secret(secret: str | None, *, transient: bool = False) -> None:
+    """Remember `secret` so that `SecretFilter` masks it in every log record from now on.
+
+    `transient` secrets (per-connection tokens) are kept for the last `MAX_TRANSIENT_SECRETS` only.
+    """
+    global _forms
+    if not secret or len(secret) < MIN_SECRET_LENGTH or secret in _secrets or secret in _transient:
         return
-    _secrets[secret] = None
-    while len(_secrets) > MAX_SECRETS:
-        del _secrets[next(iter(_secrets))]
+    if transient:
+        _transient[secret] = None
+        while len(_transient) > MAX_TRANSIENT_SECRETS:
+            del _transient[next(iter(_transient))]
+    else:
+        _secrets[secret] = None
+    _forms = None
     install_log_redaction()
 
 
 def registered_secrets() -> frozenset[str]:
     """The secrets currently registered (for tests)."""
-    return frozenset(_secrets)
-
-
-def contains_secret(text: str) -> bool:
-    """True when `text` contains a registered secret (for assertions in tests and checks)."""
-    return any(secret in text for secret in _secrets)
+    return frozenset(_secrets) | frozenset(_transient)
 
 
 class SecretFilter(logging.Filter):
@@ -154,7 +166,7 @@ def _redact_record(record: logging.LogRecord) -> None:
     if record.name == _SIGNING_LOGGER and isinstance(record.msg, str) and record.msg.startswith("Signature:"):
         record.msg, record.args = f"Signature: {MASK}", None
         return
-    if not _secrets:
+    if not _secrets and not _transient:
         return
     try:
         message = record.getMessage()

@@ -372,3 +372,26 @@ def test_user_error_mapping_keeps_one_line():
                           "GetMetricData")
     assert "\n" not in str(cw.user_error(expired)) and "ExpiredToken" in str(cw.user_error(expired))
     assert "no AWS credentials" in str(cw.user_error(NoCredentialsError()))
+
+
+def test_the_standard_aws_environment_is_honoured(moto_url, monkeypatch, tmp_path):
+    seed(moto_url, "AWS/RDS", "ServerlessDatabaseCapacity", {"DBClusterIdentifier": "env-a2"}, [2.0])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    collector = CloudWatchCollector("aurora:env-a2")
+    collector.check()
+    assert moto_url in collector.where
+    assert collector.fetch(T0, T0 + timedelta(minutes=1))["value"].tolist() == [2.0, 2.0]  # Average, Maximum
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    config = tmp_path / "aws-config"
+    config.write_text(f"[profile lab]\nregion = us-east-1\nendpoint_url = {moto_url}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "lab")
+    assert CloudWatchCollector("aurora:env-a2").fetch(T0, T0 + timedelta(minutes=1))["value"].tolist() == [2.0, 2.0]
+
+
+def test_a_dimension_not_yet_in_cloudwatch_is_looked_up_again(moto_url):
+    collector = CloudWatchCollector("dsql:dsql-late", endpoint_url=moto_url)
+    assert collector.resolve()[0].queries[0].dimensions == (("ClusterId", "dsql-late"),)  # the usual name, for now
+    seed(moto_url, "AWS/AuroraDSQL", "TotalDPU", {"ClusterIdentifier": "dsql-late"}, [5.0])
+    assert collector.resolve()[0].queries[0].dimensions == (("ClusterIdentifier", "dsql-late"),)

@@ -62,7 +62,8 @@ def test_slots_later_than_max_lag_are_dropped_and_counted():
     clock.now = int(1.5e9)  # everything before 1.45 s is too late
     first = p.next_slot()
     assert first.intended_ns == pytest.approx(1.45e9, abs=1e7)
-    dropped = p.take_dropped()
+    dropped, issued = p.take_counts()
+    assert issued == 146  # 145 dropped and the one handed out
     assert dropped[0] == 100 and dropped[1] == 45
 
 

@@ -208,20 +208,24 @@ def test_documents_load_is_idempotent_and_deterministic(target, session_of):
     _drop(session, target.kind, "documents")
     assert not workload.has_data()
     assert workload.load(progress=False) == 2500
+    assert workload.last_load_inserted == 2500
     assert workload.has_data()
-    assert workload.load(progress=False) == 0
+    assert workload.load(progress=False) == 2500
+    assert workload.last_load_inserted == 0
     first = _rows(session, target.kind, "documents")
     assert len(first) == 2500
     # Same seed, fresh load: the same bytes.
     _drop(session, target.kind, "documents")
-    assert workload.load(progress=False) == 2500
+    workload.load(progress=False)
+    assert workload.last_load_inserted == 2500
     assert _rows(session, target.kind, "documents") == first
     # A partial load is completed: delete some rows, load again.
     if target.kind == "postgres":
         session.conn.execute("delete from documents where id >= 2000 or id % 7 = 0")
     else:
         session.db.documents.delete_many({"$or": [{"_id": {"$gte": 2000}}, {"_id": {"$mod": [7, 0]}}]})
-    assert workload.load(progress=False) == 500 + len(range(0, 2000, 7))
+    assert workload.load(progress=False) == 2500
+    assert workload.last_load_inserted == 500 + len(range(0, 2000, 7))
     assert _rows(session, target.kind, "documents") == first
     # About 250 bytes a document, 1% match.
     categories = Counter(row[1] if target.kind == "postgres" else row["category"] for row in first)
@@ -262,7 +266,9 @@ def test_documents_hot_reads_stay_in_the_hot_set(target, session_of):
 def test_orders_load_and_operations(pg_target, session_of):
     workload = get_workload("orders", pg_target, {"products": 300, "seed": 5})
     assert workload.load(progress=False) == 300
-    assert workload.load(progress=False) == 0
+    assert workload.last_load_inserted == 300
+    assert workload.load(progress=False) == 300
+    assert workload.last_load_inserted == 0
     session = session_of(pg_target)
     conn = session.conn
     assert conn.execute("select count(*) from products").fetchone()[0] == 300
@@ -302,7 +308,8 @@ def test_orders_same_seed_same_products(pg_target, session_of):
     # Stock aside (orders decrement it), a reload gives the same rows.
     before = [row[:4] for row in _rows(session, "postgres", "products")]
     session.conn.execute("delete from products")
-    assert workload.load(progress=False) == 300
+    workload.load(progress=False)
+    assert workload.last_load_inserted == 300
     after = _rows(session, "postgres", "products")
     assert {row[4] for row in after} == {1_000_000}
     assert [row[:4] for row in after] == before
@@ -325,10 +332,14 @@ def test_ycsb_load_idempotent_deterministic_batched(target, session_of):
     for table in ("ut_unbatched", "ut_batched", "ut_split"):
         _drop(session, target.kind, table)
     assert unbatched.load(progress=False) == 600
-    assert unbatched.load(progress=False) == 0
-    assert batched.load(progress=False) == 600
+    assert unbatched.last_load_inserted == 600
+    assert unbatched.load(progress=False) == 600
+    assert unbatched.last_load_inserted == 0
+    batched.load(progress=False)
+    assert batched.last_load_inserted == 600
     assert not get_workload("ycsb", target, {**options, "table": "ut_split"}).has_data()
     assert [half.load(progress=False) for half in halves] == [300, 300]
+    assert [half.last_load_inserted for half in halves] == [300, 300]
     order = "ycsb_key"
     rows = [_rows(session, target.kind, t, order) for t in ("ut_unbatched", "ut_batched", "ut_split")]
     assert rows[0] == rows[1] == rows[2]
@@ -453,3 +464,12 @@ def test_ycsb_mongo_read_preference_and_write_concern(mongo_target, session_of):
     ops = workload.new_client(session, seed=1)
     ops["read"]()
     ops["update"]()
+
+
+@pytest.mark.parametrize("module", ["base", "orders", "ycsb"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"dbsurge.workloads.{module}"))
+    assert result.failed == 0 and result.attempted > 0

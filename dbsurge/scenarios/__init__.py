@@ -1,0 +1,67 @@
+"""The studies' experiments as scenarios: ``dbsurge scenario NAME [options]``.
+
+Each scenario runs one experiment of a study in ``docs/seeds`` (see DESIGN.md, "Scenarios"),
+writes a run directory ``results/<run-id>/`` (run.json, its raw data as CSV, its table as
+``<scenario>.csv`` and in summary.md) and prints the study's table. ``--quick`` scales the
+study's defaults down so that a scenario runs in seconds against the embedded targets;
+``--from results/<run-id>`` prints a finished run's table again (after ``dbsurge collect`` has
+added capacity, for instance).
+
+The registry below holds one line per scenario, so ``dbsurge scenario --help`` imports nothing
+else; a scenario's module is imported when it runs. A module provides ``main(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from dbsurge.errors import UserError
+
+# name -> (module, one line for `dbsurge scenario --help`)
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "spike": ("dbsurge.scenarios.spike",
+              "study 001: orders under 20%->200%->100%->5% of a baseline rate; per-stage TPS, p95/p99, failures, capacity"),
+    "idle": ("dbsurge.scenarios.idle",
+             "study 001: close every connection, wait, then time a new connection, a first query and 20 more"),
+    "cache": ("dbsurge.scenarios.cache",
+              "study 000 exp. 1: 1,000 seeded reads warm, then the same reads cold (after idle or a restart)"),
+    "rewarm": ("dbsurge.scenarios.rewarm",
+               "study 000 exp. 2: C clients x R reads/s on a hot set; 30 s buckets and the trace of the first second"),
+    "longscan": ("dbsurge.scenarios.longscan",
+                 "study 000 exp. 3: one 1%-match full scan timed batch by batch; first/middle/last 10 batches"),
+    "ycsb-load": ("dbsurge.scenarios.ycsb_load",
+                  "study 002: YCSB load phase, batched or not, with N clients; insert throughput and latency"),
+    "ycsb-run": ("dbsurge.scenarios.ycsb_run",
+                 "study 002: YCSB workload A at a target rate or flat out; throughput, read/update p99, scalability"),
+}
+
+USAGE = "usage: dbsurge scenario NAME [options]   (dbsurge scenario NAME --help for a scenario's options)"
+
+
+def scenario_help() -> str:
+    """The list printed by ``dbsurge scenario --help``: one line per scenario."""
+    width = max(len(name) for name in SCENARIOS)
+    lines = [USAGE, "", "scenarios:"]
+    lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
+    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo, --target-option K=V, "
+                  "--workload-option K=V,", "  --quick (scaled-down defaults for embedded targets), --results-dir, "
+                  "--run-id, --seed, --from results/<run-id>"]
+    return "\n".join(lines)
+
+
+def scenario_main(argv: list[str]) -> int:
+    """``dbsurge scenario NAME [options]``: run one scenario; ``--help`` lists them."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(scenario_help())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    entry = SCENARIOS.get(name)
+    if entry is None:
+        raise UserError(f"unknown scenario '{name}' (known: {', '.join(SCENARIOS)}); see dbsurge scenario --help")
+    module = importlib.import_module(entry[0])
+    sys.stdout.flush()
+    return int(module.main(rest) or 0)
+
+
+__all__ = ["SCENARIOS", "scenario_help", "scenario_main"]

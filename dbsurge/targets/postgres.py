@@ -385,7 +385,7 @@ class PostgresTarget(Target):
             raise TargetError(f"target {self.display}: {_explain_token_error(exc)}") from None
         self._secrets.append(token)
         del self._secrets[:-8]  # the password (if any) and the last few tokens, for redacting messages
-        register_secret(token)
+        register_secret(token, transient=True)
         return token
 
     def connect(self) -> PostgresSession:

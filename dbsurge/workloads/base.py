@@ -190,6 +190,7 @@ class Workload:
             raise WorkloadError(f"workload {self.name} needs a {wanted} target, not {kind}")
         self.kind: str = kind
         self.operations: dict[str, float] = self.default_weights()
+        self.last_load_inserted = 0
 
     def default_weights(self) -> dict[str, float]:
         """Operation name -> relative weight, for the engine's operation mix."""
@@ -200,7 +201,11 @@ class Workload:
         raise NotImplementedError
 
     def load(self, progress: bool = True) -> int:
-        """Create the schema if missing and insert the rows that are missing; returns rows inserted."""
+        """Create the schema if missing and insert the rows that are missing.
+
+        Returns the number of rows (documents) of the data set now in place; how many this call
+        inserted is in `last_load_inserted` (0 when an earlier load was complete).
+        """
         raise NotImplementedError
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:

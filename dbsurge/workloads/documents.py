@@ -103,7 +103,7 @@ class DocumentsWorkload(Workload):
         return mongo_count_present(session.db[TABLE], sample) == len(sample)
 
     def load(self, progress: bool = True) -> int:
-        """Create the table (PostgreSQL) and insert the missing documents; returns how many were inserted."""
+        """Create the table (PostgreSQL) and insert the missing documents; returns the document count."""
         meter = LoadProgress(self.name, self.documents, enabled=progress)
         session = self._session()
         try:
@@ -111,8 +111,9 @@ class DocumentsWorkload(Workload):
                 pg_execute(
                     session, f"create table if not exists {TABLE} (id bigint primary key, category text, payload text)"
                 )
+            self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
-                return 0
+                return self.documents
             if self.kind == "postgres":
                 inserted = pg_load(
                     session,
@@ -140,7 +141,8 @@ class DocumentsWorkload(Workload):
         finally:
             session.close()
         meter.finish()
-        return inserted
+        self.last_load_inserted = inserted
+        return self.documents
 
     # ---- operations -------------------------------------------------------------------------
 

@@ -116,15 +116,16 @@ class OrdersWorkload(Workload):
         return pg_count_present(session, "products", "id", ids) == len(ids)
 
     def load(self, progress: bool = True) -> int:
-        """Create the three tables if missing and insert the missing products; returns products inserted."""
+        """Create the three tables if missing and insert the missing products; returns the product count."""
         total = self.options["products"]
         meter = LoadProgress(self.name, total, enabled=progress)
         session = self._session()
         try:
             for ddl in DDL:  # one DDL statement per transaction (a DSQL rule)
                 pg_execute(session, ddl)
+            self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
-                return 0
+                return total
             inserted = pg_load(
                 session,
                 label=self.name,
@@ -140,7 +141,8 @@ class OrdersWorkload(Workload):
         finally:
             session.close()
         meter.finish()
-        return inserted
+        self.last_load_inserted = inserted
+        return total
 
     def _make_products(self, rng: random.Random, first: int, stop: int) -> list[tuple[Any, ...]]:
         rows = []

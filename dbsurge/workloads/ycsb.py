@@ -213,7 +213,7 @@ class YcsbWorkload(Workload):
         return mongo_count_present(session.db[self.table], keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
-        """Create ``usertable`` if missing and insert the missing records in ``batchsize`` batches."""
+        """Create ``usertable`` if missing, insert the missing records in ``batchsize`` batches; returns insertcount."""
         start, stop = self._load_range()
         meter = LoadProgress(self.name, stop - start, enabled=progress)
         seed = self.options["seed"]
@@ -227,8 +227,9 @@ class YcsbWorkload(Workload):
                     + ", ".join(f"{field} text" for field in self.fields)
                     + ")",
                 )
+            self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
-                return 0
+                return stop - start
             if self.kind == "postgres":
                 columns = (KEY_COLUMN, *self.fields)
 
@@ -265,7 +266,8 @@ class YcsbWorkload(Workload):
         finally:
             session.close()
         meter.finish()
-        return inserted
+        self.last_load_inserted = inserted
+        return stop - start
 
     def _document(self, key: str, values: list[str]) -> dict[str, str]:
         doc = {"_id": key}
