@@ -1,0 +1,135 @@
+"""Bare driver loops: one connection, one operation after another, no framework.
+
+The floor a generator's per-operation CPU is measured against. Each loop does the same operation
+as the dbsurge workload it stands beside (the same SQL or query, the same keys), runs for
+``--duration`` seconds and prints one JSON line: ``{"ops": N, "elapsed_s": T}``.
+
+- ``psycopg``: dbsurge's product lookup through psycopg 3's ``Connection.execute`` (prepared).
+- ``pq``: the same query through psycopg's low-level ``psycopg.pq`` interface (libpq directly:
+  ``send_query_prepared``, wait for the socket, ``get_result``; binary parameters), the floor
+  for any psycopg-based client.
+- ``pymongo``: YCSB read (``find_one({"_id": key})``, all fields) with uniformly drawn keys.
+
+    python bench/bare_loops.py psycopg --uri postgresql://... --duration 10 --products 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import select
+import sys
+import time
+import uuid
+
+LOOKUP_SQL = "select id, sku, name, price, stock from products where id = %s"
+LOOKUP_SQL_PQ = b"select id, sku, name, price, stock from products where id = $1"
+UUID_OID = 2950
+
+
+def product_id(seed: int, index: int) -> uuid.UUID:
+    digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
+    return uuid.UUID(bytes=digest[:16], version=4)
+
+
+def loop_psycopg(args) -> int:
+    import psycopg
+
+    conn = psycopg.connect(args.uri, autocommit=True)
+    draw, products, seed = random.random, args.products, args.seed
+    deadline = time.perf_counter() + args.duration
+    n = 0
+    while time.perf_counter() < deadline:
+        row = conn.execute(LOOKUP_SQL, (product_id(seed, int(draw() * products)),), prepare=True).fetchone()
+        if row is None:
+            raise SystemExit("product not found: is the orders workload loaded?")
+        n += 1
+    conn.close()
+    return n
+
+
+def loop_pq(args) -> int:
+    import psycopg
+    from psycopg import pq
+
+    conn = psycopg.connect(args.uri, autocommit=True)
+    pgconn = conn.pgconn
+    res = pgconn.prepare(b"lookup", LOOKUP_SQL_PQ, [UUID_OID])
+    if res.status != pq.ExecStatus.COMMAND_OK:
+        raise SystemExit(res.error_message.decode())
+    pgconn.nonblocking = 1
+    sock = pgconn.socket
+    draw, products, seed = random.random, args.products, args.seed
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    deadline = time.perf_counter() + args.duration
+    n = 0
+    while time.perf_counter() < deadline:
+        pid = product_id(seed, int(draw() * products))
+        pgconn.send_query_prepared(b"lookup", [pid.bytes], param_formats=[1], result_format=0)
+        while pgconn.flush():
+            select.select([], [sock], [])
+        rows = None
+        while True:
+            pgconn.consume_input()
+            if pgconn.is_busy():
+                poller.poll()
+                continue
+            r = pgconn.get_result()
+            if r is None:
+                break
+            if r.status != pq.ExecStatus.TUPLES_OK:
+                raise SystemExit(r.error_message.decode())
+            rows = [tuple(r.get_value(0, c) for c in range(r.nfields))] if r.ntuples else []
+        if not rows:
+            raise SystemExit("product not found: is the orders workload loaded?")
+        n += 1
+    conn.close()
+    return n
+
+
+def loop_pymongo(args) -> int:
+    from pymongo import MongoClient
+
+    sys.path.insert(0, args.repo)
+    from dbsurge.distributions import fnvhash64
+
+    client = MongoClient(args.uri, maxPoolSize=2)
+    collection = client[args.database][args.collection]
+    draw, records = random.random, args.records
+    deadline = time.perf_counter() + args.duration
+    n = 0
+    while time.perf_counter() < deadline:
+        key = f"user{fnvhash64(int(draw() * records))}"
+        if collection.find_one({"_id": key}) is None:
+            raise SystemExit(f"no record {key}: is the ycsb workload loaded?")
+        n += 1
+    client.close()
+    return n
+
+
+LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pymongo": loop_pymongo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("loop", choices=sorted(LOOPS))
+    p.add_argument("--uri", required=True)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--products", type=int, default=100_000)
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--database", default="dbsurge")
+    p.add_argument("--collection", default="usertable")
+    p.add_argument("--repo", default=".")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    ops = LOOPS[args.loop](args)
+    print(json.dumps({"ops": ops, "elapsed_s": time.perf_counter() - started}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

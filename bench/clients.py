@@ -1,0 +1,170 @@
+"""The clients of the side-by-side table: how to start each one and how to read its operation count.
+
+Every client runs as a child process (see `measure.run_measured`) with the same concurrency,
+against the same servers, for the same duration. The operation count comes from the client's own
+report: pgbench's "transactions actually processed", dbsurge's ``summary.csv`` ALL row, Locust's
+``--csv`` stats, the bare loops' JSON line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+
+
+@dataclass
+class Env:
+    """What the clients need to know about the servers and the data."""
+
+    pg_uri: str
+    mongo_uri: str | None
+    pgbench: Path
+    pg_port: int
+    products: int
+    records: int
+    users: int
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class Client:
+    """One client of the table: ``command(env, seconds, tag)`` and ``count(env, output, tag)``."""
+
+    key: str
+    label: str
+    kind: str  # "postgres" or "mongo": which server it drives
+    concurrency: str
+    command: Callable[[Env, int, str], list[str]]
+    count: Callable[[Env, str, str], int]
+
+
+def _python() -> str:
+    return sys.executable
+
+
+# -- pgbench -----------------------------------------------------------------------------------------
+
+
+def _pgbench_cmd(env: Env, seconds: int, tag: str) -> list[str]:
+    return [str(env.pgbench), "-S", "-M", "prepared", "-c", str(env.users), "-j", "1", "-T", str(seconds), "-n",
+            "-h", "127.0.0.1", "-p", str(env.pg_port), "-U", "postgres", "postgres"]
+
+
+def _pgbench_count(env: Env, output: str, tag: str) -> int:
+    m = re.search(r"number of transactions actually processed: (\d+)", output)
+    if not m:
+        raise RuntimeError(f"pgbench printed no transaction count:\n{output[-2000:]}")
+    return int(m.group(1))
+
+
+# -- dbsurge -----------------------------------------------------------------------------------------
+
+
+def _dbsurge_cmd(workload: str, operation: str, processes: int) -> Callable[[Env, int, str], list[str]]:
+    def command(env: Env, seconds: int, tag: str) -> list[str]:
+        if workload == "orders":
+            target, options = env.pg_uri, [f"products={env.products}"]
+        else:
+            target, options = env.mongo_uri, [f"recordcount={env.records}", "requestdistribution=uniform"]
+        cmd = [_python(), "-m", "dbsurge.cli", "run", "--workload", workload, "--target", target,
+               "--users", str(env.users), "--duration", f"{seconds}s", "--operation", operation, "--quiet",
+               "--results-dir", str(env.workdir / "results"), "--run-id", tag]
+        for option in options:
+            cmd += ["--workload-option", option]
+        if processes > 1:
+            cmd += ["--processes", str(processes)]
+        return cmd
+
+    return command
+
+
+def summary_all_row(results_dir: Path) -> dict[str, str]:
+    """The ``operation=ALL`` row of a dbsurge run's summary.csv."""
+    with open(results_dir / "summary.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("operation") == "ALL":
+                return row
+    raise RuntimeError(f"no ALL row in {results_dir / 'summary.csv'}")
+
+
+def _dbsurge_count(env: Env, output: str, tag: str) -> int:
+    return int(float(summary_all_row(env.workdir / "results" / tag)["count"]))
+
+
+# -- plain Locust ------------------------------------------------------------------------------------
+
+
+def _locust_cmd(processes: int) -> Callable[[Env, int, str], list[str]]:
+    def command(env: Env, seconds: int, tag: str) -> list[str]:
+        cmd = [_python(), "-m", "locust", "-f", str(BENCH_DIR / "plain_locust.py"), "--headless", "--only-summary",
+               "-u", str(env.users), "-r", str(env.users), "-t", f"{seconds}s", "--host", env.pg_uri,
+               "--products", str(env.products), "--csv", str(env.workdir / "locust" / tag)]
+        if processes > 1:
+            cmd += ["--processes", str(processes)]
+        (env.workdir / "locust").mkdir(parents=True, exist_ok=True)
+        return cmd
+
+    return command
+
+
+def _locust_count(env: Env, output: str, tag: str) -> int:
+    with open(env.workdir / "locust" / f"{tag}_stats.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["Name"] == "Aggregated":
+                if int(row["Failure Count"]):
+                    raise RuntimeError(f"plain Locust had {row['Failure Count']} failures")
+                return int(row["Request Count"])
+    raise RuntimeError("plain Locust wrote no Aggregated row")
+
+
+# -- bare driver loops -------------------------------------------------------------------------------
+
+
+def _bare_cmd(loop: str) -> Callable[[Env, int, str], list[str]]:
+    def command(env: Env, seconds: int, tag: str) -> list[str]:
+        uri = env.mongo_uri if loop == "pymongo" else env.pg_uri
+        return [_python(), str(BENCH_DIR / "bare_loops.py"), loop, "--uri", uri, "--duration", str(seconds),
+                "--products", str(env.products), "--records", str(env.records), "--repo", str(REPO)]
+
+    return command
+
+
+def _bare_count(env: Env, output: str, tag: str) -> int:
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            return int(json.loads(line)["ops"])
+    raise RuntimeError(f"bare loop printed no result:\n{output[-2000:]}")
+
+
+CLIENTS: dict[str, Client] = {c.key: c for c in [
+    Client("pgbench", "pgbench -S -M prepared -j 1", "postgres", "16 connections", _pgbench_cmd, _pgbench_count),
+    Client("dbsurge", "dbsurge product_lookup, 1 process", "postgres", "16 users",
+           _dbsurge_cmd("orders", "product_lookup", 1), _dbsurge_count),
+    Client("dbsurge_p2", "dbsurge product_lookup, --processes 2", "postgres", "16 users",
+           _dbsurge_cmd("orders", "product_lookup", 2), _dbsurge_count),
+    Client("locust", "plain Locust (docs' pattern), 1 process", "postgres", "16 users",
+           _locust_cmd(1), _locust_count),
+    Client("locust_p2", "plain Locust (docs' pattern), --processes 2", "postgres", "16 users",
+           _locust_cmd(2), _locust_count),
+    Client("bare_psycopg", "bare psycopg loop (Connection.execute)", "postgres", "1 connection",
+           _bare_cmd("psycopg"), _bare_count),
+    Client("bare_pq", "bare psycopg.pq loop (libpq, no type conversion)", "postgres", "1 connection",
+           _bare_cmd("pq"), _bare_count),
+    Client("dbsurge_ycsb", "dbsurge YCSB read (MongoDB wire), 1 process", "mongo", "16 users",
+           _dbsurge_cmd("ycsb", "read", 1), _dbsurge_count),
+    Client("bare_pymongo", "bare pymongo loop (YCSB read)", "mongo", "1 connection",
+           _bare_cmd("pymongo"), _bare_count),
+]}
+
+
+def new_tag(client: str) -> str:
+    return f"{client}-{uuid.uuid4().hex[:8]}"
