@@ -51,6 +51,17 @@ def _python() -> str:
     return sys.executable
 
 
+def _processes(processes: int) -> list[str]:
+    """Locust's ``--processes``, on a free master port: the default 5557 may be another test's master,
+    whose test our workers would then join."""
+    if processes <= 1:
+        return []
+    from dbsurge.embedded import free_port
+
+    port = str(free_port())
+    return ["--processes", str(processes), "--master-bind-port", port, "--master-port", port]
+
+
 # -- pgbench -----------------------------------------------------------------------------------------
 
 
@@ -80,9 +91,7 @@ def _dbsurge_cmd(workload: str, operation: str, processes: int) -> Callable[[Env
                "--results-dir", str(env.workdir / "results"), "--run-id", tag]
         for option in options:
             cmd += ["--workload-option", option]
-        if processes > 1:
-            cmd += ["--processes", str(processes)]
-        return cmd
+        return cmd + _processes(processes)
 
     return command
 
@@ -108,8 +117,7 @@ def _locust_cmd(processes: int) -> Callable[[Env, int, str], list[str]]:
         cmd = [_python(), "-m", "locust", "-f", str(BENCH_DIR / "plain_locust.py"), "--headless", "--only-summary",
                "-u", str(env.users), "-r", str(env.users), "-t", f"{seconds}s", "--host", env.pg_uri,
                "--products", str(env.products), "--csv", str(env.workdir / "locust" / tag)]
-        if processes > 1:
-            cmd += ["--processes", str(processes)]
+        cmd += _processes(processes)
         (env.workdir / "locust").mkdir(parents=True, exist_ok=True)
         return cmd
 

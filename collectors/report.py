@@ -516,6 +516,7 @@ def render_markdown(data: ReportData) -> str:
             [data.cost.prices.note, *data.cost.notes]), ""]
     else:
         lines += [f"No cost estimate: {data.cost_error}", ""]
+    lines += _generator_lines(data.run.meta.get("results") or {})
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
         lines += ["## Events", ""]
@@ -524,6 +525,24 @@ def render_markdown(data: ReportData) -> str:
         lines.append("")
     lines += ["Plots: report.html and timeline.png beside this file.", ""]
     return "\n".join(lines)
+
+
+def _generator_lines(results: dict) -> list[str]:
+    """The engine's own verdict from run.json: did the generator keep to the plan, and the checks."""
+    if not results:
+        return []
+    lines = ["## Generator", ""]
+    planned = results.get("planned_operations")
+    if planned is not None:
+        lines.append(f"- planned {planned}, sent {results.get('operations')}, dropped {results.get('dropped')}, "
+                     f"not sent {results.get('not_sent')}")
+    behind = results.get("behind_plan") or []
+    lines += [f"- {b}" for b in behind] or ["- kept to the plan: no stage lagged or dropped slots"]
+    checks = results.get("checks") or []
+    if checks:
+        lines += ["", "## Checks", ""]
+        lines += [f"- {'passed' if c['passed'] else 'FAILED'}: {c['check']} (measured {c['value']})" for c in checks]
+    return lines + [""]
 
 
 def build_report(run_dir: str | Path) -> Path:

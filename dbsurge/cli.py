@@ -108,8 +108,11 @@ def _preflight(args, rest: list[str]) -> None:
     from .stage_plan import StagePlan, parse_duration
     from .workloads import parse_workload_options
 
+    from .workloads import WORKLOADS
+    from .workloads.base import resolve_options
+
     ns = _passthrough(rest)
-    parse_workload_options(ns.workload_option or [])
+    resolve_options(args.workload, WORKLOADS[args.workload].OPTIONS, parse_workload_options(ns.workload_option or []))
     parse_pairs(ns.target_option, "--target-option")
     parse_pairs(ns.operation, "--operation")
     parse_checks(ns.check)

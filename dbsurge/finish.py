@@ -165,7 +165,7 @@ def _capacity(run) -> dict[str, str] | None:
     if df is None or len(df) == 0:
         return out
     for _, row in df.iterrows():
-        cols = [c for c in df.columns if c.endswith("_max") and "Capacity" in c]
+        cols = [c for c in df.columns if c.endswith("(max)")]
         vals = [row[c] for c in cols if row[c] == row[c]]
         if vals:
             out[str(row["stage"])] = "/".join(f"{v:g}" for v in vals)

@@ -105,6 +105,7 @@ class DbSurgeRun:
         self.finished = False
         self.side_tasks: list = []
         self.exit_code: int | None = None
+        self.cloudwatch_collector = None
 
     # -- helpers used by the shapes and the users -----------------------------------------------------
 
@@ -266,6 +267,9 @@ def preflight(run: DbSurgeRun) -> None:
         wl = run.workload(name)
         run.operation_weights = resolve_operations(wl, requested_ops)
     run.target.check()
+    from .side import preflight_side
+
+    preflight_side(run)
     if not opts.no_load:
         for name in names:
             wl = run.workload(name)
@@ -318,7 +322,8 @@ def begin_run(run: DbSurgeRun) -> None:
         operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
         seed=opts.seed, max_lag=opts.max_lag, role=run.role,
         workers=(env.runner.worker_count if run.role == "master" else 1),
-        cloudwatch=opts.cloudwatch or [], versions=_versions(),
+        cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
+        versions=_versions(),
         options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)

@@ -68,6 +68,14 @@ def add_options(parser) -> None:
     g.add_argument("--cloudwatch", env_var="DBSURGE_CLOUDWATCH", action="append", default=None,
                    metavar="PRESET:ID", include_in_web_ui=False,
                    help="attach CloudWatch metrics during the run, e.g. aurora:my-cluster (repeatable)")
+    g.add_argument("--cloudwatch-region", env_var="DBSURGE_CLOUDWATCH_REGION", default=None, include_in_web_ui=False,
+                   help="AWS region for --cloudwatch (default: AWS_DEFAULT_REGION / the profile's)")
+    g.add_argument("--cloudwatch-endpoint-url", env_var="DBSURGE_CLOUDWATCH_ENDPOINT_URL", default=None,
+                   include_in_web_ui=False, help="CloudWatch endpoint (default: AWS_ENDPOINT_URL or AWS's)")
+    g.add_argument("--cloudwatch-interval", env_var="DBSURGE_CLOUDWATCH_INTERVAL", type=float, default=60.0,
+                   include_in_web_ui=False, help="seconds between CloudWatch polls during a run (default 60)")
+    g.add_argument("--runner", env_var="DBSURGE_RUNNER", action="append", default=None, metavar="TYPE[:COUNT]",
+                   include_in_web_ui=False, help="load-generator instance type(s) for the cost, e.g. m7g.4xlarge:2")
     g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=float, default=None, include_in_web_ui=False,
                    help="stop the test when the cost estimate passes this many USD")
     g.add_argument("--no-db-sampler", env_var="DBSURGE_NO_DB_SAMPLER", action="store_true", default=False,

@@ -2,32 +2,95 @@
 
 They run on the master (or the local runner) as greenlets beside the load, on their own
 connections, and write under ``metrics/`` in the run directory. A failing collector is logged
-and recorded in events.jsonl; the run goes on.
+and recorded in events.jsonl; the run goes on. What can be checked before the load (presets,
+credentials, region, the cap) is checked in `preflight_side`, with one clear line on failure.
 """
 
 from __future__ import annotations
 
 import logging
 
+import gevent
+
+from .errors import UserError
+
 log = logging.getLogger("dbsurge")
+
+
+def preflight_side(run) -> None:
+    """Check --cloudwatch and --cost-cap before any load; keeps the CloudWatch collector on the run."""
+    opts = run.options
+    run.cloudwatch_collector = None
+    if opts.cloudwatch:
+        from .collectors.cloudwatch import CloudWatchCollector, parse_presets
+
+        collector = CloudWatchCollector(parse_presets(opts.cloudwatch), region=opts.cloudwatch_region,
+                                        endpoint_url=opts.cloudwatch_endpoint_url)
+        collector.check()
+        run.cloudwatch_collector = collector
+    if opts.cost_cap is not None and not opts.cost_cap > 0:
+        raise UserError(f"--cost-cap must be a positive number of dollars, not {opts.cost_cap}")
+
+
+def _events_to(rundir):
+    def write(event: dict) -> None:
+        event = dict(event)
+        kind = event.pop("kind", "error")
+        event.pop("time_utc", None)
+        rundir.event(kind, **event)
+
+    return write
 
 
 def start_side_collectors(run) -> list:
     """Start what the options ask for; returns the started collectors (each has ``stop()``)."""
     started = []
     opts = run.options
+    events = _events_to(run.rundir)
     if not getattr(opts, "no_db_sampler", False):
         try:
             from .collectors.samplers import MongoSampler, PostgresSampler
 
             cls = PostgresSampler if run.target.kind == "postgres" else MongoSampler
-            sampler = cls(run.target_uri, run.rundir.path)
+            sampler = cls(run.target_uri, run.rundir.path, events=events)
             sampler.start()
             started.append(sampler)
         except Exception as e:
             log.warning("database sampler not started: %s", e)
-            run.rundir.event("error", source="db_sampler", message=str(e))
+            events({"kind": "error", "source": "db_sampler", "message": str(e)})
+    if getattr(run, "cloudwatch_collector", None) is not None:
+        from .collectors.cloudwatch import CloudWatchPoller
+
+        poller = CloudWatchPoller(run.cloudwatch_collector, run.rundir.path, interval_s=opts.cloudwatch_interval,
+                                  events=events, started=run.start_epoch_ns / 1e9)
+        poller.start()
+        started.append(poller)
+    if opts.cost_cap is not None:
+        started.append(gevent.spawn(_cost_guard_loop, run))
     return started
+
+
+def _cost_guard_loop(run) -> None:
+    """Every 10 s, estimate the cost so far; past the cap, record it and stop the test."""
+    from .collectors.cost import CostGuard
+
+    guard = CostGuard(run.options.cost_cap, run_dir=run.rundir.path, runners=run.options.runner or [],
+                      presets=run.options.cloudwatch or [])
+    while not run.finished:
+        gevent.sleep(10.0)
+        try:
+            exceeded = guard.check()
+        except Exception as e:  # an estimate that fails must not stop the load; say so
+            log.warning("cost guard: %s", e)
+            continue
+        if exceeded:
+            event = dict(guard.event())
+            event.pop("time_utc", None)
+            run.rundir.event(event.pop("kind", "cost_cap"), **event)
+            log.error("cost cap of $%.2f passed: stopping the test", run.options.cost_cap)
+            runner = run.environment.runner
+            gevent.spawn(runner.quit if run.options.headless else runner.stop)
+            return
 
 
 def stop_side_collectors(run) -> None:

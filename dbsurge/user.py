@@ -103,10 +103,8 @@ def _operation_loop(user: DbUser, run) -> None:
             fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                  response_length=0, exception=exc, context=None)
             if exc is not None:
+                # a broken connection is the session's business: it reconnects before the next operation
                 recorder.error(_error_kind(exc))
-                session = _maybe_reconnect(run, session, workload, fns_map, names, rng)
-                if session is not None:
-                    fns = [fns_map[n] for n in names]
     finally:
         try:
             session.close()
@@ -117,24 +115,3 @@ def _operation_loop(user: DbUser, run) -> None:
 def _error_kind(exc: Exception) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return redact_text(f"{type(exc).__name__}: {first[:160]}")
-
-
-def _maybe_reconnect(run, session, workload, fns_map: dict, names: list, rng):
-    """After a failure, replace a broken connection so the next operation can succeed."""
-    broken = getattr(session, "is_broken", None)
-    if broken is None or not broken():
-        return session
-    try:
-        session.close()
-    except Exception:
-        pass
-    while True:
-        try:
-            new = run.target.connect()
-            break
-        except Exception as e:
-            run.recorder.error(_error_kind(e))
-            gevent.sleep(0.5)
-    fns_map.clear()
-    fns_map.update(workload.new_client(new, rng.randrange(1 << 30)))
-    return new

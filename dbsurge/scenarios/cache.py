@@ -1,0 +1,294 @@
+"""``dbsurge scenario cache``: study 000, experiment 1, buffer cache warm vs cold.
+
+1. Warm phase: ``--warm-connections`` clients x ``--warm-rate`` reads/s by random id over the whole
+   documents collection for ``--warm-duration`` (the study: 100 x 30 for 5 minutes, so the cache
+   holds the data set).
+2. Snapshot A (WARM): ``--reads`` seeded random ids (1,000), read one after another on one new
+   connection, each timed.
+3. Every connection closed, then ``--idle`` (the study waited 20 minutes for the cluster to scale in
+   and drop its cache). With ``--restart-target`` (embedded targets) the server is restarted instead,
+   so its cache really is empty; ``--restart-command`` does the same for any server.
+4. Snapshot B (COLD): the same ids in the same order, same code path, on a new connection.
+
+The table is the study's: P50, P95, P99 and MAX warm and cold with the change in % and as a
+ratio, plus the first read, errors and the server's own cache hit ratio during each snapshot. The
+output says in words whether cold was slower, with the numbers; after a restart of an embedded
+server only the database's cache is empty (the operating system's page cache stays warm), so the
+difference can be small, and the output says that too.
+
+Raw data: ``snapshots.csv`` (snapshot, index, id, t_since_start_s, latency_ms, ok, error),
+``warm_phase.csv`` (one line), ``server_cache.csv`` (per snapshot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from dbsurge.errors import UserError
+from dbsurge.scenarios.documents_reads import (
+    counter_delta,
+    flush_server_counters,
+    id_reader,
+    seeded_ids,
+    server_cache_counters,
+)
+from dbsurge.scenarios.latency import delta_text, ms, number, ratio, summarize_ms
+from dbsurge.scenarios.latency import change_pct as change
+from dbsurge.scenarios.paced_clients import run_paced_clients
+from dbsurge.scenarios.scenario_run import (
+    EMBEDDED_KINDS,
+    Report,
+    ScenarioRun,
+    Table,
+    ensure_loaded,
+    floats,
+    opt_float,
+    parse_key_values,
+    positive,
+    print_from,
+    read_meta,
+    read_rows,
+    restart_target,
+    say,
+    scenario_parser,
+    seconds,
+    settle,
+    wait_idle,
+)
+
+NAME = "cache"
+STUDY = {"warm_connections": 100, "warm_rate": 30.0, "warm_duration": "5m", "reads": 1000, "idle": "20m",
+         "documents": 2_000_000}
+QUICK = {"warm_connections": 4, "warm_rate": 50.0, "warm_duration": "3s", "reads": 1000, "idle": "1s",
+         "documents": 20_000}
+SNAPSHOT_COLUMNS = ["snapshot", "index", "id", "t_since_start_s", "latency_ms", "ok", "error"]
+WARM_COLUMNS = ["connections", "rate_per_connection", "duration_s", "operations", "failures", "achieved_ops_s",
+                "p50_ms", "p99_ms", "max_ms", "connect_errors"]
+SERVER_COLUMNS = ["snapshot", "blocks_read", "blocks_hit", "hit_pct"]
+TABLE_COLUMNS = ["metric", "warm", "cold", "delta_pct", "ratio"]
+FIRST_READS = 10
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = scenario_parser(NAME, "Study 000, experiment 1: the same seeded reads warm, then cold.")
+    p.add_argument("--warm-connections", type=int, default=None, help="clients of the warm phase (study 100; quick 4)")
+    p.add_argument("--warm-rate", type=float, default=None,
+                   help="reads per second per warm client (study 30; quick 50)")
+    p.add_argument("--warm-duration", default=None, help="length of the warm phase (study 5m; quick 3s)")
+    p.add_argument("--reads", type=int, default=None, help="reads per snapshot (1000)")
+    p.add_argument("--idle", default=None,
+                   help="wait between the snapshots, every connection closed (study 20m; quick 1s; "
+                        "0 with --restart-target unless given)")
+    p.add_argument("--documents", type=int, default=None,
+                   help="documents in the collection (study 2,000,000; quick 20,000; "
+                        "same as --workload-option documents=N)")
+    p.add_argument("--restart-target", action="store_true",
+                   help="restart the server between the snapshots so its cache is empty (embedded targets: "
+                        "the scenario starts a server of its own; other targets need --restart-command)")
+    p.add_argument("--restart-command", default=None, metavar="CMD",
+                   help="shell command that restarts the target's server, e.g. 'docker restart pg'")
+    p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
+                   help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
+    p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
+                   help="WiredTiger cache of the embedded MongoDB-wire server this scenario starts (default 256M)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.from_run:
+        return print_from(args.from_run, report, NAME)
+    idle_given = args.idle is not None
+    settings = settle(args, STUDY, QUICK)
+    warm_s = seconds(args.warm_duration, "--warm-duration")
+    restart = bool(args.restart_target or args.restart_command)
+    idle_s = seconds(args.idle, "--idle") if (idle_given or not restart) else 0.0
+    positive(args.warm_connections, "--warm-connections")
+    positive(args.warm_rate, "--warm-rate")
+    positive(args.reads, "--reads")
+    topts = parse_key_values(args.target_option, "--target-option")
+    wopts = parse_key_values(args.workload_option, "--workload-option")
+    wopts.setdefault("documents", str(args.documents))
+    own_server = args.restart_target and not args.restart_command
+    if own_server and (args.target or "").strip().lower() not in EMBEDDED_KINDS:
+        raise UserError("--restart-target restarts embedded-postgres / embedded-mongo only; for another server "
+                        "pass --restart-command CMD (or leave both out and let --idle do it, as the study did)")
+    from dbsurge.workloads import get_workload
+
+    with ScenarioRun(NAME, args, {**settings, "idle_s": idle_s, "restart": restart}) as run:
+        target = run.connect_target(topts, own_server=own_server, server_settings={
+            "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})
+        workload = get_workload("documents", target, wopts)
+        run.begin(workload="documents", workload_options=workload.options)
+        load_s = ensure_loaded(workload)
+        documents = workload.options["documents"]
+        ids = seeded_ids(args.seed, args.reads, documents)
+
+        warm_phase(run, workload, args.warm_connections, args.warm_rate, warm_s)
+        before = server_cache_counters(target)
+        snapshot(run, "warm", ids)
+        after_warm = server_cache_counters(target)
+
+        run.event("cold_start", idle_s=idle_s, restart=restart)
+        wait_idle(idle_s, "every connection closed")
+        restart_s = restart_target(run, args.restart_command) if restart else None
+        snapshot(run, "cold", ids)
+        after_cold = server_cache_counters(target)
+
+        server = [{"snapshot": "warm", **counter_delta(before, after_warm)},
+                  {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
+        run.append_rows("server_cache.csv", SERVER_COLUMNS, server)
+        run.meta(cold_start={"idle_s": idle_s, "restart": restart, "restart_command": args.restart_command,
+                             "restart_s": restart_s}, load_s=load_s, documents=documents, reads=len(ids))
+        result = run.finish(report)
+    return 0 if result else 1
+
+
+def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, duration_s: float) -> None:
+    """C clients x R random reads/s over the whole collection (the workload's own read_by_id)."""
+    say(f"warm phase: {connections} connections x {rate:g} reads/s for {duration_s:g} s")
+    target = run.target
+
+    def make(session, i):
+        read = workload.new_client(session, run.args.seed * 1000 + i)["read_by_id"]
+        return (lambda: None), (lambda _key: read())
+
+    result = run_paced_clients(clients=connections, rate_per_client=rate, duration_s=duration_s,
+                               connect=lambda i: target.connect(), make_operation=make)
+    ok = [op.response_ms for op in result.operations if op.ok]
+    s = summarize_ms(ok)
+    row = {"connections": connections, "rate_per_connection": rate, "duration_s": duration_s,
+           "operations": len(result.operations), "failures": len(result.operations) - len(ok),
+           "achieved_ops_s": round(len(ok) / max(result.elapsed_s, 1e-9), 3) if ok else 0.0,
+           "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"],
+           "connect_errors": sum(result.connect_errors.values())}
+    run.append_rows("warm_phase.csv", WARM_COLUMNS, [row])
+    run.event("warm_phase", **{k: v for k, v in row.items()}, errors=dict(result.errors))
+
+
+def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
+    """Read ``ids`` in order on one new connection, each read timed; rows go to snapshots.csv."""
+    say(f"snapshot {name.upper()}: {len(ids)} reads by id on one new connection")
+    target = run.target
+    run.event("snapshot_start", snapshot=name)
+    session = target.connect()
+    rows = []
+    try:
+        read = id_reader(target.kind, session)
+        perf = time.perf_counter_ns
+        t0 = perf()
+        for index, doc_id in enumerate(ids):
+            start = perf()
+            try:
+                read(doc_id)
+                error = ""
+            except Exception as e:  # a failed read is data
+                error = f"{type(e).__name__}: {str(e).strip()[:160]}"
+            end = perf()
+            rows.append({"snapshot": name, "index": index, "id": doc_id, "t_since_start_s": round((start - t0) / 1e9, 6),
+                         "latency_ms": round((end - start) / 1e6, 3), "ok": 0 if error else 1, "error": error})
+        flush_server_counters(target.kind, session)
+    finally:
+        session.close()
+    run.append_rows("snapshots.csv", SNAPSHOT_COLUMNS, rows)
+    run.event("snapshot_end", snapshot=name, reads=len(rows))
+
+
+# -- the table (pure, from the run directory's files) -------------------------------------------------
+
+
+def cache_rows(warm: list[float], cold: list[float], warm_errors: int, cold_errors: int,
+               server: dict[str, dict]) -> list[dict]:
+    """The table's rows as numbers: percentiles, first reads, errors, server cache hit %."""
+    sw, sc = summarize_ms(warm), summarize_ms(cold)
+    rows = []
+    for label, key in (("P50", "p50_ms"), ("P95", "p95_ms"), ("P99", "p99_ms"), ("MAX", "max_ms"),
+                       ("MEAN", "mean_ms")):
+        rows.append(_row(label, sw[key], sc[key]))
+    rows.append(_row("first read", warm[0] if warm else None, cold[0] if cold else None))
+    first_w = sum(warm[:FIRST_READS]) / len(warm[:FIRST_READS]) if warm else None
+    first_c = sum(cold[:FIRST_READS]) / len(cold[:FIRST_READS]) if cold else None
+    rows.append(_row(f"first {FIRST_READS} reads (mean)", first_w, first_c))
+    rows.append({"metric": "errors", "warm": warm_errors, "cold": cold_errors, "delta_pct": None, "ratio": None})
+    hw, hc = (server.get(s, {}).get("hit_pct") for s in ("warm", "cold"))
+    rows.append({"metric": "server cache hit %", "warm": opt_float(hw), "cold": opt_float(hc), "delta_pct": None,
+                 "ratio": None})
+    return rows
+
+
+def _row(label: str, warm: float | None, cold: float | None) -> dict:
+    d = change(warm, cold)
+    r = ratio(warm, cold)
+    return {"metric": label, "warm": warm, "cold": cold, "delta_pct": None if d is None else round(d, 3),
+            "ratio": None if r is None else round(r, 4)}
+
+
+def verdict(rows: list[dict]) -> str:
+    """One plain sentence: where COLD was slower than WARM and where it was not, with the numbers."""
+    by = {r["metric"]: r for r in rows}
+    slower, not_slower = [], []
+    for label in ("P50", "P95", "P99", "MAX"):
+        r = by[label]
+        if r["warm"] is None or r["cold"] is None:
+            continue
+        text = f"{label} {r['warm']:.3f} -> {r['cold']:.3f} ms ({r['delta_pct']:+.0f}%)"
+        (slower if r["cold"] > r["warm"] else not_slower).append(text)
+    if not slower and not not_slower:
+        return "No comparison: a snapshot has no successful reads."
+    if not not_slower:
+        return "COLD was slower than WARM at every percentile: " + "; ".join(slower) + "."
+    if not slower:
+        return "COLD was NOT slower than WARM at any percentile: " + "; ".join(not_slower) + "."
+    return ("COLD was slower than WARM at " + "; ".join(slower) + ", and NOT slower at " + "; ".join(not_slower)
+            + ".")
+
+
+def report(run_dir: Path) -> Report:
+    """The study's warm-vs-cold table from snapshots.csv, warm_phase.csv and server_cache.csv."""
+    meta = read_meta(run_dir)
+    snaps = read_rows(run_dir, "snapshots.csv")
+    warm_rows = [r for r in snaps if r["snapshot"] == "warm"]
+    cold_rows = [r for r in snaps if r["snapshot"] == "cold"]
+    warm, cold = floats(warm_rows, "latency_ms"), floats(cold_rows, "latency_ms")
+    errors = [sum(1 for r in rs if r["ok"] in ("0", "False", "false")) for rs in (warm_rows, cold_rows)]
+    server = {r["snapshot"]: r for r in read_rows(run_dir, "server_cache.csv")}
+    rows = cache_rows(warm, cold, errors[0], errors[1], server)
+    display = []
+    for r in rows:
+        if r["metric"] == "errors":
+            display.append([r["metric"], str(r["warm"]), str(r["cold"]), ""])
+        elif r["metric"] == "server cache hit %":
+            display.append([r["metric"], number(r["warm"], 1), number(r["cold"], 1), ""])
+        else:
+            display.append([r["metric"], ms(r["warm"]), ms(r["cold"]), delta_text(r["warm"], r["cold"])])
+    table = Table(title=f"Snapshots: {len(warm_rows)} seeded reads by id, warm then cold (latency in ms)",
+                  headers=["", "WARM", "COLD", "delta"], rows=display, csv_name=f"{NAME}.csv",
+                  csv_columns=TABLE_COLUMNS, csv_rows=rows)
+    return Report(heading=f"dbsurge scenario cache (study 000, experiment 1): {meta.get('target_display')}",
+                  tables=[table], notes=_notes(meta, run_dir, rows))
+
+
+def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
+    notes = [verdict(rows)]
+    cold = meta.get("cold_start") or {}
+    if cold.get("restart"):
+        how = f"`{cold['restart_command']}`" if cold.get("restart_command") else "restarting the embedded server"
+        notes.append(f"COLD: after {cold.get('idle_s', 0):g} s idle and {how} (back in {cold.get('restart_s')} s). "
+                     "A restart empties the database's own cache only: the operating system's page cache stays "
+                     "warm, so cold reads come from memory, not from storage, and the gap is smaller than after "
+                     "a serverless scale-in.")
+    else:
+        notes.append(f"COLD: after {cold.get('idle_s', 0):g} s with every connection closed (the study waited 20 "
+                     "minutes for a scale-in to the floor capacity).")
+    for w in read_rows(run_dir, "warm_phase.csv"):
+        notes.append(f"Warm phase: {w['connections']} connections x {float(w['rate_per_connection']):g} reads/s for "
+                     f"{float(w['duration_s']):g} s: {w['operations']} reads, {w['failures']} failed, "
+                     f"{float(w['achieved_ops_s']):,.1f} reads/s, p50 {ms(opt_float(w['p50_ms']))} ms, "
+                     f"p99 {ms(opt_float(w['p99_ms']))} ms.")
+    by = {r["metric"]: r for r in rows}
+    hit = by["server cache hit %"]
+    if hit["warm"] is None and hit["cold"] is None:
+        notes.append("The server gives no cache counters here (blank server cache hit %).")
+    return notes
