@@ -93,7 +93,11 @@ def run_main(argv: list[str]) -> int:
         elif not args.shape and not args.web:
             cmd += ["-t", "30s"]
         if args.processes:
-            cmd += ["--processes", str(args.processes)]
+            # a private master port: two runs on one host must never pick up each other's workers
+            from .embedded import free_port
+
+            port = str(free_port())
+            cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
         cmd += rest
         return _run_child(cmd)
     finally:

@@ -305,6 +305,9 @@ def begin_run(run: DbSurgeRun) -> None:
     # a closed-model run starts now.
     delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
     run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
+    if run.plan and opts.align_start:
+        step = int(float(opts.align_start) * 1e9)
+        run.start_epoch_ns = -(-run.start_epoch_ns // step) * step  # the next multiple of the step
     start_s = run.start_epoch_ns / 1e9
     names = sorted({u.workload for u in dbsurge_user_classes(env)})
     run_id = opts.run_id or new_run_id("-".join(names))

@@ -65,6 +65,9 @@ def add_options(parser) -> None:
                    help="seconds to let in-flight operations finish after the plan ends (default 2)")
     g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],
                    include_in_web_ui=False, help="seconds between test start and the plan's time zero (default 1)")
+    g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=float, default=None, include_in_web_ui=False,
+                   help="put the plan's time zero on a multiple of this many wall-clock seconds, e.g. 60 to line "
+                        "stages up with CloudWatch's one-minute periods")
     g.add_argument("--cloudwatch", env_var="DBSURGE_CLOUDWATCH", action="append", default=None,
                    metavar="PRESET:ID", include_in_web_ui=False,
                    help="attach CloudWatch metrics during the run, e.g. aurora:my-cluster (repeatable)")

@@ -29,6 +29,7 @@ from dbsurge.scenarios.scenario_run import (
     ScenarioRun,
     Table,
     ensure_loaded,
+    settle_after_load,
     parse_key_values,
     positive,
     print_from,
@@ -102,7 +103,10 @@ def main(argv: list[str]) -> int:
         workload = get_workload("documents", target, wopts)
         hot = min(args.hot_set, workload.options["documents"])
         run.begin(workload="documents", workload_options=workload.options, hot_set=hot)
-        run.meta(load_s=ensure_loaded(workload))
+        load_s = ensure_loaded(workload)
+        if load_s:
+            settle_after_load(workload, ("documents",))
+        run.meta(load_s=load_s)
         wait_idle(idle_s, "before the re-warm")
         restart_s = None
         if args.restart_target or args.restart_command:
@@ -191,7 +195,7 @@ def report(run_dir: Path) -> Report:
     buckets = bucket_rows(trace, float(settings["bucket_s"]), float(settings["duration_s"]))
     first = first_window_rows(trace, float(settings["first_window_s"]))
     top = run_maximum(trace)
-    t1 = Table(title=f"Re-warm timeline: {settings.get('clients')} clients x {settings.get('rate')} reads/s on a hot "
+    t1 = Table(title=f"Re-warm timeline: {settings.get('clients')} clients x {settings.get('rate'):g} reads/s on a hot "
                      f"set of {meta.get('hot_set')} (latency in ms, from the intended start)",
                headers=["bucket", "time window", "reads", "failures", "P50", "mean", "P99", "max"],
                rows=[[str(b["bucket"]), _window_label(b["start_s"], b["end_s"]), str(b["count"]), str(b["failures"]),

@@ -1,0 +1,65 @@
+"""Scenarios that are load-shaped run the engine: ``dbsurge run`` in a child process.
+
+The child is exactly what a user gets from ``dbsurge run --workload ... --shape ...`` (itself
+``locust -f locustfiles/<workload>.py,shapes/<shape>.py``), so the scenario's numbers are the
+engine's: arrival-rate pacing, microsecond histograms, workers merged. The scenario picks the run
+id and results directory, then reads the run directory the engine wrote (stages.csv,
+summary.csv) to print the study's table. A child process keeps Locust's gevent monkey-patching
+out of the ``dbsurge`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dbsurge.rundir import RunDirectory
+
+
+def run_engine(run_args: list[str]) -> int:
+    """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results)."""
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", *run_args]
+    sys.stdout.flush()
+    proc = subprocess.Popen(cmd)
+    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def master_port_args(rest: list[str]) -> list[str]:
+    """``--master-port P --master-bind-port P`` on a free port, unless the user chose one.
+
+    ``--processes`` starts a Locust master on port 5557 by default; two runs on one host at the
+    same time (a scenario beside a test suite, two scenarios) would collide on it.
+    """
+    if any(a.startswith(("--master-port", "--master-bind-port")) for a in rest):
+        return []
+    from dbsurge.embedded import free_port
+
+    port = str(free_port())
+    return ["--master-port", port, "--master-bind-port", port]
+
+
+def pairs(flag: str, values: list[str] | None) -> list[str]:
+    """``["--flag", v1, "--flag", v2, ...]``."""
+    out: list[str] = []
+    for v in values or []:
+        out += [flag, v]
+    return out
+
+
+def annotate_run(run_dir: Path, **fields: Any) -> None:
+    """Add fields to the run.json the engine wrote (through `RunDirectory.write_meta`, which redacts)."""
+    rd = RunDirectory(run_dir.parent, run_dir.name)
+    try:
+        path = run_dir / "run.json"
+        rd.meta = json.loads(path.read_text()) if path.is_file() else {}
+        rd.write_meta(**fields)
+    finally:
+        rd.close()

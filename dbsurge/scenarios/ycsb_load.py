@@ -1,0 +1,297 @@
+"""``dbsurge scenario ycsb-load``: study 002's load phase, insert throughput with and without batching.
+
+``--clients`` clients (threads, each on its own connection) insert ``--records`` YCSB records into an
+empty ``usertable``, each client a contiguous range of record numbers, ``--batch-size`` records per
+insert (1: unbatched, one INSERT or ``insert_one`` per record, as YCSB's default; more: one
+multi-row INSERT in a transaction, or ``insert_many``, as YCSB's MongoDB binding with batching).
+The data is the ycsb workload's own (same keys, same seeded values as ``dbsurge load``), so
+``ycsb-run`` can follow.
+
+Every insert call is timed: the latency is per insert when ``--batch-size`` is 1 and per batch
+otherwise, and the table says which. Raw data: ``inserts.csv`` (client, first_record, records,
+t_since_start_s, latency_ms, ok, error), one row per insert call.
+
+The phase measures inserts into an empty table: a table that already holds records is refused
+unless ``--drop`` is given, which drops it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dbsurge.errors import UserError
+from dbsurge.scenarios.latency import ms, number, summarize_ms
+from dbsurge.scenarios.scenario_run import (
+    Report,
+    ScenarioRun,
+    Table,
+    floats,
+    parse_key_values,
+    positive,
+    print_from,
+    read_meta,
+    read_rows,
+    say,
+    scenario_parser,
+    settle,
+)
+
+NAME = "ycsb-load"
+STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
+QUICK = {"records": 2000, "batch_size": 1, "clients": 4}
+INSERT_COLUMNS = ["client", "first_record", "records", "t_since_start_s", "latency_ms", "ok", "error"]
+TABLE_COLUMNS = ["records", "inserted", "clients", "batch_size", "seconds", "inserts_per_s", "latency_per",
+                 "calls", "p50_ms", "p99_ms", "max_ms", "failures"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = scenario_parser(NAME, "Study 002: the YCSB load phase (inserts), batched or not.")
+    p.add_argument("--records", type=int, default=None, help="records to insert (recordcount; study 1,000,000 here; "
+                                                             "quick 2,000)")
+    p.add_argument("--batch-size", type=int, default=None, help="records per insert call (1 = unbatched)")
+    p.add_argument("--clients", type=int, default=None, help="concurrent inserting clients (study 16; quick 4)")
+    p.add_argument("--drop", action="store_true", help="drop the table first if it already holds records")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.from_run:
+        return print_from(args.from_run, report, NAME)
+    settings = settle(args, STUDY, QUICK)
+    positive(args.records, "--records")
+    positive(args.batch_size, "--batch-size")
+    positive(args.clients, "--clients")
+    topts = parse_key_values(args.target_option, "--target-option")
+    wopts = parse_key_values(args.workload_option, "--workload-option")
+    wopts.setdefault("recordcount", str(args.records))
+    wopts["batchsize"] = str(args.batch_size)
+    from dbsurge.workloads import get_workload
+
+    with ScenarioRun(NAME, args, settings) as run:
+        target = run.connect_target(topts)
+        workload = get_workload("ycsb", target, wopts)
+        if table_has_rows(workload):
+            if not args.drop:
+                raise UserError(f"table {workload.table} already holds records: the load phase measures inserts "
+                                "into an empty table; pass --drop to drop it first (or another "
+                                "--workload-option table=NAME)")
+            drop_table(workload)
+        create_table(workload)
+        run.begin(workload="ycsb", workload_options=workload.options)
+        say(f"load phase: {workload.recordcount:,} records, {args.clients} clients, batch size {args.batch_size}")
+        rows, t0_epoch = load(workload, args.clients, args.batch_size)
+        run.append_rows("inserts.csv", INSERT_COLUMNS, rows)
+        run.meta(time_zero_utc=_utc(t0_epoch))
+        run.finish(report, results={"inserted": sum(int(r["records"]) for r in rows if r["ok"]),
+                                    "failures": sum(1 for r in rows if not r["ok"])})
+    return 0
+
+
+def _utc(epoch_s: float) -> str:
+    from dbsurge.rundir import utc_iso
+
+    return utc_iso(epoch_s)
+
+
+def table_has_rows(workload: Any) -> bool:
+    session = workload.target.connect()
+    try:
+        if workload.kind == "postgres":
+            from dbsurge.workloads.loading import pg_table_has_rows
+
+            return pg_table_has_rows(session, workload.table)
+        return session.db[workload.table].find_one({}, {"_id": 1}) is not None
+    finally:
+        session.close()
+
+
+def drop_table(workload: Any) -> None:
+    session = workload.target.connect()
+    try:
+        if workload.kind == "postgres":
+            from dbsurge.workloads.loading import pg_execute
+
+            pg_execute(session, f"drop table if exists {workload.table}")
+        else:
+            session.db[workload.table].drop()
+    finally:
+        session.close()
+
+
+def create_table(workload: Any) -> None:
+    """The workload's own schema, without rows: its load with ``insertcount=0``."""
+    from dbsurge.workloads import get_workload
+
+    empty = get_workload("ycsb", workload.target, {**_given(workload), "insertcount": "0"})
+    empty.load(progress=False)
+
+
+def _given(workload: Any) -> dict[str, str]:
+    return {k: str(v) for k, v in workload.options.items() if v not in (None, "") and k != "insertcount"}
+
+
+def record_batches(workload: Any, start: int, stop: int, batch_size: int) -> Iterator[tuple[int, list[tuple]]]:
+    """``(first_record, rows)`` batches of records ``start..stop-1``, the same rows `Workload.load` inserts."""
+    from dbsurge.workloads.loading import block_rows, blocks
+
+    seed = workload.options["seed"]
+
+    def make(rng: Any, first: int, last: int) -> list[tuple]:
+        # the rows of YcsbWorkload.load(): key, then the fields from the block's generator
+        return [(workload.key_for(i), *workload._record(rng)) for i in range(first, last)]
+
+    pending: list[tuple] = []
+    first_pending = start
+    for block, first, last in blocks(start, stop):
+        for row in block_rows(workload.name, seed, block, first, last, make):
+            pending.append(row)
+            if len(pending) == batch_size:
+                yield first_pending, pending
+                first_pending += len(pending)
+                pending = []
+    if pending:
+        yield first_pending, pending
+
+
+def inserter(workload: Any, session: Any, batch_size: int) -> Any:
+    """``insert(rows)``: one insert call of ``rows`` on ``session`` (raises on failure)."""
+    if workload.kind == "postgres":
+        from dbsurge.workloads.base import pg_executor
+        from dbsurge.workloads.loading import pg_insert_sql
+        from dbsurge.workloads.ycsb import KEY_COLUMN
+
+        columns = (KEY_COLUMN, *workload.fields)
+        sql_for = {}
+        execute = pg_executor(session)
+        autocommit = batch_size == 1 and getattr(workload.target, "flavor", "") != "dsql"
+
+        def insert_pg(rows: list[tuple]) -> None:
+            sql = sql_for.get(len(rows)) or sql_for.setdefault(len(rows), pg_insert_sql(workload.table, columns,
+                                                                                         len(rows)))
+            params = [v for row in rows for v in row]
+            if autocommit:
+                execute(sql, params, prepare=True)
+            else:
+                session.run_transaction(lambda conn: conn.execute(sql, params, prepare=True))
+
+        return insert_pg
+    collection = workload._collection(session)  # honours the workload's writeconcern option
+    fields = workload.fields
+
+    def insert_mongo(rows: list[tuple]) -> None:
+        docs = [{"_id": row[0], **dict(zip(fields, row[1:]))} for row in rows]
+        if len(docs) == 1:
+            collection.insert_one(docs[0])
+        else:
+            collection.insert_many(docs, ordered=False)
+
+    return insert_mongo
+
+
+def load(workload: Any, clients: int, batch_size: int) -> tuple[list[dict], float]:
+    """Insert the records with ``clients`` threads; returns one row per insert call and time zero (epoch)."""
+    total = workload.recordcount
+    bounds = [total * i // clients for i in range(clients + 1)]
+    ready = threading.Barrier(clients + 1, timeout=120)
+    go = threading.Event()
+    clock: dict[str, float] = {}
+    per_client: list[list[dict]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+
+    def client(i: int) -> None:
+        session = None
+        try:
+            session = workload.target.connect()
+            insert = inserter(workload, session, batch_size)
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            _wait(ready)
+            return
+        try:
+            _wait(ready)
+            go.wait()
+            t0 = clock["t0"]
+            perf = time.perf_counter_ns
+            out = per_client[i]
+            for first, rows in record_batches(workload, bounds[i], bounds[i + 1], batch_size):
+                start = perf()
+                try:
+                    insert(rows)
+                    error = ""
+                except Exception as e:  # a failed insert is data (a duplicate key, a timeout)
+                    error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+                end = perf()
+                out.append({"client": i, "first_record": first, "records": len(rows),
+                            "t_since_start_s": round((start - t0) / 1e9, 6), "latency_ms": round((end - start) / 1e6, 3),
+                            "ok": 0 if error else 1, "error": error})
+        finally:
+            session.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    _wait(ready)
+    if errors:
+        go.set()
+        raise UserError(f"a loading client could not connect: {errors[0]}")
+    clock["t0"] = time.perf_counter_ns()
+    t0_epoch = time.time()
+    go.set()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
+    rows = sorted((r for rs in per_client for r in rs), key=lambda r: r["t_since_start_s"])
+    return rows, t0_epoch
+
+
+def _wait(barrier: threading.Barrier) -> None:
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+
+
+# -- the table (pure, from inserts.csv) -----------------------------------------------------------------
+
+
+def load_row(inserts: list[dict], records: int, clients: int, batch_size: int) -> dict:
+    """The load phase as one row: records inserted per second, latency per insert call."""
+    ok = [r for r in inserts if str(r["ok"]) not in ("0", "False", "false")]
+    inserted = sum(int(r["records"]) for r in ok)
+    ends = [float(r["t_since_start_s"]) + float(r["latency_ms"]) / 1000 for r in inserts]
+    seconds_ = max(ends) if ends else None
+    s = summarize_ms(floats(ok, "latency_ms"))
+    return {"records": records, "inserted": inserted, "clients": clients, "batch_size": batch_size,
+            "seconds": None if seconds_ is None else round(seconds_, 6),
+            "inserts_per_s": round(inserted / seconds_, 3) if seconds_ else None,
+            "latency_per": "insert" if batch_size == 1 else f"batch of {batch_size}", "calls": len(inserts),
+            "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"],
+            "failures": len(inserts) - len(ok)}
+
+
+def report(run_dir: Path) -> Report:
+    meta = read_meta(run_dir)
+    settings = meta.get("settings") or {}
+    wopts = meta.get("workload_options") or {}
+    row = load_row(read_rows(run_dir, "inserts.csv"), int(wopts.get("recordcount", 0)),
+                   int(settings.get("clients", 1)), int(settings.get("batch_size", 1)))
+    per = row["latency_per"]
+    table = Table(title="YCSB load phase (insert throughput; latency per insert call)",
+                  headers=["records", "clients", "batch size", "seconds", "inserts/s", f"p50 ms per {per}",
+                           f"p99 ms per {per}", "max ms", "failures"],
+                  rows=[[number(row["inserted"], 0), str(row["clients"]), str(row["batch_size"]),
+                         number(row["seconds"], 3), number(row["inserts_per_s"], 1), ms(row["p50_ms"]),
+                         ms(row["p99_ms"]), ms(row["max_ms"]), str(row["failures"])]],
+                  csv_name="ycsb-load.csv", csv_columns=TABLE_COLUMNS, csv_rows=[row])
+    notes = [f"{row['inserted']:,} of {row['records']:,} records inserted into {wopts.get('table', 'usertable')} "
+             f"in {row['calls']:,} insert calls; inserts/s counts records."]
+    if row["failures"]:
+        notes.append(f"{row['failures']} insert calls failed (inserts.csv has the errors).")
+    return Report(heading=f"dbsurge scenario ycsb-load (study 002): {meta.get('target_display')}", tables=[table],
+                  notes=notes)

@@ -1,0 +1,330 @@
+"""End to end: every scenario with ``--quick`` against the embedded servers, checked on its run directory.
+
+Each test runs ``dbsurge scenario ...`` as a user would (a child process) and then recomputes the
+printed table from the raw data the scenario wrote, so a number in the table is a number from the
+run. The idle test freezes the PostgreSQL server (SIGSTOP) between the idle wait and the new
+connection; the hotspot test counts, on the server, the keys the updates actually touched.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+
+from dbsurge.scenarios.latency import summarize_ms
+from dbsurge.workloads.ycsb import YcsbWorkload
+from runs import dbsurge, explain, only_run_dir, read_csv, read_json
+
+
+def _floats(rows: list[dict], column: str) -> list[float]:
+    return [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+
+
+def _no_secrets(run: Path) -> None:
+    text = (run / "run.json").read_text()
+    assert "password" not in text.lower() or '"***"' in text
+
+
+def test_bad_options_fail_in_one_line_before_any_run(tmp_path, pg_uri):
+    for args in (["cache", "--target", pg_uri, "--restart-target", "--quick"],
+                 ["ycsb-run", "--target", pg_uri, "--scale-workers", "1,x"],
+                 ["idle", "--target", pg_uri, "--idle", "soon"],
+                 ["spike", "--target", pg_uri, "--baseline-tps", "-5"],
+                 ["nosuch"]):
+        proc = dbsurge("scenario", *args, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2, explain(proc)
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("dbsurge: "), proc.stderr
+        assert not (tmp_path / "results").exists()
+
+
+def test_spike_prints_the_study_table_from_stages_csv(tmp_path, pg_uri):
+    proc = dbsurge("scenario", "spike", "--quick", "--target", pg_uri, "--stage-seconds", "2", cwd=tmp_path,
+                   timeout=180)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    rows = read_csv(run / "spike.csv")
+    assert [r["stage"] for r in rows] == ["20%", "200%", "100%", "5%"]
+    assert [float(r["arrival_rate_tps"]) for r in rows] == [20, 200, 100, 5]
+    stages = read_csv(run / "stages.csv")
+    for r in rows:
+        by_op = {s["operation"]: s for s in stages if s["stage"] == r["stage"]}
+        assert float(r["successful_tps"]) == float(by_op["ALL"]["achieved_tps"])
+        assert abs(float(r["successful_tps"]) - float(r["arrival_rate_tps"])) <= 0.2 * float(r["arrival_rate_tps"])
+        assert float(r["order_create_p99_ms"]) == float(by_op["order_create"]["p99_ms"])
+        assert float(r["product_lookup_p95_ms"]) == float(by_op["product_lookup"]["p95_ms"])
+        assert r["max_capacity"] == ""  # no collector: blank, not invented
+    meta = read_json(run / "run.json")
+    assert meta["scenario"] == "spike" and meta["plan"]["text"] == "2s@20%,2s@200%,2s@100%,2s@5%"
+    summary = (run / "summary.md").read_text()
+    assert "order creation p95 / p99 ms" in summary and "max capacity" in summary
+    assert "successful TPS" in proc.stdout and "No collector attached" in proc.stdout
+
+
+def test_idle_quick_times_connection_first_query_and_twenty_more(tmp_path, pg_uri):
+    proc = dbsurge("scenario", "idle", "--quick", "--target", pg_uri, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    probes = read_csv(run / "probes.csv")
+    table = read_csv(run / "idle.csv")
+    assert [r["run"] for r in table] == ["1", "2"]
+    for r in table:
+        mine = [p for p in probes if p["run"] == r["run"]]
+        assert [p["step"] for p in mine] == ["connect", "first_query"] + ["lookup"] * 20
+        assert r["result"] == "success"
+        assert float(r["first_connection_ms"]) == float(mine[0]["latency_ms"]) > 0
+        assert float(r["first_query_ms"]) == float(mine[1]["latency_ms"])
+        p50 = summarize_ms(_floats(mine[2:], "latency_ms"))["p50_ms"]
+        assert float(r["next_p50_ms"]) == pytest.approx(p50)
+    meta = read_json(run / "run.json")
+    assert meta["operation"] == "product_lookup" and meta["target"]["connect_timeout_s"] == 15
+
+
+def _lines(proc: subprocess.Popen) -> queue.Queue:
+    out: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            out.put(line)
+        out.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return out
+
+
+def _wait_for(lines: queue.Queue, text: str, seen: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"never saw {text!r}; output so far:\n{''.join(seen)}")
+
+
+def test_idle_against_a_frozen_server_records_the_timeout_and_goes_on(tmp_path, pg_server):
+    cmd = [sys.executable, "-m", "dbsurge.cli", "scenario", "idle", "--quick", "--target", pg_server.uri,
+           "--idle", "2s", "--connect-timeout", "2", "--repeat", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    paused_at = None
+    try:
+        lines = _lines(proc)
+        _wait_for(lines, "run 1/2: every connection closed", seen)
+        pg_server.pause()
+        paused_at = time.monotonic()
+        _wait_for(lines, "run 1/2: connection failed", seen, timeout=30)
+        pg_server.resume()
+        paused_for = time.monotonic() - paused_at
+        proc.wait(timeout=60)
+    finally:
+        pg_server.resume()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(seen)
+    assert paused_for < 15  # the timeout fired: nothing waited for the server
+    run = only_run_dir(tmp_path / "results")
+    probes = read_csv(run / "probes.csv")
+    first = [p for p in probes if p["run"] == "1"]
+    assert len(first) == 1 and first[0]["step"] == "connect" and first[0]["ok"] == "0"
+    assert 1500 <= float(first[0]["latency_ms"]) <= 8000  # libpq's connect_timeout: 2 s
+    assert "timeout" in first[0]["error"].lower()
+    table = read_csv(run / "idle.csv")
+    assert table[0]["result"].startswith("connection failed after")
+    assert float(table[0]["first_connection_ms"]) == float(first[0]["latency_ms"])
+    assert table[0]["first_query_ms"] == ""
+    assert table[1]["result"] == "success"  # the next run went on, against the resumed server
+    assert "failed after" in (run / "summary.md").read_text()
+
+
+def test_cache_restart_makes_the_cold_snapshot_cold_and_says_so(tmp_path):
+    # data larger than shared_buffers (20 MB of documents, 16 MB of buffers)
+    proc = dbsurge("scenario", "cache", "--quick", "--target", "embedded-postgres", "--restart-target",
+                   "--embedded-shared-buffers", "16MB", "--documents", "60000", cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    snaps = read_csv(run / "snapshots.csv")
+    warm = [r for r in snaps if r["snapshot"] == "warm"]
+    cold = [r for r in snaps if r["snapshot"] == "cold"]
+    assert len(warm) == len(cold) == 1000
+    assert [r["id"] for r in warm] == [r["id"] for r in cold]  # the same ids in the same order
+    assert len({r["id"] for r in warm}) == 1000
+    table = {r["metric"]: r for r in read_csv(run / "cache.csv")}
+    sw, sc = summarize_ms(_floats(warm, "latency_ms")), summarize_ms(_floats(cold, "latency_ms"))
+    for metric, key in (("P50", "p50_ms"), ("P95", "p95_ms"), ("P99", "p99_ms"), ("MAX", "max_ms")):
+        assert float(table[metric]["warm"]) == pytest.approx(sw[key])
+        assert float(table[metric]["cold"]) == pytest.approx(sc[key])
+        delta = (sc[key] - sw[key]) / sw[key] * 100
+        assert float(table[metric]["delta_pct"]) == pytest.approx(delta, abs=0.01)
+    assert table["errors"]["warm"] == table["errors"]["cold"] == "0"
+    # What is certain after a restart: the database's own cache was empty. The server says so.
+    assert float(table["server cache hit %"]["cold"]) < float(table["server cache hit %"]["warm"])
+    # Whether the client saw it is not certain (the OS page cache stays warm): the output states the comparison.
+    summary = (run / "summary.md").read_text()
+    p50_slower = sc["p50_ms"] > sw["p50_ms"]
+    sentence = next(line for line in summary.splitlines() if line.startswith("- COLD was"))
+    assert ("P50" in sentence.split("NOT")[0]) == p50_slower, sentence
+    assert f"P50 {sw['p50_ms']:.3f} -> {sc['p50_ms']:.3f} ms" in sentence
+    assert "operating system's page cache stays warm" in summary
+    meta = read_json(run / "run.json")
+    assert meta["embedded"] == {"kind": "postgres", "own_server": True, "shared_buffers": "16MB"}
+    assert meta["cold_start"]["restart"] is True and meta["cold_start"]["idle_s"] == 0
+
+
+def test_rewarm_traces_every_read_and_buckets_them(tmp_path, mongo_uri):
+    proc = dbsurge("scenario", "rewarm", "--quick", "--target", mongo_uri, "--duration", "2s", cwd=tmp_path,
+                   timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    trace = read_csv(run / "trace.csv")
+    assert len(trace) == 5 * 20 * 2  # clients x rate x seconds, every read traced
+    assert {int(r["id"]) for r in trace} <= set(range(100))
+    assert all(r["ok"] == "1" for r in trace)
+    buckets = read_csv(run / "rewarm.csv")
+    assert [int(b["count"]) for b in buckets] == [100, 100]
+    in_first = [r for r in trace if float(r["t_since_start_s"]) < 1.0]
+    assert float(buckets[0]["p50_ms"]) == pytest.approx(summarize_ms(_floats(in_first, "latency_ms"))["p50_ms"])
+    first = read_csv(run / "rewarm-first-window.csv")
+    assert len(first) == len(in_first) == 100
+    top = max(trace, key=lambda r: float(r["latency_ms"]))
+    assert f"Maximum of the run: {float(top['latency_ms']):.3f} ms at t={float(top['t_since_start_s']):.3f}s" \
+        in proc.stdout
+
+
+@pytest.mark.parametrize("server", ["pg_uri", "mongo_uri"])
+def test_longscan_times_the_scan_batch_by_batch(tmp_path, server, request):
+    uri = request.getfixturevalue(server)
+    proc = dbsurge("scenario", "longscan", "--quick", "--target", uri, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    batches = read_csv(run / "batches.csv")
+    assert len(batches) == 40 and sum(int(b["documents"]) for b in batches) == 200  # 1% of 20,000, 5 a batch
+    rows = {r["metric"]: r for r in read_csv(run / "longscan.csv")}
+    assert rows["batches"]["value"] == "40"
+
+    def tp(part):
+        return sum(int(b["documents"]) for b in part) / (sum(float(b["elapsed_ms"]) for b in part) / 1000)
+
+    first, middle, last = tp(batches[:10]), tp(batches[15:25]), tp(batches[30:])
+    assert float(rows["first 10 batches"]["value"]) == pytest.approx(first, rel=1e-6)
+    assert float(rows["middle 10 batches"]["value"]) == pytest.approx(middle, rel=1e-6)
+    assert float(rows["last 10 batches"]["change_pct"]) == pytest.approx((last - first) / first * 100, rel=1e-6)
+    assert float(rows["query time"]["value"]) >= sum(float(b["elapsed_ms"]) for b in batches) / 1000 * 0.99
+    assert rows["capacity at start"]["value"] == rows["capacity at end"]["value"] == ""
+
+
+def test_ycsb_load_inserts_the_workloads_own_records(tmp_path, pg_uri):
+    proc = dbsurge("scenario", "ycsb-load", "--quick", "--target", pg_uri, "--workload-option", "table=ut_scen_load",
+                   "--drop", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    inserts = read_csv(run / "inserts.csv")
+    assert len(inserts) == 2000 and all(r["ok"] == "1" for r in inserts)
+    assert sorted(int(r["first_record"]) for r in inserts) == list(range(2000))
+    row = read_csv(run / "ycsb-load.csv")[0]
+    assert row["inserted"] == "2000" and row["latency_per"] == "insert" and row["clients"] == "4"
+    assert float(row["p99_ms"]) == pytest.approx(summarize_ms(_floats(inserts, "latency_ms"))["p99_ms"])
+    assert "p50 ms per insert" in proc.stdout
+    # the same rows `dbsurge load` would write
+    from dbsurge.targets import open_target
+    from dbsurge.workloads import get_workload
+
+    target = open_target(pg_uri)
+    ref = get_workload("ycsb", target, {"recordcount": "2000", "table": "ut_scen_ref"})
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("drop table if exists ut_scen_ref")
+        ref.load(progress=False)
+        mine = conn.execute("select * from ut_scen_load order by ycsb_key").fetchall()
+        theirs = conn.execute("select * from ut_scen_ref order by ycsb_key").fetchall()
+        assert mine == theirs and len(mine) == 2000
+    # a second load into the same table is refused, in one line, unless --drop
+    again = dbsurge("scenario", "ycsb-load", "--quick", "--target", pg_uri, "--workload-option",
+                    "table=ut_scen_load", cwd=tmp_path, timeout=60)
+    assert again.returncode == 2 and "already holds records" in again.stderr
+
+
+def test_ycsb_load_batched_on_mongo_reports_per_batch(tmp_path, mongo_uri):
+    proc = dbsurge("scenario", "ycsb-load", "--quick", "--target", mongo_uri, "--batch-size", "100", "--drop",
+                   "--workload-option", "table=ut_scen_batched", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    assert len(read_csv(run / "inserts.csv")) == 20
+    row = read_csv(run / "ycsb-load.csv")[0]
+    assert row["latency_per"] == "batch of 100" and row["inserted"] == "2000" and row["calls"] == "20"
+    assert "p99 ms per batch of 100" in proc.stdout
+
+
+HOT_LOG = """
+create table if not exists ycsb_key_log (k text);
+delete from ycsb_key_log;
+create or replace function ycsb_log_key() returns trigger language plpgsql as
+  $$ begin insert into ycsb_key_log values (new.ycsb_key); return new; end $$;
+create or replace trigger ut_scen_hot_log after update on ut_scen_hot for each row execute function ycsb_log_key();
+"""
+
+
+def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, pg_uri):
+    load = dbsurge("scenario", "ycsb-load", "--quick", "--target", pg_uri, "--workload-option", "table=ut_scen_hot",
+                   "--drop", "--results-dir", "loads", cwd=tmp_path, timeout=120)
+    assert load.returncode == 0, explain(load)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        for statement in HOT_LOG.split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+    proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", pg_uri, "--distribution", "hotspot",
+                   "--target-tps", "300", "--workload-option", "table=ut_scen_hot", cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        keys = [row[0] for row in conn.execute("select k from ycsb_key_log")]
+        conn.execute("drop trigger ut_scen_hot_log on ut_scen_hot")
+    # The study's hotspot: 1.3% of the 2,000 records (26) get 95% of the operations.
+    workload = YcsbWorkload(SimpleNamespace(kind="postgres"), {"recordcount": "2000"})
+    hot = {workload.key_for(i) for i in range(26)}
+    assert len(keys) > 400  # about half of 4 s x 300 operations are updates
+    share = sum(k in hot for k in keys) / len(keys)
+    assert share == pytest.approx(0.95, abs=0.04), share
+    meta = read_json(run / "run.json")
+    assert meta["workload_options"]["hotspotdatafraction"] == 0.013
+    row = read_csv(run / "ycsb-run.csv")[0]
+    summary = {r["operation"]: r for r in read_csv(run / "summary.csv")}
+    assert float(row["throughput_ops_s"]) == float(summary["ALL"]["achieved_tps"])
+    assert abs(float(row["throughput_ops_s"]) - 300) <= 15
+    assert float(row["read_p99_ms"]) == float(summary["read"]["p99_ms"])
+    assert float(row["update_p99_ms"]) == float(summary["update"]["p99_ms"])
+    assert row["failures"] == "0" and row["distribution"] == "hotspot"
+
+
+def test_ycsb_run_scalability_against_the_ideal_line(tmp_path, mongo_uri):
+    proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", mongo_uri, "--scale-workers", "1,2",
+                   "--duration", "3s", "--target-option", "w=1", cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    rows = read_csv(run / "ycsb-run.csv")
+    assert [r["workers"] for r in rows] == ["1", "2"] and [r["users"] for r in rows] == ["4", "8"]
+    one = float(rows[0]["throughput_ops_s"])
+    assert one > 0
+    assert float(rows[1]["ideal_ops_s"]) == pytest.approx(2 * one)
+    assert float(rows[1]["pct_of_ideal"]) == pytest.approx(100 * float(rows[1]["throughput_ops_s"]) / (2 * one),
+                                                           rel=1e-4)
+    for r in rows:
+        sub = run / "runs" / f"workers-{r['workers']}"
+        summary = {s["operation"]: s for s in read_csv(sub / "summary.csv")}
+        assert float(r["throughput_ops_s"]) == float(summary["ALL"]["achieved_tps"])
+        assert json.loads((sub / "run.json").read_text())["workers"] == int(r["workers"])
+    meta = read_json(run / "run.json")
+    assert meta["mode"] == "scale" and meta["consistency"] == {"w": "1"}
+    assert "% of ideal" in proc.stdout
