@@ -81,8 +81,10 @@ def run_main(argv: list[str]) -> int:
         cmd = [sys.executable, "-m", "locust", "-f", files, "--target", uri]
         if not args.web:
             cmd.append("--headless")
+        env = None
         if args.quiet:
             cmd.append("--only-summary")
+            env = {**os.environ, "DBSURGE_QUIET": "1"}  # dbsurge's tables only, not Locust's as well
         if args.shape:
             if args.users:
                 cmd += ["--max-users", str(args.users)]
@@ -99,7 +101,7 @@ def run_main(argv: list[str]) -> int:
             port = str(free_port())
             cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
         cmd += rest
-        return _run_child(cmd)
+        return _run_child(cmd, env)
     finally:
         if handle is not None:
             handle.stop()
@@ -143,9 +145,9 @@ def _passthrough(rest: list[str]) -> argparse.Namespace:
     return ns
 
 
-def _run_child(cmd: list[str]) -> int:
+def _run_child(cmd: list[str], env: dict | None = None) -> int:
     """Run Locust as a child; Ctrl-C goes to it (it stops the test and writes the results)."""
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
     try:
         return proc.wait()

@@ -552,6 +552,9 @@ def _on_quitting(environment, **_kw):
             finish.finish_run(run)
         if run.exit_code is not None:
             environment.process_exit_code = run.exit_code
+        if os.environ.get("DBSURGE_QUIET"):
+            # `dbsurge run --quiet`: dbsurge's tables were printed; Locust's would repeat them, rounded
+            logging.getLogger("locust.stats_logger").setLevel(logging.WARNING)
     finally:
         if run.embedded_handle is not None:
             run.embedded_handle.stop()

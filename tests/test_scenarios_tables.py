@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC
 
 import pytest
 
@@ -144,3 +145,23 @@ def test_ycsb_load_row_and_scalability_against_the_ideal_line():
     rows = scale_rows([(1, 4, one), (2, 8, two)])
     assert rows[1]["ideal_ops_s"] == 2000 and rows[1]["pct_of_ideal"] == pytest.approx(85.0)
     assert rows[1]["scaling_pct"] == pytest.approx(170.0) and rows[1]["theoretical_pct"] == 200
+
+
+def test_capacity_at_reads_the_period_that_holds_the_moment(tmp_path):
+    from dbsurge.scenarios.capacity import capacity_at, capacity_text
+
+    assert capacity_at(tmp_path, 0.0) == {}
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "cloudwatch.csv").write_text(
+        "time_utc,preset,id,metric,stat,value\n"
+        "2026-09-29T08:43:00.000Z,docdb,c1,ServerlessDatabaseCapacity,Average,0.5\n"
+        "2026-09-29T08:44:00.000Z,docdb,c1,ServerlessDatabaseCapacity,Average,2\n"
+        "2026-09-29T08:45:00.000Z,docdb,c1,ServerlessDatabaseCapacity,Average,9\n"
+        "2026-09-29T08:45:00.000Z,docdb,c1,CPUUtilization,Average,80\n")
+    from datetime import datetime
+
+    at = datetime(2026, 9, 29, 8, 44, 30, tzinfo=UTC).timestamp()
+    values = capacity_at(tmp_path, at)
+    assert values == {"c1 DCU": 2.0} and capacity_text(values) == "c1 DCU 2"
+    assert capacity_at(tmp_path, at + 60) == {"c1 DCU": 9.0}
+    assert capacity_at(tmp_path, at + 3600) == {}

@@ -1,6 +1,6 @@
 """The studies' experiments as scenarios: ``dbsurge scenario NAME [options]``.
 
-Each scenario runs one experiment of a study in ``docs/seeds`` (see DESIGN.md, "Scenarios"),
+Each scenario runs one experiment of the source studies (see DESIGN.md, "Scenarios"),
 writes a run directory ``results/<run-id>/`` (run.json, its raw data as CSV, its table as
 ``<scenario>.csv`` and in summary.md) and prints the study's table. ``--quick`` scales the
 study's defaults down so that a scenario runs in seconds against the embedded targets;
@@ -21,7 +21,7 @@ from dbsurge.errors import UserError
 # name -> (module, one line for `dbsurge scenario --help`)
 SCENARIOS: dict[str, tuple[str, str]] = {
     "spike": ("dbsurge.scenarios.spike",
-              "study 001: orders under 20%->200%->100%->5% of a baseline rate; per-stage TPS, p95/p99, failures, capacity"),
+              "study 001: orders at 20%->200%->100%->5% of a baseline; per-stage TPS, p95/p99, failures, capacity"),
     "idle": ("dbsurge.scenarios.idle",
              "study 001: close every connection, wait, then time a new connection, a first query and 20 more"),
     "cache": ("dbsurge.scenarios.cache",
@@ -44,9 +44,9 @@ def scenario_help() -> str:
     width = max(len(name) for name in SCENARIOS)
     lines = [USAGE, "", "scenarios:"]
     lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
-    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo, --target-option K=V, "
-                  "--workload-option K=V,", "  --quick (scaled-down defaults for embedded targets), --results-dir, "
-                  "--run-id, --seed, --from results/<run-id>"]
+    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo, --target-option K=V,",
+              "  --workload-option K=V, --quick (scaled-down defaults for embedded targets), --seed,",
+              "  --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
     return "\n".join(lines)
 
 

@@ -34,8 +34,8 @@ from dbsurge.scenarios.documents_reads import (
     seeded_ids,
     server_cache_counters,
 )
-from dbsurge.scenarios.latency import delta_text, ms, number, ratio, summarize_ms
 from dbsurge.scenarios.latency import change_pct as change
+from dbsurge.scenarios.latency import delta_text, ms, number, ratio, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
 from dbsurge.scenarios.scenario_run import (
     EMBEDDED_KINDS,
@@ -43,7 +43,6 @@ from dbsurge.scenarios.scenario_run import (
     ScenarioRun,
     Table,
     ensure_loaded,
-    settle_after_load,
     floats,
     opt_float,
     parse_key_values,
@@ -56,6 +55,7 @@ from dbsurge.scenarios.scenario_run import (
     scenario_parser,
     seconds,
     settle,
+    settle_after_load,
     wait_idle,
 )
 
@@ -162,11 +162,11 @@ def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, durati
         return (lambda: None), (lambda _key: read())
 
     result = run_paced_clients(clients=connections, rate_per_client=rate, duration_s=duration_s,
-                               connect=lambda i: target.connect(), make_operation=make)
-    ok = [op.response_ms for op in result.operations if op.ok]
+                               connect=lambda i: target.connect(), make_operation=make, keep_operations=False)
+    ok = result.latencies_ms
     s = summarize_ms(ok)
     row = {"connections": connections, "rate_per_connection": rate, "duration_s": duration_s,
-           "operations": len(result.operations), "failures": len(result.operations) - len(ok),
+           "operations": result.count, "failures": result.count - len(ok),
            "achieved_ops_s": round(len(ok) / max(result.elapsed_s, 1e-9), 3) if ok else 0.0,
            "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"],
            "connect_errors": sum(result.connect_errors.values())}
@@ -191,10 +191,11 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
             try:
                 read(doc_id)
                 error = ""
-            except Exception as e:  # a failed read is data
+            except Exception as e:  # noqa: BLE001 - a failed read is data
                 error = f"{type(e).__name__}: {str(e).strip()[:160]}"
             end = perf()
-            rows.append({"snapshot": name, "index": index, "id": doc_id, "t_since_start_s": round((start - t0) / 1e9, 6),
+            rows.append({"snapshot": name, "index": index, "id": doc_id,
+                         "t_since_start_s": round((start - t0) / 1e9, 6),
                          "latency_ms": round((end - start) / 1e6, 3), "ok": 0 if error else 1, "error": error})
         flush_server_counters(target.kind, session)
     finally:

@@ -20,6 +20,7 @@ Raw data: ``probes.csv`` (run, step, index, started_utc, latency_ms, ok, error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import queue
 import threading
 import time
@@ -151,15 +152,13 @@ def probe(target: Any, workload: Any, operation: str, run_number: int, lookups: 
                     else:
                         fn()
                     results.put((step, wall, (perf() - start) / 1e6, ""))
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - a failed step is the measurement
                     results.put((step, wall, (perf() - start) / 1e6, _one_line(e)))
                     return
         finally:
             if session is not None:
-                try:
+                with contextlib.suppress(Exception):
                     session.close()
-                except Exception:
-                    pass
 
     threading.Thread(target=work, name=f"idle-probe-{run_number}", daemon=True).start()
     rows = []
@@ -243,8 +242,8 @@ def report(run_dir: Path) -> Report:
                   headers=["run", "first connection", "first query", f"p50 of next {lookups}", "result"],
                   rows=display, csv_name=f"{NAME}.csv", csv_columns=TABLE_COLUMNS, csv_rows=rows)
     ok = sum(1 for r in rows if r["result"] == "success")
-    notes = [f"{ok} of {len(rows)} runs succeeded; operation {meta.get('operation')} of workload "
-             f"{meta.get('workload')}."]
+    what = f"operation {meta.get('operation')} of workload {meta.get('workload')}"
+    notes = [f"{ok} of {len(rows)} runs succeeded; {what}."]
     target = meta.get("target") or {}
     if target.get("kind") == "mongo":
         notes.append("MongoDB: first connection = creating the client and its first ping (pymongo connects lazily).")

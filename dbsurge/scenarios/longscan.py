@@ -23,7 +23,6 @@ from dbsurge.scenarios.scenario_run import (
     ScenarioRun,
     Table,
     ensure_loaded,
-    settle_after_load,
     opt_float,
     parse_key_values,
     positive,
@@ -33,6 +32,7 @@ from dbsurge.scenarios.scenario_run import (
     say,
     scenario_parser,
     settle,
+    settle_after_load,
 )
 
 NAME = "longscan"
@@ -168,8 +168,8 @@ def report(run_dir: Path) -> Report:
                         f"{wopts.get('scan_batch_size')} per batch",
                   headers=["", "value", "change"], rows=[_display(r) for r in rows], csv_name=f"{NAME}.csv",
                   csv_columns=TABLE_COLUMNS, csv_rows=rows)
-    notes = ["Throughput counts the documents returned (the query reads 100 for each one it returns); a batch's "
-             "time is one round trip (the first includes starting the query)."]
+    notes = [("Throughput counts the documents returned (the query reads 100 for each one it returns); a batch's "
+              "time is one round trip (the first includes starting the query).")]
     if len(batches) < 3 * int(settings.get("segment", 10)):
         notes.append(f"Only {len(batches)} batches: the first, middle and last segments overlap.")
     if not meta.get("cloudwatch"):
@@ -185,4 +185,4 @@ def _epoch(text: str | None) -> float | None:
         return None
     from datetime import datetime
 
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()

@@ -14,6 +14,7 @@ of operations per second), far below where the GIL would distort a measurement.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -27,7 +28,7 @@ MakeOperation = Callable[[Any, int], tuple[Callable[[], Any], Callable[[Any], ob
 CONNECT_TIMEOUT_S = 120.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timed:
     """One operation: the client, its key, the intended/actual start and end (perf_counter_ns)."""
 
@@ -53,11 +54,19 @@ class Timed:
 
 @dataclass
 class PacedResult:
-    """What the clients did: every operation (in order of intended start), and when time zero was."""
+    """What the clients did, and when time zero was.
+
+    ``operations`` holds every operation (in order of intended start) when they were kept;
+    ``latencies_ms`` (successful operations' response times), ``count`` and ``errors`` always.
+    """
 
     t0_ns: int
     t0_epoch_s: float
     duration_s: float
+    count: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    last_end_ns: int = 0
     operations: list[Timed] = field(default_factory=list)
     connect_errors: Counter = field(default_factory=Counter)
 
@@ -65,30 +74,36 @@ class PacedResult:
         return (ns - self.t0_ns) / 1e9
 
     @property
-    def errors(self) -> Counter:
-        return Counter(op.error for op in self.operations if op.error)
-
-    @property
     def elapsed_s(self) -> float:
-        if not self.operations:
-            return 0.0
-        return (max(op.end_ns for op in self.operations) - self.t0_ns) / 1e9
+        return max(0.0, (self.last_end_ns - self.t0_ns) / 1e9)
+
+
+@dataclass
+class _ClientLog:
+    count: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    last_end_ns: int = 0
+    operations: list[Timed] = field(default_factory=list)
 
 
 def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float, connect: Callable[[int], Any],
-                      make_operation: MakeOperation, start_lead_s: float = 0.05) -> PacedResult:
+                      make_operation: MakeOperation, keep_operations: bool = True,
+                      start_lead_s: float = 0.05) -> PacedResult:
     """Run ``clients`` threads at ``rate_per_client`` operations per second each for ``duration_s``.
 
     Every client connects first (``connect(i)`` returns a session with ``close()``); time zero is
     set once all have connected, so connecting is not part of any operation's latency. A client
-    that cannot connect is counted in ``connect_errors`` and sends nothing.
+    that cannot connect is counted in ``connect_errors`` and sends nothing. Without
+    ``keep_operations`` only the latencies and counts are kept (a long warm phase at thousands of
+    operations per second would otherwise hold millions of records).
     """
     interval_ns = int(1e9 / rate_per_client)
     ready = threading.Barrier(clients + 1, timeout=CONNECT_TIMEOUT_S)
     go = threading.Event()
     stop = threading.Event()
     clock: dict[str, int] = {}
-    per_client: list[list[Timed]] = [[] for _ in range(clients)]
+    logs = [_ClientLog() for _ in range(clients)]
     connect_errors: Counter = Counter()
     lock = threading.Lock()
 
@@ -97,7 +112,7 @@ def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float
         try:
             session = connect(i)
             next_key, run = make_operation(session, i)
-        except Exception as e:  # a client that cannot connect sends nothing; the others go on
+        except Exception as e:  # noqa: BLE001 - a client that cannot connect sends nothing; the others go on
             with lock:
                 connect_errors[_one_line(e)] += 1
             _wait(ready)
@@ -107,7 +122,7 @@ def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float
             go.wait()
             t0, end = clock["t0"], clock["end"]
             intended = t0 + (i * interval_ns) // clients
-            out = per_client[i]
+            log = logs[i]
             perf = time.perf_counter_ns
             while intended < end and not stop.is_set():
                 delay = intended - perf()
@@ -118,15 +133,21 @@ def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float
                 try:
                     run(key)
                     error = ""
-                except Exception as e:  # a failed operation is data, not a crash
+                except Exception as e:  # noqa: BLE001 - a failed operation is data, not a crash
                     error = _one_line(e)
-                out.append(Timed(i, key, intended, start, perf(), error))
+                end_ns = perf()
+                log.count += 1
+                log.last_end_ns = end_ns
+                if error:
+                    log.errors[error] += 1
+                else:
+                    log.latencies_ms.append((end_ns - min(intended, start)) / 1e6)
+                if keep_operations:
+                    log.operations.append(Timed(i, key, intended, start, end_ns, error))
                 intended += interval_ns
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 session.close()
-            except Exception:
-                pass
 
     threads = [threading.Thread(target=client, args=(i,), name=f"client-{i}", daemon=True) for i in range(clients)]
     for t in threads:
@@ -143,9 +164,16 @@ def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float
     except KeyboardInterrupt:
         stop.set()
         raise
-    ops = sorted((op for ops in per_client for op in ops), key=lambda op: op.intended_ns)
-    return PacedResult(t0_ns=t0, t0_epoch_s=t0_epoch, duration_s=duration_s, operations=ops,
-                       connect_errors=connect_errors)
+    result = PacedResult(t0_ns=t0, t0_epoch_s=t0_epoch, duration_s=duration_s, connect_errors=connect_errors,
+                         last_end_ns=t0)
+    for log in logs:
+        result.count += log.count
+        result.latencies_ms += log.latencies_ms
+        result.errors.update(log.errors)
+        result.last_end_ns = max(result.last_end_ns, log.last_end_ns)
+        result.operations += log.operations
+    result.operations.sort(key=lambda op: op.intended_ns)
+    return result
 
 
 def _wait(barrier: threading.Barrier) -> None:

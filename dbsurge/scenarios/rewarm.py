@@ -29,7 +29,6 @@ from dbsurge.scenarios.scenario_run import (
     ScenarioRun,
     Table,
     ensure_loaded,
-    settle_after_load,
     parse_key_values,
     positive,
     print_from,
@@ -40,6 +39,7 @@ from dbsurge.scenarios.scenario_run import (
     scenario_parser,
     seconds,
     settle,
+    settle_after_load,
     wait_idle,
 )
 

@@ -14,6 +14,7 @@ by each scenario's pure functions from the run directory's files, so ``--from`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -21,8 +22,9 @@ import platform
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,11 +176,16 @@ def _cell(v: Any) -> Any:
 
 def read_rows(run_dir: Path, name: str) -> list[dict]:
     """A CSV of the run directory as dicts (``[]`` when it does not exist)."""
+    return list(iter_rows(run_dir, name))
+
+
+def iter_rows(run_dir: Path, name: str) -> Iterator[dict]:
+    """The rows of a CSV of the run directory, one at a time (nothing when it does not exist)."""
     path = Path(run_dir) / name
     if not path.is_file():
-        return []
+        return
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        yield from csv.DictReader(f)
 
 
 def read_meta(run_dir: Path) -> dict:
@@ -230,11 +237,12 @@ class ScenarioRun:
         self.rundir: RunDirectory | None = None
         self.started_s: float | None = None
         self._raw_files: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
-    def __enter__(self) -> ScenarioRun:
+    def __enter__(self) -> ScenarioRun:  # noqa: PYI034 - not subclassed
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the target --------------------------------------------------------------------------------
@@ -315,10 +323,14 @@ class ScenarioRun:
         self.rundir.write_meta(**fields)
 
     def append_rows(self, name: str, columns: list[str], rows: Iterable[dict]) -> None:
-        """Append raw rows to a CSV of the run directory (header first), flushed at once."""
+        """Append raw rows to a CSV of the run directory (header first), flushed at once; thread-safe."""
+        with self._lock:
+            self._append_rows(name, columns, rows)
+
+    def _append_rows(self, name: str, columns: list[str], rows: Iterable[dict]) -> None:
         entry = self._raw_files.get(name)
         if entry is None:
-            f = open(self.path / name, "a", newline="")
+            f = open(self.path / name, "a", newline="")  # noqa: SIM115 - kept open while rows arrive; closed in finish
             writer = csv.DictWriter(f, columns, extrasaction="ignore")
             if f.tell() == 0:
                 writer.writeheader()
@@ -333,10 +345,10 @@ class ScenarioRun:
             f.close()
         self._raw_files.clear()
         ended = time.time()
-        self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3),
-                  results=_jsonable(results or {}))
+        self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3))
         self.event("run_end", at=ended)
         report = report_of_run(self.path)
+        self.meta(results=_jsonable({**(results or {}), "table": report.tables[0].csv_rows if report.tables else []}))
         write_report(self.path, report, title=f"dbsurge scenario {self.scenario}: {self.path.name}")
         print("\n" + report.text() + f"\n\nresults: {self.path}", flush=True)
         return report
@@ -392,15 +404,12 @@ def settle_after_load(workload: Any, tables: tuple[str, ...]) -> None:
         return
     session = workload.target.connect()
     try:
+        # DSQL has no VACUUM or CHECKPOINT, and a user may lack the right: measure anyway
         for table in tables:
-            try:
+            with contextlib.suppress(Exception):
                 session.conn.execute(f"vacuum analyze {table}")
-            except Exception:  # DSQL has no VACUUM; a user may lack the right: measure anyway
-                pass
-        try:
+        with contextlib.suppress(Exception):
             session.conn.execute("checkpoint")
-        except Exception:
-            pass
     finally:
         session.close()
 
@@ -423,7 +432,7 @@ def restart_target(run: ScenarioRun, command: str | None, timeout_s: float = 180
     t0 = time.monotonic()
     if command:
         say(f"restarting the target: {command}")
-        proc = subprocess.run(command, shell=True, capture_output=True, text=True)
+        proc = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
             raise UserError(f"--restart-command exited with {proc.returncode}: {tail[0]}")

@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
         meta = read_meta(run_dir)
         from datetime import datetime
 
-        start, end = (datetime.fromisoformat(meta[k].replace("Z", "+00:00")).timestamp()
+        start, end = (datetime.fromisoformat(meta[k]).timestamp()
                       for k in ("started_utc", "ended_utc"))
         annotate_run(run_dir, cloudwatch_note=fetch_capacity(run_dir, collector, start, end))
     result = report(run_dir)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,11 @@ from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
-    floats,
+    iter_rows,
     parse_key_values,
     positive,
     print_from,
     read_meta,
-    read_rows,
     say,
     scenario_parser,
     settle,
@@ -45,6 +44,7 @@ NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
 QUICK = {"records": 2000, "batch_size": 1, "clients": 4}
 INSERT_COLUMNS = ["client", "first_record", "records", "t_since_start_s", "latency_ms", "ok", "error"]
+SINK_EVERY = 1000
 TABLE_COLUMNS = ["records", "inserted", "clients", "batch_size", "seconds", "inserts_per_s", "latency_per",
                  "calls", "p50_ms", "p99_ms", "max_ms", "failures"]
 
@@ -85,11 +85,10 @@ def main(argv: list[str]) -> int:
         create_table(workload)
         run.begin(workload="ycsb", workload_options=workload.options)
         say(f"load phase: {workload.recordcount:,} records, {args.clients} clients, batch size {args.batch_size}")
-        rows, t0_epoch = load(workload, args.clients, args.batch_size)
-        run.append_rows("inserts.csv", INSERT_COLUMNS, rows)
+        t0_epoch = load(workload, args.clients, args.batch_size,
+                        sink=lambda rows: run.append_rows("inserts.csv", INSERT_COLUMNS, rows))
         run.meta(time_zero_utc=_utc(t0_epoch))
-        run.finish(report, results={"inserted": sum(int(r["records"]) for r in rows if r["ok"]),
-                                    "failures": sum(1 for r in rows if not r["ok"])})
+        run.finish(report)
     return 0
 
 
@@ -194,14 +193,17 @@ def inserter(workload: Any, session: Any, batch_size: int) -> Any:
     return insert_mongo
 
 
-def load(workload: Any, clients: int, batch_size: int) -> tuple[list[dict], float]:
-    """Insert the records with ``clients`` threads; returns one row per insert call and time zero (epoch)."""
+def load(workload: Any, clients: int, batch_size: int, sink: Any) -> float:
+    """Insert the records with ``clients`` threads; returns time zero (epoch).
+
+    Each insert call becomes one row handed to ``sink(rows)`` in chunks (a million unbatched
+    inserts are a million rows: they go to disk as they come, not into memory).
+    """
     total = workload.recordcount
     bounds = [total * i // clients for i in range(clients + 1)]
     ready = threading.Barrier(clients + 1, timeout=120)
     go = threading.Event()
     clock: dict[str, float] = {}
-    per_client: list[list[dict]] = [[] for _ in range(clients)]
     errors: list[str] = []
 
     def client(i: int) -> None:
@@ -209,7 +211,7 @@ def load(workload: Any, clients: int, batch_size: int) -> tuple[list[dict], floa
         try:
             session = workload.target.connect()
             insert = inserter(workload, session, batch_size)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - reported as one line below
             errors.append(f"{type(e).__name__}: {e}")
             _wait(ready)
             return
@@ -218,18 +220,23 @@ def load(workload: Any, clients: int, batch_size: int) -> tuple[list[dict], floa
             go.wait()
             t0 = clock["t0"]
             perf = time.perf_counter_ns
-            out = per_client[i]
+            out: list[dict] = []
             for first, rows in record_batches(workload, bounds[i], bounds[i + 1], batch_size):
                 start = perf()
                 try:
                     insert(rows)
                     error = ""
-                except Exception as e:  # a failed insert is data (a duplicate key, a timeout)
+                except Exception as e:  # noqa: BLE001 - a failed insert is data (a duplicate key, a timeout)
                     error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
                 end = perf()
                 out.append({"client": i, "first_record": first, "records": len(rows),
-                            "t_since_start_s": round((start - t0) / 1e9, 6), "latency_ms": round((end - start) / 1e6, 3),
+                            "t_since_start_s": round((start - t0) / 1e9, 6),
+                            "latency_ms": round((end - start) / 1e6, 3),
                             "ok": 0 if error else 1, "error": error})
+                if len(out) >= SINK_EVERY:
+                    sink(out)
+                    out = []
+            sink(out)
         finally:
             session.close()
 
@@ -246,8 +253,7 @@ def load(workload: Any, clients: int, batch_size: int) -> tuple[list[dict], floa
     for t in threads:
         while t.is_alive():
             t.join(timeout=0.5)
-    rows = sorted((r for rs in per_client for r in rs), key=lambda r: r["t_since_start_s"])
-    return rows, t0_epoch
+    return t0_epoch
 
 
 def _wait(barrier: threading.Barrier) -> None:
@@ -260,26 +266,33 @@ def _wait(barrier: threading.Barrier) -> None:
 # -- the table (pure, from inserts.csv) -----------------------------------------------------------------
 
 
-def load_row(inserts: list[dict], records: int, clients: int, batch_size: int) -> dict:
-    """The load phase as one row: records inserted per second, latency per insert call."""
-    ok = [r for r in inserts if str(r["ok"]) not in ("0", "False", "false")]
-    inserted = sum(int(r["records"]) for r in ok)
-    ends = [float(r["t_since_start_s"]) + float(r["latency_ms"]) / 1000 for r in inserts]
-    seconds_ = max(ends) if ends else None
-    s = summarize_ms(floats(ok, "latency_ms"))
+def load_row(inserts: Iterable[dict], records: int, clients: int, batch_size: int) -> dict:
+    """The load phase as one row: records inserted per second, latency per insert call (one pass)."""
+    inserted = calls = failures = 0
+    seconds_ = None
+    latencies: list[float] = []
+    for r in inserts:
+        calls += 1
+        end = float(r["t_since_start_s"]) + float(r["latency_ms"]) / 1000
+        seconds_ = end if seconds_ is None else max(seconds_, end)
+        if str(r["ok"]) in ("0", "False", "false"):
+            failures += 1
+            continue
+        inserted += int(r["records"])
+        latencies.append(float(r["latency_ms"]))
+    s = summarize_ms(latencies)
     return {"records": records, "inserted": inserted, "clients": clients, "batch_size": batch_size,
             "seconds": None if seconds_ is None else round(seconds_, 6),
             "inserts_per_s": round(inserted / seconds_, 3) if seconds_ else None,
-            "latency_per": "insert" if batch_size == 1 else f"batch of {batch_size}", "calls": len(inserts),
-            "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"],
-            "failures": len(inserts) - len(ok)}
+            "latency_per": "insert" if batch_size == 1 else f"batch of {batch_size}", "calls": calls,
+            "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"], "failures": failures}
 
 
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     settings = meta.get("settings") or {}
     wopts = meta.get("workload_options") or {}
-    row = load_row(read_rows(run_dir, "inserts.csv"), int(wopts.get("recordcount", 0)),
+    row = load_row(iter_rows(run_dir, "inserts.csv"), int(wopts.get("recordcount", 0)),
                    int(settings.get("clients", 1)), int(settings.get("batch_size", 1)))
     per = row["latency_per"]
     table = Table(title="YCSB load phase (insert throughput; latency per insert call)",
@@ -289,8 +302,8 @@ def report(run_dir: Path) -> Report:
                          number(row["seconds"], 3), number(row["inserts_per_s"], 1), ms(row["p50_ms"]),
                          ms(row["p99_ms"]), ms(row["max_ms"]), str(row["failures"])]],
                   csv_name="ycsb-load.csv", csv_columns=TABLE_COLUMNS, csv_rows=[row])
-    notes = [f"{row['inserted']:,} of {row['records']:,} records inserted into {wopts.get('table', 'usertable')} "
-             f"in {row['calls']:,} insert calls; inserts/s counts records."]
+    notes = [(f"{row['inserted']:,} of {row['records']:,} records inserted into {wopts.get('table', 'usertable')} "
+              f"in {row['calls']:,} insert calls; inserts/s counts records.")]
     if row["failures"]:
         notes.append(f"{row['failures']} insert calls failed (inserts.csv has the errors).")
     return Report(heading=f"dbsurge scenario ycsb-load (study 002): {meta.get('target_display')}", tables=[table],

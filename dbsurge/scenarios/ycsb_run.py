@@ -251,9 +251,9 @@ def _scale_report(run_dir: Path, meta: dict, consistency: str, dist: str) -> Rep
                          _pct(r["theoretical_pct"]), ms(r["read_p99_ms"]), ms(r["update_p99_ms"]), str(r["failures"])]
                         for r in rows],
                   csv_name=f"{NAME}.csv", csv_columns=SCALE_COLUMNS, csv_rows=rows)
-    notes = ["Ideal = the first run's throughput x its share of workers (linear scaling). On one host the worker "
-             "processes share its cores with each other (and with an embedded database): the line shows where the "
-             "generator or the database stops scaling."]
+    notes = [("Ideal = the first run's throughput x its share of workers (linear scaling). On one host the worker "
+              "processes share its cores with each other (and with an embedded database): the line shows where the "
+              "generator or the database stops scaling.")]
     if len(per_run) < len(meta.get("runs") or []) or len(per_run) < len(meta.get("workers") or []):
         notes.append("Some runs did not finish: their rows are missing.")
     return Report(heading=f"dbsurge scenario ycsb-run --scale-workers (study 002): {meta.get('target_name')}",

@@ -277,6 +277,7 @@ class LoadProgress:
         self.started = clock()
         self._next_print = self.started + interval_s
         self._printed = False
+        self._printed_done = -1
 
     def advance(self, rows: int) -> None:
         """Count ``rows`` more rows handled (inserted or found present); maybe print a line."""
@@ -286,11 +287,12 @@ class LoadProgress:
             self._next_print = self.clock() + self.interval_s
 
     def finish(self) -> None:
-        """Print the final line if any progress line was printed."""
-        if self.enabled and self._printed:
+        """Print the final line if any progress line was printed (and it was not already the final one)."""
+        if self.enabled and self._printed and self._printed_done != self.done:
             self._print()
 
     def _print(self) -> None:
+        self._printed_done = self.done
         elapsed = max(self.clock() - self.started, 1e-9)
         percent = 100 * self.done // self.total if self.total else 100
         stream = self.stream or sys.stderr
