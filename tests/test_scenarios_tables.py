@@ -14,7 +14,7 @@ from dbsurge.scenarios.idle import idle_rows
 from dbsurge.scenarios.latency import change_pct, delta_text, summarize_ms
 from dbsurge.scenarios.longscan import longscan_rows, segments, throughput
 from dbsurge.scenarios.rewarm import bucket_rows, first_window_rows, run_maximum
-from dbsurge.scenarios.scenario_run import parse_key_values, settle
+from dbsurge.scenarios.scenario_run import apply_defaults, parse_key_values
 from dbsurge.scenarios.spike import spike_rows
 from dbsurge.scenarios.ycsb_load import load_row
 from dbsurge.scenarios.ycsb_run import parse_workers, scale_rows, summary_numbers
@@ -35,12 +35,13 @@ def test_unknown_scenario_is_a_user_error():
         scenario_main(["nope"])
 
 
-def test_settle_explicit_beats_quick_beats_study():
+def test_defaults_explicit_beats_quick_beats_study():
     args = argparse.Namespace(quick=True, reads=None, idle="5s", documents=None)
-    chosen = settle(args, {"reads": 1000, "idle": "20m", "documents": 2_000_000}, {"idle": "1s", "documents": 20_000})
+    study, quick = {"reads": 1000, "idle": "20m", "documents": 2_000_000}, {"idle": "1s", "documents": 20_000}
+    chosen = apply_defaults(args, study, quick)
     assert chosen == {"reads": 1000, "idle": "5s", "documents": 20_000}
     args = argparse.Namespace(quick=False, reads=None, idle=None, documents=None)
-    assert settle(args, {"reads": 1000, "idle": "20m", "documents": 2}, {"idle": "1s"})["idle"] == "20m"
+    assert apply_defaults(args, {"reads": 1000, "idle": "20m", "documents": 2}, {"idle": "1s"})["idle"] == "20m"
 
 
 def test_key_values_and_worker_lists():

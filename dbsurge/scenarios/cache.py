@@ -12,9 +12,11 @@
 
 The table is the study's: P50, P95, P99 and MAX warm and cold with the change in % and as a
 ratio, plus the first read, errors and the server's own cache hit ratio during each snapshot. The
-output says in words whether cold was slower, with the numbers; after a restart of an embedded
-server only the database's cache is empty (the operating system's page cache stays warm), so the
-difference can be small, and the output says that too.
+output says in words whether cold was slower, with the numbers. A restart alone empties only the
+database's own cache, and the operating system's page cache would still serve the "cold" reads
+from memory; so after restarting its embedded server the scenario also evicts the server's files
+from the page cache (``posix_fadvise``, those files only; ``--keep-os-cache`` leaves them), and
+the output says which of the two it was.
 
 Raw data: ``snapshots.csv`` (snapshot, index, id, t_since_start_s, latency_ms, ok, error),
 ``warm_phase.csv`` (one line), ``server_cache.csv`` (per snapshot).
@@ -27,6 +29,9 @@ import time
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.rundir import utc_iso
+from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity, metric_at
+from dbsurge.scenarios.cold_start import restart_target, settle_after_load, wait_idle
 from dbsurge.scenarios.documents_reads import (
     counter_delta,
     flush_server_counters,
@@ -42,6 +47,7 @@ from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
+    apply_defaults,
     ensure_loaded,
     floats,
     opt_float,
@@ -50,13 +56,9 @@ from dbsurge.scenarios.scenario_run import (
     print_from,
     read_meta,
     read_rows,
-    restart_target,
     say,
     scenario_parser,
     seconds,
-    settle,
-    settle_after_load,
-    wait_idle,
 )
 
 NAME = "cache"
@@ -76,7 +78,7 @@ SETTLE_S = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 000, experiment 1: the same seeded reads warm, then cold.")
+    p = scenario_parser(NAME, "Study 000, experiment 1: the same seeded reads warm, then cold.", cloudwatch=True)
     p.add_argument("--warm-connections", type=int, default=None, help="clients of the warm phase (study 100; quick 4)")
     p.add_argument("--warm-rate", type=float, default=None,
                    help="reads per second per warm client (study 30; quick 50)")
@@ -93,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the scenario starts a server of its own; other targets need --restart-command)")
     p.add_argument("--restart-command", default=None, metavar="CMD",
                    help="shell command that restarts the target's server, e.g. 'docker restart pg'")
+    p.add_argument("--keep-os-cache", action="store_true",
+                   help="with --restart-target: leave the server's files in the OS page cache (by default they are "
+                        "evicted, so that cold reads go to storage)")
     p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
                    help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
     p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
@@ -105,7 +110,7 @@ def main(argv: list[str]) -> int:
     if args.from_run:
         return print_from(args.from_run, report, NAME)
     idle_given = args.idle is not None
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     warm_s = seconds(args.warm_duration, "--warm-duration")
     restart = bool(args.restart_target or args.restart_command)
     idle_s = seconds(args.idle, "--idle") if (idle_given or not restart) else 0.0
@@ -119,6 +124,7 @@ def main(argv: list[str]) -> int:
     if own_server and (args.target or "").strip().lower() not in EMBEDDED_KINDS:
         raise UserError("--restart-target restarts embedded-postgres / embedded-mongo only; for another server "
                         "pass --restart-command CMD (or leave both out and let --idle do it, as the study did)")
+    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
     from dbsurge.workloads import get_workload
 
     with ScenarioRun(NAME, args, {**settings, "idle_s": idle_s, "restart": restart}) as run:
@@ -139,7 +145,8 @@ def main(argv: list[str]) -> int:
 
         run.event("cold_start", idle_s=idle_s, restart=restart)
         wait_idle(idle_s, "every connection closed")
-        restart_s = restart_target(run, args.restart_command) if restart else None
+        restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache) if restart \
+            else {}
         snapshot(run, "cold", ids)
         after_cold = server_cache_counters(target)
 
@@ -147,9 +154,11 @@ def main(argv: list[str]) -> int:
                   {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
         run.append_rows("server_cache.csv", SERVER_COLUMNS, server)
         run.meta(cold_start={"idle_s": idle_s, "restart": restart, "restart_command": args.restart_command,
-                             "restart_s": restart_s}, load_s=load_s, documents=documents, reads=len(ids))
-        result = run.finish(report)
-    return 0 if result else 1
+                             **restarted}, load_s=load_s, documents=documents, reads=len(ids))
+        if collector is not None:
+            run.meta(cloudwatch_note=fetch_capacity(run.path, collector, run.started_s, time.time()))
+        run.finish(report)
+    return 0
 
 
 def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, duration_s: float) -> None:
@@ -182,6 +191,7 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
     run.event("snapshot_start", snapshot=name)
     session = target.connect()
     rows = []
+    started = time.time()
     try:
         read = id_reader(target.kind, session)
         perf = time.perf_counter_ns
@@ -202,14 +212,21 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
         session.close()
     run.append_rows("snapshots.csv", SNAPSHOT_COLUMNS, rows)
     run.event("snapshot_end", snapshot=name, reads=len(rows))
+    times = dict(run.rundir.meta.get("snapshot_times") or {})
+    times[name] = {"started_utc": utc_iso(started), "ended_utc": utc_iso(time.time())}
+    run.meta(snapshot_times=times)
 
 
 # -- the table (pure, from the run directory's files) -------------------------------------------------
 
 
 def cache_rows(warm: list[float], cold: list[float], warm_errors: int, cold_errors: int,
-               server: dict[str, dict]) -> list[dict]:
-    """The table's rows as numbers: percentiles, first reads, errors, server cache hit %."""
+               server: dict[str, dict], cloudwatch: dict[str, dict[str, str]] | None = None) -> list[dict]:
+    """The table's rows as numbers: percentiles, first reads, errors, server cache hit %, CloudWatch.
+
+    ``cloudwatch``: ``{"capacity": {"warm": text, "cold": text}, "BufferCacheHitRatio": {...}}``
+    from the collector at each snapshot's start (rows left out without a collector).
+    """
     sw, sc = summarize_ms(warm), summarize_ms(cold)
     rows = []
     for label, key in (("P50", "p50_ms"), ("P95", "p95_ms"), ("P99", "p99_ms"), ("MAX", "max_ms"),
@@ -223,6 +240,9 @@ def cache_rows(warm: list[float], cold: list[float], warm_errors: int, cold_erro
     hw, hc = (server.get(s, {}).get("hit_pct") for s in ("warm", "cold"))
     rows.append({"metric": "server cache hit %", "warm": opt_float(hw), "cold": opt_float(hc), "delta_pct": None,
                  "ratio": None})
+    for label, values in (cloudwatch or {}).items():
+        rows.append({"metric": f"{label} (CloudWatch)", "warm": values.get("warm", ""), "cold": values.get("cold", ""),
+                     "delta_pct": None, "ratio": None})
     return rows
 
 
@@ -262,13 +282,15 @@ def report(run_dir: Path) -> Report:
     warm, cold = floats(warm_rows, "latency_ms"), floats(cold_rows, "latency_ms")
     errors = [sum(1 for r in rs if r["ok"] in ("0", "False", "false")) for rs in (warm_rows, cold_rows)]
     server = {r["snapshot"]: r for r in read_rows(run_dir, "server_cache.csv")}
-    rows = cache_rows(warm, cold, errors[0], errors[1], server)
+    rows = cache_rows(warm, cold, errors[0], errors[1], server, _cloudwatch_cells(run_dir, meta))
     display = []
     for r in rows:
         if r["metric"] == "errors":
             display.append([r["metric"], str(r["warm"]), str(r["cold"]), ""])
         elif r["metric"] == "server cache hit %":
             display.append([r["metric"], number(r["warm"], 1), number(r["cold"], 1), ""])
+        elif r["metric"].endswith("(CloudWatch)"):
+            display.append([r["metric"], r["warm"] or "", r["cold"] or "", ""])
         else:
             display.append([r["metric"], ms(r["warm"]), ms(r["cold"]), delta_text(r["warm"], r["cold"])])
     table = Table(title=f"Snapshots: {len(warm_rows)} seeded reads by id, warm then cold (latency in ms)",
@@ -278,15 +300,36 @@ def report(run_dir: Path) -> Report:
                   tables=[table], notes=_notes(meta, run_dir, rows))
 
 
+def _cloudwatch_cells(run_dir: Path, meta: dict) -> dict[str, dict[str, str]] | None:
+    """Capacity and BufferCacheHitRatio at each snapshot's start, when a collector was attached."""
+    if not meta.get("cloudwatch"):
+        return None
+    from datetime import datetime
+
+    cells: dict[str, dict[str, str]] = {"capacity": {}, "BufferCacheHitRatio": {}}
+    for name, times in (meta.get("snapshot_times") or {}).items():
+        at = datetime.fromisoformat(times["started_utc"]).timestamp()
+        cells["capacity"][name] = capacity_text(capacity_at(run_dir, at))
+        ratio_ = metric_at(run_dir, "BufferCacheHitRatio", at)
+        cells["BufferCacheHitRatio"][name] = "; ".join(f"{k} {v:g}%" for k, v in ratio_.items())
+    return cells
+
+
 def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
     notes = [verdict(rows)]
     cold = meta.get("cold_start") or {}
     if cold.get("restart"):
         how = f"`{cold['restart_command']}`" if cold.get("restart_command") else "restarting the embedded server"
-        notes.append(f"COLD: after {cold.get('idle_s', 0):g} s idle and {how} (back in {cold.get('restart_s')} s). "
-                     "A restart empties the database's own cache only: the operating system's page cache stays "
-                     "warm, so cold reads come from memory, not from storage, and the gap is smaller than after "
-                     "a serverless scale-in.")
+        text = f"COLD: after {cold.get('idle_s', 0):g} s idle and {how} (back in {cold.get('restart_s')} s)"
+        if cold.get("os_cache_evicted_bytes"):
+            text += (f", its files ({cold['os_cache_evicted_bytes'] / 2**20:,.1f} MiB) evicted from the operating "
+                     "system's page cache: the database's cache and the OS's were both empty, so cold reads went "
+                     "to storage.")
+        else:
+            text += (". A restart empties the database's own cache only: the operating system's page cache stayed "
+                     "warm, so cold reads came from memory, not from storage, and the gap is smaller than after a "
+                     "serverless scale-in.")
+        notes.append(text)
     else:
         notes.append(f"COLD: after {cold.get('idle_s', 0):g} s with every connection closed (the study waited 20 "
                      "minutes for a scale-in to the floor capacity).")
@@ -299,4 +342,7 @@ def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
     hit = by["server cache hit %"]
     if hit["warm"] is None and hit["cold"] is None:
         notes.append("The server gives no cache counters here (blank server cache hit %).")
+    if meta.get("cloudwatch"):
+        notes.append("CloudWatch rows: the 60-second datapoint holding each snapshot's start; a 60 s average can "
+                     "smooth over a cache-miss burst (study 000, rule 3). " + (meta.get("cloudwatch_note") or ""))
     return notes

@@ -15,13 +15,13 @@ from typing import Any
 from dbsurge.errors import UserError
 
 
-def check_cloudwatch(specs: list[str] | None) -> Any:
+def check_cloudwatch(specs: list[str] | None, region: str | None = None, endpoint_url: str | None = None) -> Any:
     """Parse the presets and make one cheap CloudWatch call; `UserError` with one line. None without specs."""
     if not specs:
         return None
     from dbsurge.collectors.cloudwatch import CloudWatchCollector, parse_presets
 
-    collector = CloudWatchCollector(parse_presets(specs))
+    collector = CloudWatchCollector(parse_presets(specs), region=region, endpoint_url=endpoint_url)
     collector.check()
     return collector
 
@@ -66,6 +66,27 @@ def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
             if not inside.empty:
                 out[series_label(*key, keys)] = float(inside["value"].iloc[-1])
                 break
+    return out
+
+
+def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average") -> dict[str, float]:
+    """One CloudWatch metric's value (per preset id) for the period that holds ``epoch_s``."""
+    import pandas as pd
+
+    from dbsurge.collectors.merge import infer_period_s
+    from dbsurge.collectors.rundata import read_cloudwatch
+
+    if not (Path(run_dir) / "metrics" / "cloudwatch.csv").is_file():
+        return {}
+    frame = read_cloudwatch(Path(run_dir))
+    frame = frame[(frame["metric"] == metric) & (frame["stat"] == stat)]
+    at = pd.Timestamp(epoch_s, unit="s", tz="UTC")
+    out: dict[str, float] = {}
+    for series_id, points in frame.groupby("id"):
+        period = infer_period_s(points["time_utc"])
+        inside = points[(points["time_utc"] <= at) & (points["time_utc"] + pd.Timedelta(seconds=period) > at)]
+        if not inside.empty:
+            out[str(series_id)] = float(inside["value"].iloc[-1])
     return out
 
 

@@ -32,20 +32,6 @@ def run_engine(run_args: list[str]) -> int:
         signal.signal(signal.SIGINT, old)
 
 
-def master_port_args(rest: list[str]) -> list[str]:
-    """``--master-port P --master-bind-port P`` on a free port, unless the user chose one.
-
-    ``--processes`` starts a Locust master on port 5557 by default; two runs on one host at the
-    same time (a scenario beside a test suite, two scenarios) would collide on it.
-    """
-    if any(a.startswith(("--master-port", "--master-bind-port")) for a in rest):
-        return []
-    from dbsurge.embedded import free_port
-
-    port = str(free_port())
-    return ["--master-port", port, "--master-bind-port", port]
-
-
 def pairs(flag: str, values: list[str] | None) -> list[str]:
     """``["--flag", v1, "--flag", v2, ...]``."""
     out: list[str] = []

@@ -29,11 +29,13 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import utc_iso
+from dbsurge.scenarios.cold_start import wait_idle
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
+    apply_defaults,
     ensure_loaded,
     opt_float,
     parse_key_values,
@@ -44,8 +46,6 @@ from dbsurge.scenarios.scenario_run import (
     say,
     scenario_parser,
     seconds,
-    settle,
-    wait_idle,
 )
 
 NAME = "idle"
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     idle_s = seconds(args.idle, "--idle")
     timeout_s = positive(seconds(args.connect_timeout, "--connect-timeout"), "--connect-timeout")
     query_timeout_s = positive(seconds(args.query_timeout, "--query-timeout"), "--query-timeout")

@@ -18,10 +18,12 @@ from pathlib import Path
 
 from dbsurge.rundir import utc_iso
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
+from dbsurge.scenarios.cold_start import settle_after_load
 from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
+    apply_defaults,
     ensure_loaded,
     opt_float,
     parse_key_values,
@@ -31,8 +33,6 @@ from dbsurge.scenarios.scenario_run import (
     read_rows,
     say,
     scenario_parser,
-    settle,
-    settle_after_load,
 )
 
 NAME = "longscan"
@@ -56,14 +56,14 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     positive(args.segment, "--segment")
     topts = parse_key_values(args.target_option, "--target-option")
     wopts = parse_key_values(args.workload_option, "--workload-option")
     wopts.setdefault("documents", str(args.documents))
     if args.batch_size:
         wopts["scan_batch_size"] = str(positive(args.batch_size, "--batch-size"))
-    collector = check_cloudwatch(args.cloudwatch)
+    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
     from dbsurge.workloads import get_workload
 
     with ScenarioRun(NAME, args, settings) as run:

@@ -20,6 +20,8 @@ import random
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
+from dbsurge.scenarios.cold_start import restart_target, settle_after_load, wait_idle
 from dbsurge.scenarios.documents_reads import id_reader
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
@@ -28,19 +30,16 @@ from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
+    apply_defaults,
     ensure_loaded,
     parse_key_values,
     positive,
     print_from,
     read_meta,
     read_rows,
-    restart_target,
     say,
     scenario_parser,
     seconds,
-    settle,
-    settle_after_load,
-    wait_idle,
 )
 
 NAME = "rewarm"
@@ -49,12 +48,14 @@ STUDY = {"clients": 20, "rate": 5.0, "hot_set": 100, "duration": "10m", "bucket"
 QUICK = {"clients": 5, "rate": 20.0, "hot_set": 100, "duration": "4s", "bucket": "1s", "first_window": "1s",
          "documents": 20_000}
 TRACE_COLUMNS = ["t_since_start_s", "client", "id", "latency_ms", "service_ms", "ok", "error"]
-BUCKET_COLUMNS = ["bucket", "start_s", "end_s", "count", "failures", "p50_ms", "mean_ms", "p99_ms", "max_ms"]
+BUCKET_COLUMNS = ["bucket", "start_s", "end_s", "count", "failures", "p50_ms", "mean_ms", "p99_ms", "max_ms",
+                  "capacity"]
 FIRST_COLUMNS = ["t_since_start_s", "client", "id", "latency_ms"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 000, experiment 2: re-warming a cold cache on a small hot set.")
+    p = scenario_parser(NAME, "Study 000, experiment 2: re-warming a cold cache on a small hot set.",
+                        cloudwatch=True)
     p.add_argument("--clients", type=int, default=None, help="concurrent clients (study 20; quick 5)")
     p.add_argument("--rate", type=float, default=None, help="reads per second per client (study 5; quick 20)")
     p.add_argument("--hot-set", type=int, default=None, help="documents read: ids 0..N-1 (100)")
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="restart the server first so its cache is empty (embedded targets; the scenario starts "
                         "a server of its own)")
     p.add_argument("--restart-command", default=None, metavar="CMD", help="shell command that restarts the server")
+    p.add_argument("--keep-os-cache", action="store_true",
+                   help="with --restart-target: leave the server's files in the OS page cache (evicted by default)")
     p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
                    help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
     p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
@@ -79,7 +82,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     duration_s = positive(seconds(args.duration, "--duration"), "--duration")
     bucket_s = positive(seconds(args.bucket, "--bucket"), "--bucket")
     window_s = positive(seconds(args.first_window, "--first-window"), "--first-window")
@@ -94,6 +97,7 @@ def main(argv: list[str]) -> int:
     if own_server and (args.target or "").strip().lower() not in EMBEDDED_KINDS:
         raise UserError("--restart-target restarts embedded-postgres / embedded-mongo only; for another server "
                         "pass --restart-command CMD")
+    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
     from dbsurge.workloads import get_workload
 
     sizes = {"duration_s": duration_s, "bucket_s": bucket_s, "first_window_s": window_s, "idle_s": idle_s}
@@ -108,11 +112,11 @@ def main(argv: list[str]) -> int:
             settle_after_load(workload, ("documents",))
         run.meta(load_s=load_s)
         wait_idle(idle_s, "before the re-warm")
-        restart_s = None
+        restarted = {}
         if args.restart_target or args.restart_command:
-            restart_s = restart_target(run, args.restart_command)
+            restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache)
         run.meta(cold_start={"idle_s": idle_s, "restart": bool(args.restart_target or args.restart_command),
-                             "restart_s": restart_s})
+                             **restarted})
         say(f"re-warm: {args.clients} clients x {args.rate:g} reads/s on a hot set of {hot} for {duration_s:g} s")
 
         def make(session, i):
@@ -126,8 +130,19 @@ def main(argv: list[str]) -> int:
                  "ok": int(op.ok), "error": op.error} for op in result.operations]
         run.append_rows("trace.csv", TRACE_COLUMNS, rows)
         run.meta(time_zero_utc=_utc(result.t0_epoch_s), connect_errors=dict(result.connect_errors))
+        if collector is not None:
+            run.meta(cloudwatch_note=fetch_capacity(run.path, collector, result.t0_epoch_s,
+                                                    result.t0_epoch_s + result.elapsed_s))
         run.finish(report, results={"reads": len(rows), "failures": sum(1 for r in rows if not r["ok"])})
     return 0
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _utc(epoch_s: float) -> str:
@@ -193,13 +208,17 @@ def report(run_dir: Path) -> Report:
     settings = meta.get("settings") or {}
     trace = read_rows(run_dir, "trace.csv")
     buckets = bucket_rows(trace, float(settings["bucket_s"]), float(settings["duration_s"]))
+    zero = _epoch(meta.get("time_zero_utc"))
+    for b in buckets:  # the capacity for the period holding the bucket's start (blank without a collector)
+        b["capacity"] = capacity_text(capacity_at(run_dir, zero + b["start_s"])) if zero is not None else ""
     first = first_window_rows(trace, float(settings["first_window_s"]))
     top = run_maximum(trace)
     t1 = Table(title=f"Re-warm timeline: {settings.get('clients')} clients x {settings.get('rate'):g} reads/s on a hot "
                      f"set of {meta.get('hot_set')} (latency in ms, from the intended start)",
-               headers=["bucket", "time window", "reads", "failures", "P50", "mean", "P99", "max"],
+               headers=["bucket", "time window", "reads", "failures", "P50", "mean", "P99", "max", "capacity"],
                rows=[[str(b["bucket"]), _window_label(b["start_s"], b["end_s"]), str(b["count"]), str(b["failures"]),
-                      ms(b["p50_ms"]), ms(b["mean_ms"]), ms(b["p99_ms"]), ms(b["max_ms"])] for b in buckets],
+                      ms(b["p50_ms"]), ms(b["mean_ms"]), ms(b["p99_ms"]), ms(b["max_ms"]), b["capacity"]]
+                     for b in buckets],
                csv_name=f"{NAME}.csv", csv_columns=BUCKET_COLUMNS, csv_rows=buckets)
     marks = []
     for i, r in enumerate(first):
@@ -224,9 +243,15 @@ def report(run_dir: Path) -> Report:
             lo, hi = min(b["p50_ms"] for b in rest), max(b["p50_ms"] for b in rest)
             notes.append(f"P50 of bucket 0: {buckets[0]['p50_ms']:.3f} ms; of buckets 1-{len(buckets) - 1}: "
                          f"{lo:.3f}-{hi:.3f} ms.")
+    if not meta.get("cloudwatch"):
+        notes.append("No collector attached (--cloudwatch docdb:ID): the capacity column is blank.")
+    elif meta.get("cloudwatch_note"):
+        notes.append(meta["cloudwatch_note"])
     cold = meta.get("cold_start") or {}
     if cold.get("restart"):
-        notes.append("Started right after a restart of the server (its own cache empty; the operating system's "
-                     "page cache stays warm).")
+        evicted = cold.get("os_cache_evicted_bytes")
+        page_cache = (f"its files, {evicted / 2**20:,.1f} MiB, evicted from the OS page cache" if evicted
+                      else "the operating system's page cache warm")
+        notes.append(f"Started right after a restart of the server (its own cache empty; {page_cache}).")
     return Report(heading=f"dbsurge scenario rewarm (study 000, experiment 2): {meta.get('target_display')}",
                   tables=[t1, t2], notes=notes)

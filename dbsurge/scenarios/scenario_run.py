@@ -2,7 +2,7 @@
 
 A scenario's defaults come in two sets: the study's (what a run against a cloud endpoint uses)
 and ``--quick`` (scaled down so it runs in seconds on the embedded targets). An option given on
-the command line always wins; `settle` fills in the rest.
+the command line always wins; `apply_defaults` fills in the rest.
 
 `ScenarioRun` is the edge where I/O happens: it starts or resolves the target (an embedded
 server of its own when the scenario must restart it), writes ``run.json`` (secrets removed by
@@ -14,14 +14,11 @@ by each scenario's pure functions from the run directory's files, so ``--from`` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -29,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import TargetError, UserError
+from dbsurge.errors import UserError
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
-from dbsurge.stage_plan import format_duration, parse_duration
+from dbsurge.stage_plan import parse_duration
 from dbsurge.tables import markdown, render
 
 EMBEDDED_KINDS = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}
@@ -67,10 +64,13 @@ def scenario_parser(name: str, description: str, *, cloudwatch: bool = False) ->
     if cloudwatch:
         p.add_argument("--cloudwatch", action="append", default=None, metavar="PRESET:ID",
                        help="CloudWatch capacity beside the table, e.g. docdb:my-cluster, aurora:a2 (repeatable)")
+        p.add_argument("--cloudwatch-region", default=None, help="AWS region for --cloudwatch (default: the AWS "
+                                                                 "settings')")
+        p.add_argument("--cloudwatch-endpoint-url", default=None, help="CloudWatch endpoint (default: AWS's)")
     return p
 
 
-def settle(args: argparse.Namespace, study: dict[str, Any], quick: dict[str, Any]) -> dict[str, Any]:
+def apply_defaults(args: argparse.Namespace, study: dict[str, Any], quick: dict[str, Any]) -> dict[str, Any]:
     """Fill every option left unset (None) with the ``--quick`` or the study's default; returns them all."""
     chosen = {}
     for key, default in study.items():
@@ -263,6 +263,8 @@ class ScenarioRun:
                             "DBSURGE_TARGET")
         kind = EMBEDDED_KINDS.get(name.strip().lower())
         if kind is not None and own_server:
+            from dbsurge.scenarios.cold_start import start_own_embedded
+
             self.handle = start_own_embedded(kind, server_settings or {})
             self.own_server = True
             self.uri = self.handle.uri
@@ -364,25 +366,6 @@ class ScenarioRun:
             self.handle = None
 
 
-def start_own_embedded(kind: str, settings: dict[str, str]) -> Any:
-    """An embedded server of this scenario's own, in a temporary directory removed when it stops."""
-    from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
-
-    say(f"starting an embedded {kind} of this scenario's own (it is restarted during the run)")
-    data_dir = Path(tempfile.mkdtemp(prefix=f"dbsurge-scenario-{kind}-"))
-    try:
-        if kind == "postgres":
-            server = EmbeddedPostgres(data_dir, shared_buffers=settings.get("shared_buffers") or "128MB",
-                                      delete_on_stop=True)
-        else:
-            server = EmbeddedMongo(data_dir, cache_size=settings.get("cache_size") or "256M", delete_on_stop=True)
-        server.start()
-    except BaseException:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        raise
-    return server
-
-
 def ensure_loaded(workload: Any) -> float:
     """Load the workload's data set if it is not there; returns the seconds it took (0 if present)."""
     if workload.has_data():
@@ -393,78 +376,12 @@ def ensure_loaded(workload: Any) -> float:
     return round(time.monotonic() - t0, 3)
 
 
-def settle_after_load(workload: Any, tables: tuple[str, ...]) -> None:
-    """After a fresh load into PostgreSQL: VACUUM ANALYZE the tables and CHECKPOINT (when allowed).
-
-    A bulk load leaves work behind that would land on the first measurements: hint bits set (and
-    pages dirtied) by the first reads, autovacuum and the checkpointer writing the new pages. The
-    study's clusters had long settled before its snapshots; so should ours.
-    """
-    if workload.kind != "postgres":
-        return
-    session = workload.target.connect()
-    try:
-        # DSQL has no VACUUM or CHECKPOINT, and a user may lack the right: measure anyway
-        for table in tables:
-            with contextlib.suppress(Exception):
-                session.conn.execute(f"vacuum analyze {table}")
-        with contextlib.suppress(Exception):
-            session.conn.execute("checkpoint")
-    finally:
-        session.close()
-
-
 def _size_of(workload: Any) -> str:
     opts = workload.options
     for key in ("documents", "recordcount", "products"):
         if key in opts:
             return f"{key}={opts[key]:,}"
     return "default size"
-
-
-def restart_target(run: ScenarioRun, command: str | None, timeout_s: float = 180.0) -> float:
-    """Restart the database (our embedded server, or ``command`` in a shell) and wait until it answers.
-
-    Returns the seconds from the restart's start until the target answered ``check()`` again.
-    """
-    import subprocess
-
-    t0 = time.monotonic()
-    if command:
-        say(f"restarting the target: {command}")
-        proc = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-            raise UserError(f"--restart-command exited with {proc.returncode}: {tail[0]}")
-    else:
-        say(f"restarting the embedded {run.handle.kind} server (its own caches start empty; "
-            "the operating system's page cache stays warm)")
-        run.handle.restart()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            run.target.check()
-            break
-        except TargetError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    return round(time.monotonic() - t0, 3)
-
-
-def wait_idle(seconds_: float, what: str) -> None:
-    """Sleep ``seconds_``, saying so (and every minute on long waits)."""
-    if seconds_ <= 0:
-        return
-    say(f"{what}: idle for {format_duration(round(seconds_, 3))}")
-    end = time.monotonic() + seconds_
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(left, 60.0))
-        if end - time.monotonic() > 1:
-            say(f"{what}: {format_duration(round(end - time.monotonic()))} of idle left")
 
 
 def say(message: str) -> None:

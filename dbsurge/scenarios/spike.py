@@ -9,8 +9,9 @@ the engine, exactly as
 (which is ``locust -f locustfiles/orders.py,shapes/spike.py``), and then reads the run
 directory's stages.csv to print the study's table: per stage the arrival rate, successful TPS,
 order-creation and product-lookup p95/p99, failure rate, and the maximum capacity (ACU/DPU) when a
-collector is attached with ``--cloudwatch aurora:ID`` (blank until its data is there; run
-``dbsurge collect results/<run>`` later and ``--from results/<run>`` to print it again).
+collector is attached with ``--cloudwatch aurora:ID`` (the engine polls CloudWatch during the run; the last
+minutes arrive late, so run ``dbsurge collect results/<run>`` later and ``--from results/<run>`` to
+print the table again).
 Options this scenario does not know go to ``dbsurge run`` (``--max-users``, ``--arrivals``, ...).
 """
 
@@ -21,18 +22,17 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import new_run_id
-from dbsurge.scenarios.capacity import check_cloudwatch, fetch_capacity
-from dbsurge.scenarios.engine_run import annotate_run, master_port_args, pairs, run_engine
+from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.scenario_run import (
     Report,
     Table,
+    apply_defaults,
     opt_float,
     print_from,
     read_meta,
     read_rows,
     scenario_parser,
-    settle,
     write_report,
 )
 
@@ -57,14 +57,13 @@ def main(argv: list[str]) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     if args.baseline_tps <= 0:
         raise UserError("--baseline-tps must be positive")
     if args.stage_seconds < 0:
         raise UserError("--stage-seconds must not be negative")
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
-    collector = check_cloudwatch(args.cloudwatch)
     from dbsurge.embedded import resolve_embedded
 
     run_id = args.run_id or new_run_id(NAME)
@@ -78,9 +77,9 @@ def main(argv: list[str]) -> int:
         if args.stage_seconds:
             cmd += ["--stage-seconds", f"{args.stage_seconds:g}"]
         if args.processes:
-            cmd += ["--processes", str(args.processes)] + master_port_args(rest)
+            cmd += ["--processes", str(args.processes)]
         cmd += pairs("--target-option", args.target_option) + pairs("--workload-option", wopts)
-        cmd += pairs("--cloudwatch", args.cloudwatch) + rest
+        cmd += pairs("--cloudwatch", args.cloudwatch) + _cloudwatch_options(args) + rest
         code = run_engine(cmd)
     finally:
         if handle is not None:
@@ -89,17 +88,19 @@ def main(argv: list[str]) -> int:
     if not (run_dir / "stages.csv").is_file():
         return code or 1
     annotate_run(run_dir, scenario=NAME, scenario_settings=settings, target_name=args.target)
-    if collector is not None:
-        meta = read_meta(run_dir)
-        from datetime import datetime
-
-        start, end = (datetime.fromisoformat(meta[k]).timestamp()
-                      for k in ("started_utc", "ended_utc"))
-        annotate_run(run_dir, cloudwatch_note=fetch_capacity(run_dir, collector, start, end))
     result = report(run_dir)
     write_report(run_dir, result, title=f"dbsurge scenario spike: {run_id}")
     print("\n" + result.text() + f"\n\nresults: {run_dir}", flush=True)
     return code
+
+
+def _cloudwatch_options(args: argparse.Namespace) -> list[str]:
+    out = []
+    if args.cloudwatch_region:
+        out += ["--cloudwatch-region", args.cloudwatch_region]
+    if args.cloudwatch_endpoint_url:
+        out += ["--cloudwatch-endpoint-url", args.cloudwatch_endpoint_url]
+    return out
 
 
 # -- the table (pure, from stages.csv and metrics/cloudwatch.csv) ---------------------------------------
@@ -164,8 +165,9 @@ def report(run_dir: Path) -> Report:
         notes.append(f"WARNING: {finding}")
     if not meta.get("cloudwatch"):
         notes.append("No collector attached (--cloudwatch aurora:ID, dsql:ID): the max capacity column is blank.")
-    elif meta.get("cloudwatch_note"):
-        notes.append(meta["cloudwatch_note"])
+    else:
+        notes.append(f"CloudWatch publishes minutes late: a blank capacity fills in after `dbsurge collect {run_dir}` "
+                     f"and `dbsurge scenario spike --from {run_dir}`.")
     notes.append(f"Latency is response time from the intended start (open model); {results.get('operations', 0):,} "
                  f"operations sent, {results.get('dropped', 0):,} dropped.")
     return Report(heading=f"dbsurge scenario spike (study 001): {meta.get('target_display')}", tables=[table],

@@ -30,6 +30,7 @@ from dbsurge.scenarios.scenario_run import (
     Report,
     ScenarioRun,
     Table,
+    apply_defaults,
     iter_rows,
     parse_key_values,
     positive,
@@ -37,7 +38,6 @@ from dbsurge.scenarios.scenario_run import (
     read_meta,
     say,
     scenario_parser,
-    settle,
 )
 
 NAME = "ycsb-load"
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    settings = apply_defaults(args, STUDY, QUICK)
     positive(args.records, "--records")
     positive(args.batch_size, "--batch-size")
     positive(args.clients, "--clients")

@@ -28,11 +28,12 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
-from dbsurge.scenarios.engine_run import annotate_run, master_port_args, pairs, run_engine
+from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.scenario_run import (
     Report,
     Table,
+    apply_defaults,
     opt_float,
     parse_key_values,
     print_from,
@@ -40,7 +41,6 @@ from dbsurge.scenarios.scenario_run import (
     read_rows,
     scenario_parser,
     seconds,
-    settle,
     versions,
     write_report,
 )
@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="arrival rate in operations per second through the constant shape (default: flat out)")
     p.add_argument("--duration", default=None, help="run time (study 30m; quick 4s)")
     p.add_argument("--users", type=int, default=None,
-                   help="concurrent clients per process flat out, the cap on clients under --target-tps "
-                        "(study 16; quick 4)")
+                   help="concurrent clients (per worker process with --scale-workers) when flat out (study 16; "
+                        "quick 4); under --target-tps the cap on clients (default: as many as the rate needs)")
     p.add_argument("--records", type=int, default=None,
                    help="records loaded (recordcount; the same as for ycsb-load; study 1,000,000 here; quick 2,000)")
     p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this host")
@@ -89,7 +89,11 @@ def main(argv: list[str]) -> int:
     args, rest = build_parser().parse_known_args(argv)
     if args.from_run:
         return print_from(args.from_run, report, NAME)
-    settings = settle(args, STUDY, QUICK)
+    users_given = args.users is not None
+    if args.distribution is None:
+        given = parse_key_values(args.workload_option, "--workload-option")
+        args.distribution = given.get("requestdistribution") or None
+    settings = apply_defaults(args, STUDY, QUICK)
     duration_s = seconds(args.duration, "--duration")
     if duration_s <= 0:
         raise UserError("--duration must be positive")
@@ -123,11 +127,15 @@ def main(argv: list[str]) -> int:
         base += pairs("--workload-option", [f"{k}={v}" for k, v in wopts.items()])
         if workers:
             return _scale(args, settings, run_id, base + rest, workers, consistency)
-        cmd = base + ["--results-dir", args.results_dir, "--run-id", run_id, "--users", str(args.users)]
+        cmd = base + ["--results-dir", args.results_dir, "--run-id", run_id]
         if args.target_tps is not None:
+            # under an arrival rate the shape sizes the pool; --users, when given, caps it
             cmd += ["--shape", "constant", "--rate", f"{args.target_tps:g}"]
+            cmd += ["--users", str(args.users)] if users_given else []
+        else:
+            cmd += ["--users", str(args.users)]
         if args.processes:
-            cmd += ["--processes", str(args.processes)] + master_port_args(rest)
+            cmd += ["--processes", str(args.processes)]
         code = run_engine(cmd + rest)
     finally:
         if handle is not None:
@@ -158,7 +166,7 @@ def _scale(args, settings: dict, run_id: str, base: list[str], workers: list[int
             sub = f"workers-{n}"
             rd.event("scale_run_start", workers=n)
             c = run_engine(base + ["--results-dir", str(rd.path / "runs"), "--run-id", sub, "--users",
-                                   str(args.users * n), "--processes", str(n)] + master_port_args(base))
+                                   str(args.users * n), "--processes", str(n)])
             code = code or c
             runs.append({"workers": n, "users": args.users * n, "run_dir": f"runs/{sub}", "exit_code": c})
             rd.write_meta(runs=runs)

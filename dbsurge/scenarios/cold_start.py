@@ -1,0 +1,143 @@
+"""Making a target cold, and letting it settle: restarts, page-cache eviction, idle waits.
+
+Study 000 made its cluster cold by waiting 20 minutes for a scale-in; study 001 waited 15 minutes
+with every connection closed. On a server that does not scale, the scenarios get there with a
+restart: of an embedded server of their own (`start_own_embedded`, restarted through its handle)
+or of any server through a shell command. A restart empties only the database's own cache, so the
+embedded server's files are also dropped from the operating system's page cache
+(`evict_from_page_cache`). `settle_after_load` lets a freshly loaded PostgreSQL finish the work a
+bulk load leaves behind before anything is measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dbsurge.errors import TargetError, UserError
+from dbsurge.scenarios.scenario_run import ScenarioRun, say
+from dbsurge.stage_plan import format_duration
+
+
+def start_own_embedded(kind: str, settings: dict[str, str]) -> Any:
+    """An embedded server of this scenario's own, in a temporary directory removed when it stops."""
+    from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+
+    say(f"starting an embedded {kind} of this scenario's own (it is restarted during the run)")
+    data_dir = Path(tempfile.mkdtemp(prefix=f"dbsurge-scenario-{kind}-"))
+    try:
+        if kind == "postgres":
+            server = EmbeddedPostgres(data_dir, shared_buffers=settings.get("shared_buffers") or "128MB",
+                                      delete_on_stop=True)
+        else:
+            server = EmbeddedMongo(data_dir, cache_size=settings.get("cache_size") or "256M", delete_on_stop=True)
+        server.start()
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise
+    return server
+
+
+def settle_after_load(workload: Any, tables: tuple[str, ...]) -> None:
+    """After a fresh load into PostgreSQL: VACUUM ANALYZE the tables and CHECKPOINT (when allowed).
+
+    A bulk load leaves work behind that would land on the first measurements: hint bits set (and
+    pages dirtied) by the first reads, autovacuum and the checkpointer writing the new pages. The
+    study's clusters had long settled before its snapshots; so should ours.
+    """
+    if workload.kind != "postgres":
+        return
+    session = workload.target.connect()
+    try:
+        # DSQL has no VACUUM or CHECKPOINT, and a user may lack the right: measure anyway
+        for table in tables:
+            with contextlib.suppress(Exception):
+                session.conn.execute(f"vacuum analyze {table}")
+        with contextlib.suppress(Exception):
+            session.conn.execute("checkpoint")
+    finally:
+        session.close()
+
+
+def restart_target(run: ScenarioRun, command: str | None, timeout_s: float = 180.0,
+                   evict_os_cache: bool = True) -> dict:
+    """Restart the database (our embedded server, or ``command`` in a shell) and wait until it answers.
+
+    For our own embedded server, its data files are then also evicted from the operating system's
+    page cache (``evict_os_cache``), so that the first reads really go to storage, as after a
+    serverless scale-in. Returns ``restart_s`` (until the target answered again) and
+    ``os_cache_evicted_bytes`` (None when nothing was evicted).
+    """
+    import subprocess
+
+    t0 = time.monotonic()
+    evicted = None
+    if command:
+        say(f"restarting the target: {command}")
+        proc = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+            raise UserError(f"--restart-command exited with {proc.returncode}: {tail[0]}")
+    else:
+        say(f"restarting the embedded {run.handle.kind} server (its own caches start empty)")
+        run.handle.restart()
+        if evict_os_cache:
+            evicted = evict_from_page_cache(run.handle.data_dir)
+            say(f"evicted {evicted / 2**20:,.1f} MiB of the server's files from the operating system's page cache")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            run.target.check()
+            break
+        except TargetError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    return {"restart_s": round(time.monotonic() - t0, 3), "os_cache_evicted_bytes": evicted}
+
+
+def evict_from_page_cache(directory: Path) -> int:
+    """Drop the pages of every file under ``directory`` from the OS page cache; returns the bytes covered.
+
+    ``posix_fadvise(POSIX_FADV_DONTNEED)`` on each file: clean pages are dropped, for these files only
+    (no root, no /proc/sys/vm/drop_caches, nothing else on the host is touched). A restarted server
+    has flushed its pages, so they are clean. Where the call is missing the files stay cached.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return 0
+    total = 0
+    for path in Path(directory).rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return total
+
+
+def wait_idle(seconds_: float, what: str) -> None:
+    """Sleep ``seconds_``, saying so (and every minute on long waits)."""
+    if seconds_ <= 0:
+        return
+    say(f"{what}: idle for {format_duration(round(seconds_, 3))}")
+    end = time.monotonic() + seconds_
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 60.0))
+        if end - time.monotonic() > 1:
+            say(f"{what}: {format_duration(round(end - time.monotonic()))} of idle left")
