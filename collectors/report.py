@@ -37,6 +37,7 @@ from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events
 
 _STAGE_SHADES = ("#eef2f7", "#ffffff")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
 
 
@@ -551,7 +552,13 @@ def build_report(run_dir: str | Path) -> Path:
     panels = {name: render_panel(data, name) for name, _, _ in _PANELS}
     path = data.run.path
     (path / "timeline.png").write_bytes(render_timeline(data))
-    (path / "summary.md").write_text(render_markdown(data))
+    summary = path / "summary.md"
+    kept = ""
+    if summary.exists():  # a scenario's own table (`dbsurge scenario`) follows its marker: keep it
+        old = summary.read_text()
+        if SCENARIO_MARK in old:
+            kept = "\n" + old[old.index(SCENARIO_MARK):]
+    summary.write_text(render_markdown(data) + kept)
     out = path / "report.html"
     out.write_text(render_html(data, panels))
     return out

@@ -112,9 +112,7 @@ def _preflight(args, rest: list[str]) -> None:
     from .checks import parse_checks
     from .locust_plugin import parse_pairs
     from .stage_plan import StagePlan, parse_duration
-    from .workloads import parse_workload_options
-
-    from .workloads import WORKLOADS
+    from .workloads import WORKLOADS, parse_workload_options
     from .workloads.base import resolve_options
 
     ns = _passthrough(rest)

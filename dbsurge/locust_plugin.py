@@ -83,8 +83,9 @@ class DbSurgeRun:
         self.options = environment.parsed_options
         self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
                      else "master" if isinstance(environment.runner, MasterRunner) else "local")
-        raw_dir = os.environ.get("DBSURGE_RAW_SAMPLES_DIR")
-        self.recorder = Recorder(raw_samples_path=os.path.join(raw_dir, f"samples-{os.getpid()}.bin") if raw_dir else None)
+        raw_dir = os.environ.get("DBSURGE_RAW_SAMPLES_DIR")  # tests: every sample, to check the merge
+        raw_path = os.path.join(raw_dir, f"samples-{os.getpid()}.bin") if raw_dir else None
+        self.recorder = Recorder(raw_samples_path=raw_path)
         self.pacer: Pacer | None = None
         self.schedule: Schedule | None = None
         self.plan: StagePlan | None = None

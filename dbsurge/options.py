@@ -58,7 +58,8 @@ def add_options(parser) -> None:
     g.add_argument("--lag-warn", env_var="DBSURGE_LAG_WARN", default="5ms", include_in_web_ui=False,
                    help="lag p99 above which a stage counts as behind the plan (default 5ms)")
     g.add_argument("--check", env_var="DBSURGE_CHECK", default=None, include_in_web_ui=False,
-                   help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; exit 1 on failure")
+                   help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; "
+                        "exit 1 on failure")
     g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
                    help="seed for arrivals and operation choice (default 42)")
     g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,

@@ -129,7 +129,8 @@ def install_web_controls(web_ui, run) -> None:
 
     @app.after_request
     def inject_panel(response):
-        if request.path in ("/", "/index.html") and response.mimetype == "text/html" and not response.direct_passthrough:
+        is_page = request.path in ("/", "/index.html") and response.mimetype == "text/html"
+        if is_page and not response.direct_passthrough:
             body = response.get_data(as_text=True)
             if "dbsurge/panel.js" not in body and "</body>" in body:
                 body = body.replace("</body>", '<script src="./dbsurge/panel.js"></script></body>')
