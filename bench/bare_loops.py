@@ -9,6 +9,8 @@ as the dbsurge workload it stands beside (the same SQL or query, the same keys),
   ``send_query_prepared``, wait for the socket, ``get_result``; binary parameters), the floor
   for any psycopg-based client.
 - ``pymongo``: YCSB read (``find_one({"_id": key})``, all fields) with uniformly drawn keys.
+- ``pymongo_gevent``: the same loop after gevent's ``monkey.patch_all()`` (what Locust does on
+  import): the floor for any gevent-based client of pymongo, such as a Locust user.
 
     python bench/bare_loops.py psycopg --uri postgresql://... --duration 10 --products 100000
 """
@@ -110,10 +112,15 @@ def loop_pymongo(args) -> int:
     return n
 
 
-LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pymongo": loop_pymongo}
+LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].endswith("_gevent"):
+        from gevent import monkey
+
+        monkey.patch_all()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("loop", choices=sorted(LOOPS))
     p.add_argument("--uri", required=True)

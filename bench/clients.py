@@ -139,7 +139,7 @@ def _locust_count(env: Env, output: str, tag: str) -> int:
 
 def _bare_cmd(loop: str) -> Callable[[Env, int, str], list[str]]:
     def command(env: Env, seconds: int, tag: str) -> list[str]:
-        uri = env.mongo_uri if loop == "pymongo" else env.pg_uri
+        uri = env.mongo_uri if loop.startswith("pymongo") else env.pg_uri
         return [_python(), str(BENCH_DIR / "bare_loops.py"), loop, "--uri", uri, "--duration", str(seconds),
                 "--products", str(env.products), "--records", str(env.records), "--repo", str(REPO)]
 
@@ -171,6 +171,8 @@ CLIENTS: dict[str, Client] = {c.key: c for c in [
            _dbsurge_cmd("ycsb", "read", 1), _dbsurge_count),
     Client("bare_pymongo", "bare pymongo loop (YCSB read)", "mongo", "1 connection",
            _bare_cmd("pymongo"), _bare_count),
+    Client("bare_pymongo_gevent", "bare pymongo loop under gevent's monkey-patching", "mongo", "1 connection",
+           _bare_cmd("pymongo_gevent"), _bare_count),
 ]}
 
 

@@ -50,7 +50,7 @@ class Measured:
     cpu_s: float
     stdout: str
     stderr: str
-    rss: list[tuple[float, dict[int, int]]] = field(default_factory=list)  # (elapsed_s, {pid: rss_bytes})
+    rss: list[tuple[float, dict[int, tuple[int, int]]]] = field(default_factory=list)  # (elapsed_s, {pid: (ppid, rss)})
 
 
 def run_measured(cmd: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
@@ -91,14 +91,14 @@ def _sample_rss(pid: int, started: float, interval: float, out: list, stop: thre
     except psutil.Error:
         return
     while not stop.wait(interval):
-        sample: dict[int, int] = {}
+        sample: dict[int, tuple[int, int]] = {}
         try:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
         for p in procs:
             try:
-                sample[p.pid] = p.memory_info().rss
+                sample[p.pid] = (p.ppid(), p.memory_info().rss)
             except psutil.Error:
                 pass
         out.append((time.monotonic() - started, sample))

@@ -66,7 +66,7 @@ def load_data(servers: Servers, *, scale: int, products: int, records: int, log=
                         str(servers.pg_port), "-U", "postgres", "postgres"], check=True, capture_output=True)
     log(f"loading orders products={products}")
     _dbsurge_load("orders", servers.pg_uri, f"products={products}")
-    if servers.mongo_uri:
+    if servers.mongo_uri and records:
         log(f"loading ycsb recordcount={records}")
         _dbsurge_load("ycsb", servers.mongo_uri, f"recordcount={records}", "batchsize=1000")
     _vacuum_analyze(servers)

@@ -20,10 +20,11 @@ each other) and then summarised as median, min and max over repetitions.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
 
-from bench.clients import CLIENTS, Env, new_tag
+from bench.clients import CLIENTS, Client, Env, new_tag
 from bench.measure import run_measured
 
 
@@ -72,27 +73,39 @@ class Spread:
         return cls(statistics.median(good), min(good), max(good), good)
 
 
-def run_client(client_key: str, env: Env, seconds: int) -> tuple[int, float, float]:
+def resolve(key: str, variants: dict[str, str]) -> tuple[Client, str | None]:
+    """A client key, possibly ``name@variant``: the client and the PYTHONPATH of the engine variant."""
+    name, _, variant = key.partition("@")
+    if name not in CLIENTS:
+        raise ValueError(f"unknown client {name!r} (known: {', '.join(CLIENTS)})")
+    if variant and variant not in variants:
+        raise ValueError(f"unknown engine variant {variant!r}")
+    return CLIENTS[name], (variants[variant] if variant else None)
+
+
+def run_client(key: str, env: Env, seconds: int, variants: dict[str, str] | None = None) -> tuple[int, float, float]:
     """Run one client once: (operations, CPU seconds of its process tree, wall seconds)."""
-    client = CLIENTS[client_key]
-    tag = new_tag(client_key)
-    m = run_measured(client.command(env, seconds, tag), cwd=str(env.workdir))
+    client, pythonpath = resolve(key, variants or {})
+    tag = new_tag(key.replace("@", "-"))
+    run_env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    m = run_measured(client.command(env, seconds, tag), cwd=str(env.workdir), env=run_env)
     output = m.stdout + "\n" + m.stderr
     if m.returncode != 0:
-        raise RuntimeError(f"{client_key} exited with {m.returncode}:\n{output[-3000:]}")
+        raise RuntimeError(f"{key} exited with {m.returncode}:\n{output[-3000:]}")
     return client.count(env, output, tag), m.cpu_s, m.wall_s
 
 
-def run_table(env: Env, clients: list[str], *, reps: int, long_s: int, short_s: int, log=print) -> list[Sample]:
+def run_table(env: Env, clients: list[str], *, reps: int, long_s: int, short_s: int,
+              variants: dict[str, str] | None = None, log=print) -> list[Sample]:
     samples: list[Sample] = []
     for rep in range(reps):
         order = clients if rep % 2 == 0 else list(reversed(clients))
         for key in order:
-            ops_l, cpu_l, wall_l = run_client(key, env, long_s)
-            ops_s, cpu_s, _ = run_client(key, env, short_s)
+            ops_l, cpu_l, wall_l = run_client(key, env, long_s, variants)
+            ops_s, cpu_s, _ = run_client(key, env, short_s, variants)
             s = Sample(key, rep, long_s, short_s, ops_l, ops_s, cpu_l, cpu_s, wall_l)
             samples.append(s)
-            log(f"  rep {rep + 1}/{reps} {key:14s} {s.ops_per_s:9.0f} ops/s  {s.cpu_us_marginal:7.1f} us/op marginal"
+            log(f"  rep {rep + 1}/{reps} {key:20s} {s.ops_per_s:9.0f} ops/s  {s.cpu_us_marginal:7.1f} us/op marginal"
                 f"  {s.cpu_us_whole:7.1f} us/op whole run")
     return samples
 

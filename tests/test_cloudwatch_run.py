@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 import boto3
 import pandas as pd
 import pytest
-
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
 ACU_PRICE = 0.12  # us-east-1 default in collectors/prices.toml

@@ -11,10 +11,10 @@ from datetime import datetime
 
 import numpy as np
 import pytest
+from runs import REPO, dbsurge, explain, locust, only_run_dir, read_csv, read_json
 
 from dbsurge.embedded import free_port
 from dbsurge.histogram import Histogram
-from runs import dbsurge, explain, locust, only_run_dir, read_csv, read_json, REPO
 
 
 def _ts(s: str) -> float:
@@ -75,7 +75,7 @@ def test_two_processes_merge_counts_and_percentiles(tmp_path, mongo_uri):
 
 def test_plain_locust_headless_with_processes(tmp_path, mongo_uri):
     port = str(free_port())  # never the default 5557: concurrent runs on this host must not mix workers
-    proc = locust("-f", str(REPO / "locustfiles" / "ycsb.py"), "--headless", "-u", "8", "-t", "4s",
+    proc = locust("-f", str(REPO / "locustfiles" / "ycsb.py"), "--headless", "-u", "8", "-r", "8", "-t", "5s",
                   "--target", mongo_uri, "--processes", "2", "--master-bind-port", port, "--master-port", port, "--workload-option", "recordcount=500",
                   "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, explain(proc)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runs import explain, only_run_dir, read_csv
 
 from dbsurge.histogram import Histogram
-from runs import REPO, explain, only_run_dir, read_csv
 
 RATE, SECONDS, STALL_AT, STALL_S = 200, 20, 10.0, 1.0
 

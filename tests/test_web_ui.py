@@ -14,9 +14,9 @@ import time
 import urllib.request
 
 import pytest
+from runs import REPO, read_csv
 
 from dbsurge.embedded import free_port
-from runs import REPO, read_csv
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
