@@ -115,3 +115,18 @@ def test_check_thresholds_set_the_exit_code(tmp_path, pg_uri):
     assert proc.returncode == 1, explain(proc)
     assert "check FAILED: p50<0.001ms" in proc.stdout
     assert "check passed: product_lookup.p99<10s" in proc.stdout
+
+
+def test_no_password_in_output_or_run_directory(tmp_path, pg_uri):
+    secret = "s3cret-Pw-42"
+    uri = pg_uri.replace("postgres@", f"postgres:{secret}@")  # trust auth: any password is accepted
+    proc = dbsurge("run", "--workload", "orders", "--target", uri, "--shape", "constant", "--rate", "20",
+                   "--duration", "2s", "--workload-option", "products=2000", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert secret not in proc.stdout + proc.stderr
+    run = only_run_dir(tmp_path / "results")
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert any(p.name == "report.html" for p in files) and any(p.name == "run.json" for p in files)
+    for p in files:
+        assert secret.encode() not in p.read_bytes(), p
+    assert "***" in (run / "run.json").read_text()
