@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -51,7 +52,7 @@ def _python() -> str:
     return sys.executable
 
 
-def _processes(processes: int) -> list[str]:
+def processes_args(processes: int) -> list[str]:
     """Locust's ``--processes``, on a free master port: the default 5557 may be another test's master,
     whose test our workers would then join."""
     if processes <= 1:
@@ -65,9 +66,16 @@ def _processes(processes: int) -> list[str]:
 # -- pgbench -----------------------------------------------------------------------------------------
 
 
+def pgbench_connection(uri: str) -> list[str]:
+    """pgbench's connection arguments for a ``postgresql://user@host:port/dbname`` URI (TCP, not the socket)."""
+    parts = urlsplit(uri)
+    return ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U", parts.username or "postgres",
+            parts.path.lstrip("/") or "postgres"]
+
+
 def _pgbench_cmd(env: Env, seconds: int, tag: str) -> list[str]:
     return [str(env.pgbench), "-S", "-M", "prepared", "-c", str(env.users), "-j", "1", "-T", str(seconds), "-n",
-            "-h", "127.0.0.1", "-p", str(env.pg_port), "-U", "postgres", "postgres"]
+            *pgbench_connection(env.pg_uri)]
 
 
 def _pgbench_count(env: Env, output: str, tag: str) -> int:
@@ -91,7 +99,7 @@ def _dbsurge_cmd(workload: str, operation: str, processes: int) -> Callable[[Env
                "--results-dir", str(env.workdir / "results"), "--run-id", tag]
         for option in options:
             cmd += ["--workload-option", option]
-        return cmd + _processes(processes)
+        return cmd + processes_args(processes)
 
     return command
 
@@ -117,7 +125,7 @@ def _locust_cmd(processes: int) -> Callable[[Env, int, str], list[str]]:
         cmd = [_python(), "-m", "locust", "-f", str(BENCH_DIR / "plain_locust.py"), "--headless", "--only-summary",
                "-u", str(env.users), "-r", str(env.users), "-t", f"{seconds}s", "--host", env.pg_uri,
                "--products", str(env.products), "--csv", str(env.workdir / "locust" / tag)]
-        cmd += _processes(processes)
+        cmd += processes_args(processes)
         (env.workdir / "locust").mkdir(parents=True, exist_ok=True)
         return cmd
 

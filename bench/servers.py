@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench.clients import REPO
+from bench.clients import REPO, pgbench_connection
 
 
 @dataclass
@@ -62,8 +62,8 @@ def load_data(servers: Servers, *, scale: int, products: int, records: int, log=
     """pgbench's tables at ``scale``, the orders workload's products, the ycsb records (idempotent)."""
     if _pgbench_scale(servers) != scale:
         log(f"loading pgbench tables, scale {scale}")
-        subprocess.run([str(servers.pgbench), "-i", "-q", "-s", str(scale), "-h", "127.0.0.1", "-p",
-                        str(servers.pg_port), "-U", "postgres", "postgres"], check=True, capture_output=True)
+        subprocess.run([str(servers.pgbench), "-i", "-q", "-s", str(scale), *pgbench_connection(servers.pg_uri)],
+                       check=True, capture_output=True)
     log(f"loading orders products={products}")
     _dbsurge_load("orders", servers.pg_uri, f"products={products}")
     if servers.mongo_uri and records:

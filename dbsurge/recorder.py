@@ -19,10 +19,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
-from .histogram import Histogram
+from .histogram import Histogram, counts_index
 
 NS_PER_US = 1000
 NS_PER_S = 1_000_000_000
@@ -112,7 +113,8 @@ class Recorder:
         self.dropped.clear()
         if not buf:
             return payload
-        a = np.array(buf, dtype=np.int64)
+        # from a flat iterator: faster than np.array() over a list of tuples (0.24 vs 0.36 us per record)
+        a = np.fromiter(chain.from_iterable(buf), dtype=np.int64, count=7 * len(buf)).reshape(-1, 7)
         op, stage, intended, start, end, ok, retries = (a[:, i] for i in range(7))
         resp = (end - intended) // NS_PER_US
         serv = (end - start) // NS_PER_US
@@ -128,7 +130,13 @@ class Recorder:
 
 
 def _group(keys: np.ndarray, okm, resp, serv, lag, retries) -> list:
-    """Rows of [key0, key1, cell_wire] for each distinct (key0, key1) column of ``keys``."""
+    """Rows of [key0, key1, cell_wire] for each distinct (key0, key1) column of ``keys``.
+
+    The wire form (`Cell.to_wire`: sparse histogram counts) is computed straight from the values,
+    without building dense histograms: a drain then costs in proportion to the operations it holds
+    instead of a fixed ~2 ms for allocating and scanning three 23,552-bucket arrays per cell, which
+    the pacer feels as a pause once a second.
+    """
     # one 1-D key per row (the second key, an operation or stage index, is small) sorts much
     # faster than np.unique over columns
     combined = keys[0] * _KEY_SPAN + keys[1]
@@ -138,12 +146,18 @@ def _group(keys: np.ndarray, okm, resp, serv, lag, retries) -> list:
     for g in range(uniq.size):
         m = inverse == g
         good = m & okm
-        cell = Cell()
-        cell.response.record_many(resp[good])
-        cell.service.record_many(serv[good])
-        cell.lag.record_many(lag[m])
-        cell.ok = int(good.sum())
-        cell.failures = int(m.sum()) - cell.ok
-        cell.retries = int(retries[m].sum())
-        rows.append([int(uniq[g] // _KEY_SPAN), int(uniq[g] % _KEY_SPAN), cell.to_wire()])
+        ok = int(good.sum())
+        wire = [_sparse_wire(resp[good]), _sparse_wire(serv[good]), _sparse_wire(lag[m]), ok, int(m.sum()) - ok,
+                int(retries[m].sum())]
+        rows.append([int(uniq[g] // _KEY_SPAN), int(uniq[g] % _KEY_SPAN), wire])
     return rows
+
+
+def _sparse_wire(values: np.ndarray) -> list:
+    """`Histogram.to_wire` of a histogram holding ``values`` (µs), computed without the histogram."""
+    if values.size == 0:
+        return [b"", b"", 0, 0, 0]
+    counts = np.bincount(counts_index(values))  # as long as the highest index present, not 23,552
+    index = np.flatnonzero(counts)
+    return [index.astype(np.int32).tobytes(), counts[index].astype(np.int64).tobytes(), int(values.min()),
+            int(values.max()), int(values.sum())]

@@ -20,16 +20,18 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import psycopg
+from gevent import get_hub
 from psycopg import IsolationLevel
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.errors import SerializationFailure
-from psycopg.pq import TransactionStatus
+from psycopg.errors import SerializationFailure, error_from_result
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from dbsurge.errors import TargetError
 from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret
@@ -177,6 +179,9 @@ class PostgresSession(Session):
         self._cap_s = target.retry_cap_ms / 1000.0
         self._recycle_at = float("inf")
         self._conn: psycopg.Connection[Any] = self._open()
+        # One cursor per connection, reused by `execute`: a new cursor per statement (what
+        # ``Connection.execute`` does) costs about 12 us of client CPU per statement.
+        self._cursor: psycopg.Cursor[Any] = self._conn.cursor()
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -205,6 +210,7 @@ class PostgresSession(Session):
         except Exception:  # closing a broken connection may fail; the new one is what matters
             pass
         self._conn = self._open()
+        self._cursor = self._conn.cursor()
         self.reconnects += 1
 
     def maybe_recycle(self) -> None:
@@ -220,14 +226,28 @@ class PostgresSession(Session):
         # else: a transaction the caller opened on `conn` is in progress: recycle after it.
 
     def execute(self, sql: Any, params: Any = None, *, prepare: bool | None = None) -> psycopg.Cursor[Any]:
-        """Run one statement (autocommit) and return its cursor, whose rows the caller fetches."""
+        """Run one statement (autocommit) and return its cursor, whose rows the caller fetches.
+
+        The cursor is the session's own, reused by the next `execute`: fetch its rows first.
+        """
         if monotonic() >= self._recycle_at:
             self.maybe_recycle()
         try:
-            return self._conn.execute(sql, params, prepare=prepare)
+            return self._cursor.execute(sql, params, prepare=prepare)
         except psycopg.OperationalError:
             self._mark_if_broken()
             raise
+
+    def lookup(self, sql: str) -> Callable[[Sequence[Any]], Any]:
+        """``fetch(params) -> first row (a tuple) or None`` for one read-only statement, on the fast path.
+
+        For the key lookups that dominate read workloads: the statement (``%s`` placeholders, no
+        ``%%``) is prepared once per connection and run through libpq directly (`PreparedLookup`).
+        Without gevent (psycopg waits by itself) it is ``execute(sql, params, prepare=True).fetchone()``.
+        """
+        if not gevent_wait.gevent_active():
+            return lambda params: self.execute(sql, params, prepare=True).fetchone()
+        return PreparedLookup(self, sql)
 
     def run_transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn(conn)`` inside one transaction and return its result.
@@ -265,6 +285,106 @@ class PostgresSession(Session):
         """Close the connection."""
         self._recycle_at = float("inf")
         self._conn.close()
+
+
+class PreparedLookup:
+    """One read-only statement of one session, run through libpq (``psycopg.pq``) under gevent.
+
+    Per call: one ``PQsendQueryPrepared`` with text parameters of unspecified type (the server
+    infers them from the statement, so a parameter's Python type never has to match a prepared
+    type), a wait on a reused libev watcher of the connection's socket, and psycopg's own
+    `Transformer` to turn the first row into the Python values ``execute(...).fetchone()`` gives,
+    with the loaders chosen on the first call. This skips what psycopg's ``Connection.execute``
+    does per call (a new cursor and transformer, query conversion, prepared-statement
+    bookkeeping), about half the client CPU of a key lookup. An exception while a query is in
+    flight (a broken connection, the greenlet killed) closes the connection, whose unread answer
+    would otherwise reach the next query; the session reconnects on the next call.
+    """
+
+    _names = iter(range(1, 1 << 62))
+
+    def __init__(self, session: PostgresSession, sql: str) -> None:
+        if "%%" in sql or "%(" in sql:
+            raise ValueError("PreparedLookup takes %s placeholders only")
+        parts = sql.split("%s")
+        self.sql = "".join(p + (f"${i + 1}" if i < len(parts) - 1 else "") for i, p in enumerate(parts)).encode()
+        self.formats = [PyFormat.TEXT] * (len(parts) - 1)
+        self.session = session
+        self.name = f"_dbsurge_{next(self._names)}".encode()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        """Prepare the statement on a (new) connection."""
+        self._conn = None
+        self.pgconn = pgconn = conn.pgconn
+        self.tx = Transformer(conn)
+        self.loaders_set = False
+        self.encoding = conn.info.encoding
+        hub = get_hub()
+        self.hub_wait = hub.wait
+        self.read_watcher = hub.loop.io(pgconn.socket, 1)
+        self.write_watcher = hub.loop.io(pgconn.socket, 2)
+        pgconn.send_prepare(self.name, self.sql, None)
+        result = self._results()
+        if result.status != ExecStatus.COMMAND_OK:
+            raise error_from_result(result, encoding=self.encoding)
+        self._conn = conn
+
+    def _results(self) -> Any:
+        """Flush, then read until libpq has the whole answer; the last result.
+
+        It waits for the socket before the first read even when the answer may already be there
+        (the server can run on this CPU during our send): the wait is a turn through the hub, so
+        every user gets its turn after each query, as with psycopg's own waiting. Reading first
+        lets one user run query after query while the other users' answers wait (measured: p50
+        0.05 ms, p99 20 ms instead of 0.8 and 2.5 ms).
+        """
+        pgconn, wait, read_watcher = self.pgconn, self.hub_wait, self.read_watcher
+        while pgconn.flush():
+            wait(self.write_watcher)
+        last = None
+        while True:
+            wait(read_watcher)
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                result = pgconn.get_result()
+                if result is None:
+                    return last
+                last = result
+
+    def __call__(self, params: Sequence[Any]) -> Any:
+        session = self.session
+        if monotonic() >= session._recycle_at:
+            session.maybe_recycle()
+        conn = session._conn
+        try:
+            if conn is not self._conn:
+                self._setup(conn)
+            tx = self.tx
+            self.pgconn.send_query_prepared(self.name, tx.dump_sequence(params, self.formats))
+            result = self._results()
+        except psycopg.OperationalError:
+            session._mark_if_broken()
+            self._close_midway(conn)
+            raise
+        except BaseException:
+            self._close_midway(conn)
+            raise
+        if result.status != ExecStatus.TUPLES_OK:
+            raise error_from_result(result, encoding=self.encoding)
+        if not result.ntuples:
+            return None
+        tx.set_pgresult(result, set_loaders=not self.loaders_set)
+        self.loaders_set = True
+        return tx.load_row(0, tuple)
+
+    def _close_midway(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = None
+        self.session._recycle_at = 0.0
+        try:
+            conn.close()
+        except Exception:
+            pass
 
 
 @register_binding("postgres")

@@ -236,6 +236,19 @@ def pg_executor(session: Any) -> Callable[..., Any]:
     return conn_execute
 
 
+def pg_lookup(session: Any, sql: str) -> Callable[[Any], Any]:
+    """``lookup(params) -> first row or None`` for one read-only statement on a PostgreSQL session.
+
+    The session's fast path (`PostgresSession.lookup`: prepared once, run through libpq) when it
+    has one, else ``execute(sql, params, prepare=True).fetchone()``.
+    """
+    lookup = getattr(session, "lookup", None)
+    if lookup is not None:
+        return lookup(sql)
+    execute = pg_executor(session)
+    return lambda params: execute(sql, params, prepare=True).fetchone()
+
+
 def spread_sample(start: int, stop: int, samples: int = 16) -> list[int]:
     """Up to ``samples`` indexes spread evenly over ``[start, stop)``, always including the last one.
 

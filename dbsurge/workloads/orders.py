@@ -33,6 +33,7 @@ from dbsurge.workloads.base import (
     fraction,
     integer,
     pg_executor,
+    pg_lookup,
     spread_sample,
 )
 from dbsurge.workloads.loading import pg_count_present, pg_execute, pg_load
@@ -167,9 +168,11 @@ class OrdersWorkload(Workload):
 
         execute = pg_executor(session)
 
+        lookup = pg_lookup(session, LOOKUP_SQL)
+
         def product_lookup() -> object:
             pid = product(int(draw() * products))[0]
-            row = execute(LOOKUP_SQL, (pid,), prepare=True).fetchone()
+            row = lookup((pid,))
             if row is None:
                 raise LookupError(f"orders: product {pid} not found (is the workload loaded?)")
             return row

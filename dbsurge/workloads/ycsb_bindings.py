@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dbsurge.workloads.base import pg_executor
+from dbsurge.workloads.base import pg_executor, pg_lookup
 from dbsurge.workloads.ycsb import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
 
 if TYPE_CHECKING:
@@ -83,10 +83,12 @@ def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
     next_key, value, field_index = c.next_key, c.value, c.field_index
     read_all, write_all = c.read_all, c.write_all
     execute = pg_executor(session)
+    read_all_lookup = pg_lookup(session, read_all_sql)
+    read_field_lookup = [pg_lookup(session, sql) for sql in read_field_sql]
 
     def read_key(key: str) -> object:
-        sql = read_all_sql if read_all else read_field_sql[field_index()]
-        row = execute(sql, (key,), prepare=True).fetchone()
+        lookup = read_all_lookup if read_all else read_field_lookup[field_index()]
+        row = lookup((key,))
         if row is None:
             raise LookupError(f"ycsb read: no record {key}")
         return row

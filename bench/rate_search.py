@@ -1,0 +1,98 @@
+"""Table 2: the highest arrival rate dbsurge sustains for product lookups, per worker process count.
+
+"Sustains" means an open-model run at that rate (``--shape constant --rate R --max-lag 100ms``)
+ends with lag p99 under 1 ms and no dropped slots (lag: how late an operation started after its
+intended start; see dbsurge's pacer). The search doubles the rate from ``start`` until a run
+fails, then bisects between the last pass and the first failure; each run is short, so the
+answer is a little optimistic for hour-long runs, and noisy on a shared machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from bench.clients import Env, new_tag, processes_args, summary_all_row
+from bench.measure import run_measured
+
+LAG_P99_LIMIT_MS = 1.0
+
+
+@dataclass
+class Trial:
+    rate: float
+    achieved_tps: float
+    lag_p99_ms: float
+    dropped: int
+    failures: int
+    cpu_s: float
+
+    @property
+    def passed(self) -> bool:
+        return self.lag_p99_ms < LAG_P99_LIMIT_MS and self.dropped == 0 and self.failures == 0
+
+
+def trial(env: Env, rate: float, processes: int, seconds: int, *, pythonpath: str | None = None) -> Trial:
+    """One open-model run at ``rate`` TPS."""
+    import os
+
+    tag = new_tag(f"rate{int(rate)}-p{processes}")
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", env.pg_uri,
+           "--shape", "constant", "--rate", str(rate), "--duration", f"{seconds}s", "--max-lag", "100ms",
+           "--operation", "product_lookup", "--workload-option", f"products={env.products}", "--quiet",
+           "--results-dir", str(env.workdir / "results"), "--run-id", tag, *processes_args(processes)]
+    run_env = None
+    if pythonpath:
+        run_env = {**os.environ, "PYTHONPATH": pythonpath}
+    m = run_measured(cmd, cwd=str(env.workdir), env=run_env)
+    if m.returncode not in (0, 1):  # 1: dbsurge says the generator fell behind; still a result
+        raise RuntimeError(f"rate {rate} exited with {m.returncode}:\n{(m.stdout + m.stderr)[-3000:]}")
+    row = summary_all_row(env.workdir / "results" / tag)
+    return Trial(rate, _f(row.get("achieved_tps")), _f(row.get("lag_p99_ms")), int(_f(row.get("dropped"))),
+                 int(_f(row.get("failures"))), m.cpu_s)
+
+
+def _f(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else 0.0
+    except ValueError:
+        return float("nan")
+
+
+def search(env: Env, processes: int, *, start: float = 1000.0, seconds: int = 10, bisect_steps: int = 3,
+           ceiling: float = 128_000.0, pythonpath: str | None = None, log=print) -> tuple[Trial | None, list[Trial]]:
+    """The best passing trial (None if even ``start`` fails) and every trial run."""
+    trials: list[Trial] = []
+
+    def run(rate: float) -> Trial:
+        t = trial(env, rate, processes, seconds, pythonpath=pythonpath)
+        trials.append(t)
+        log(f"  {processes} process(es) rate {rate:8.0f}: achieved {t.achieved_tps:8.0f}  lag p99 {t.lag_p99_ms:7.3f} ms"
+            f"  dropped {t.dropped:6d}  {'pass' if t.passed else 'FAIL'}")
+        return t
+
+    best: Trial | None = None
+    rate = start
+    failed: float | None = None
+    while rate <= ceiling:
+        t = run(rate)
+        if not t.passed:
+            failed = rate
+            break
+        best = t
+        rate *= 2
+    if best is None:
+        return None, trials
+    if failed is None:
+        return best, trials
+    low, high = best.rate, failed
+    for _ in range(bisect_steps):
+        mid = round((low + high) / 2, -2)
+        if mid in (low, high):
+            break
+        t = run(mid)
+        if t.passed:
+            best, low = t, mid
+        else:
+            high = mid
+    return best, trials

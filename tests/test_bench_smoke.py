@@ -1,0 +1,107 @@
+"""The benchmark's plumbing, quickly: bench/run.py runs real clients against a real server and writes
+RESULTS-style tables with numbers in them.
+
+No timing assertions: speed targets belong in the benchmark (`make bench`, bench/RESULTS.md), not in
+tests, which run on shared and slow machines too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.profile_worker import summarise
+from bench.recorder_cost import _slope, _split_roles, recorder_cost
+from bench.throughput import Sample, Spread, paired_ratio
+
+
+@pytest.fixture(scope="module")
+def bench_db(pg_uri: str) -> str:
+    """A database of its own on the session's server (pgbench -i replaces its tables)."""
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        if conn.execute("select 1 from pg_database where datname = 'bench_smoke'").fetchone() is None:
+            conn.execute("create database bench_smoke")
+    return pg_uri.rsplit("/", 1)[0] + "/bench_smoke"
+
+
+def _number_cells(row: str) -> list[float]:
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    out = []
+    for c in cells:
+        m = re.match(r"^([\d,]+(?:\.\d+)?)", c)
+        if m:
+            out.append(float(m.group(1).replace(",", "")))
+    return out
+
+
+def test_quick_run_writes_tables_with_numbers(tmp_path: Path, bench_db: str) -> None:
+    out, raw = tmp_path / "RESULTS.md", tmp_path / "raw.json"
+    cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--pg-uri", bench_db,
+           "--sections", "throughput,recorder", "--clients", "pgbench,dbsurge,bare_pq",
+           "--seconds", "2", "--short-seconds", "1", "--scale", "1", "--products", "2000",
+           "--workdir", str(tmp_path / "work"), "--output", str(out), "--json", str(raw)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    text = out.read_text()
+    assert "## 1. Throughput and client CPU per operation" in text
+    assert "## 3. Recorder cost" in text and "## Machine" in text
+    for label in ("pgbench -S -M prepared", "dbsurge product_lookup, 1 process", "bare psycopg.pq loop"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {label}"))
+        numbers = _number_cells(row)
+        assert len(numbers) >= 3 and all(n > 0 for n in numbers[:3]), row  # ops/s, CPU/op marginal, whole run
+    assert re.search(r"product lookup TPS ≥ 60% of pgbench \(1 process\) \| ≥ 0.60x \| \d+\.\d+x", text)
+
+    data = json.loads(raw.read_text())
+    runs = {s["client"]: s for s in data["throughput"]}
+    assert set(runs) == {"pgbench", "dbsurge", "bare_pq"}
+    for s in runs.values():
+        assert s["ops_long"] > s["ops_short"] > 0 and s["cpu_long"] > 0
+    assert data["recorder"]["this"]["record_us"] > 0
+
+
+def test_ratios_are_paired_within_a_repetition() -> None:
+    def sample(client: str, rep: int, ops: int, cpu: float) -> Sample:
+        return Sample(client, rep, 10, 4, ops, ops * 4 // 10, cpu, cpu * 0.4, 10.0)
+
+    samples = [sample("pgbench", 0, 200_000, 2.0), sample("dbsurge", 0, 100_000, 4.0),
+               sample("pgbench", 1, 100_000, 1.0), sample("dbsurge", 1, 60_000, 2.4)]
+    ratio = paired_ratio(samples, "dbsurge", "pgbench", "ops_per_s")
+    assert ratio.values == [0.5, 0.6] and ratio.low == 0.5 and ratio.high == 0.6
+    assert math.isnan(Spread.of([]).median)
+    assert samples[1].cpu_us_marginal == pytest.approx((4.0 - 1.6) / 60_000 * 1e6)
+
+
+def test_profile_summary_from_py_spy_raw_output() -> None:
+    raw = """
+run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:90);execute (psycopg/cursor.py:5) 60
+run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:99);fire (locust/event.py:3) 30
+run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:80) 10
+"""
+    p = summarise(raw, seconds=1.0)
+    assert p.samples == 100
+    parts = dict(p.parts)
+    assert parts["driver: psycopg / libpq / socket I/O"] == 60.0
+    assert parts["Locust request event and stats"] == 30.0
+    assert dict(p.self_time)["execute (psycopg/cursor.py)"] == 60.0
+
+
+def test_recorder_cost_and_memory_slope_helpers() -> None:
+    cost = recorder_cost(operations=20_000, per_drain=5_000)
+    assert cost.operations == 20_000 and cost.record_us > 0 and cost.drain_us > 0
+    assert _slope([(0.0, 10.0), (1.0, 12.0), (2.0, 14.0)]) == pytest.approx(2.0)
+    samples = [(0.0, {1: (0, 5), 2: (1, 100)}), (1.0, {1: (0, 5), 2: (1, 110), 3: (2, 50), 4: (2, 60)}),
+               (2.0, {1: (0, 5), 2: (1, 120), 3: (2, 55), 4: (2, 60)})]
+    master, workers = _split_roles(samples)
+    assert master == [(0.0, 100), (1.0, 110), (2.0, 120)]
+    assert workers == [(1.0, 110), (2.0, 115)]
