@@ -84,3 +84,15 @@ def pg_uri(pg_server: EmbeddedPostgres) -> str:
 def mongo_uri(mongo_server: EmbeddedMongo) -> str:
     """`mongodb://127.0.0.1:PORT/` of the session's MongoDB-wire server."""
     return mongo_server.uri
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    """A real AWS-compatible HTTP endpoint on 127.0.0.1 (moto's server mode), fresh for each test module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

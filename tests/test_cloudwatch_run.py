@@ -19,17 +19,6 @@ from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 ACU_PRICE = 0.12  # us-east-1 default in collectors/prices.toml
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
 def aws_env(tmp_path):
     return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",

@@ -29,17 +29,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "run_spike"
 T0 = datetime(2026, 9, 29, 8, 40, tzinfo=UTC)
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch, tmp_path):
     """Fake credentials and a region; nothing from the developer's own AWS setup."""

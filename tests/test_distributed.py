@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 
-from dbsurge.embedded import free_port
 from runs import REPO, only_run_dir, read_csv
+
+from dbsurge.embedded import free_port
 
 
 def test_lost_worker_share_moves_to_the_survivor(tmp_path, pg_uri):

@@ -244,17 +244,6 @@ def test_longscan_times_the_scan_batch_by_batch(tmp_path, server, request):
     assert rows["capacity at start"]["value"] == rows["capacity at end"]["value"] == ""
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 def _docdb_minutes(moto_url: str, cluster: str, monkeypatch, tmp_path) -> tuple[dict, dict]:
     """Seed a DocumentDB cluster's capacity (0.5, 1.5, ... DCU, one a minute around now) and hit ratio."""
     import boto3

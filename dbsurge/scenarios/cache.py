@@ -31,7 +31,7 @@ from pathlib import Path
 from dbsurge.errors import UserError
 from dbsurge.rundir import utc_iso
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity, metric_at
-from dbsurge.scenarios.cold_start import restart_target, settle_after_load, wait_idle
+from dbsurge.scenarios.cold_start import add_cold_start_options, restart_target, settle_after_load, wait_idle
 from dbsurge.scenarios.documents_reads import (
     counter_delta,
     flush_server_counters,
@@ -90,18 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--documents", type=int, default=None,
                    help="documents in the collection (study 2,000,000; quick 20,000; "
                         "same as --workload-option documents=N)")
-    p.add_argument("--restart-target", action="store_true",
-                   help="restart the server between the snapshots so its cache is empty (embedded targets: "
-                        "the scenario starts a server of its own; other targets need --restart-command)")
-    p.add_argument("--restart-command", default=None, metavar="CMD",
-                   help="shell command that restarts the target's server, e.g. 'docker restart pg'")
-    p.add_argument("--keep-os-cache", action="store_true",
-                   help="with --restart-target: leave the server's files in the OS page cache (by default they are "
-                        "evicted, so that cold reads go to storage)")
-    p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
-                   help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
-    p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
-                   help="WiredTiger cache of the embedded MongoDB-wire server this scenario starts (default 256M)")
+    add_cold_start_options(p, restart_help="restart the server between the snapshots so its cache is empty "
+                           "(embedded targets: the scenario starts a server of its own; other targets need "
+                           "--restart-command)")
     return p
 
 

@@ -141,3 +141,17 @@ def wait_idle(seconds_: float, what: str) -> None:
         time.sleep(min(left, 60.0))
         if end - time.monotonic() > 1:
             say(f"{what}: {format_duration(round(end - time.monotonic()))} of idle left")
+
+
+def add_cold_start_options(p, *, restart_help: str) -> None:
+    """The options of a scenario that can empty the target's cache: restart, eviction, embedded sizes."""
+    p.add_argument("--restart-target", action="store_true", help=restart_help)
+    p.add_argument("--restart-command", default=None, metavar="CMD",
+                   help="shell command that restarts the target's server, e.g. 'docker restart pg'")
+    p.add_argument("--keep-os-cache", action="store_true",
+                   help="with --restart-target: leave the server's files in the OS page cache (by default they are "
+                        "evicted, so that cold reads go to storage)")
+    p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
+                   help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
+    p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
+                   help="WiredTiger cache of the embedded MongoDB-wire server this scenario starts (default 256M)")

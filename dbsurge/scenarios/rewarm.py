@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
-from dbsurge.scenarios.cold_start import restart_target, settle_after_load, wait_idle
+from dbsurge.scenarios.cold_start import add_cold_start_options, restart_target, settle_after_load, wait_idle
 from dbsurge.scenarios.documents_reads import id_reader
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
@@ -65,16 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle", default=None, help="wait before starting, no connection open (default 0s)")
     p.add_argument("--documents", type=int, default=None,
                    help="documents in the collection (study 2,000,000; quick 20,000)")
-    p.add_argument("--restart-target", action="store_true",
-                   help="restart the server first so its cache is empty (embedded targets; the scenario starts "
-                        "a server of its own)")
-    p.add_argument("--restart-command", default=None, metavar="CMD", help="shell command that restarts the server")
-    p.add_argument("--keep-os-cache", action="store_true",
-                   help="with --restart-target: leave the server's files in the OS page cache (evicted by default)")
-    p.add_argument("--embedded-shared-buffers", default="128MB", metavar="SIZE",
-                   help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
-    p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
-                   help="WiredTiger cache of the embedded MongoDB-wire server this scenario starts (default 256M)")
+    add_cold_start_options(p, restart_help="restart the server first so its cache is empty (embedded targets; "
+                           "the scenario starts a server of its own)")
     return p
 
 
