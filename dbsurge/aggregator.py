@@ -17,7 +17,7 @@ import time
 from collections import defaultdict, deque
 
 from .recorder import Cell
-from .rundir import STAGE_COLUMNS, TIMELINE_COLUMNS, RunDirectory, utc_iso
+from .rundir import STAGE_COLUMNS, RunDirectory, utc_iso
 from .stage_plan import Schedule
 
 ALL = "ALL"
@@ -262,5 +262,3 @@ class Aggregator:
             self.rundir.write_csv("summary.csv", [c for c in STAGE_COLUMNS], summary)
         return stages, summary
 
-
-__all__ = ["Aggregator", "ALL", "cell_stats", "TIMELINE_COLUMNS"]

@@ -9,7 +9,6 @@ the arrivals the plan called for and the operations sent. ``--fail-on-lag`` and 
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 
@@ -171,5 +170,3 @@ def _capacity(run) -> dict[str, str] | None:
             out[str(row["stage"])] = "/".join(f"{v:g}" for v in vals)
     return out
 
-
-__all__ = ["finish_run", "lag_findings", "math"]

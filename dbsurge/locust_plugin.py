@@ -233,6 +233,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         return
     run = DbSurgeRun(environment)
     environment.dbsurge = run
+    _active["run"] = run
     if run.role == "worker":
         runner.register_message("dbsurge:setup", _on_setup_message)
         runner.register_message("dbsurge:rate", _on_rate_message)
@@ -507,34 +508,23 @@ def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float 
 # -- shipping measurements ------------------------------------------------------------------------------
 
 
+# Locust's report events carry no environment: the process's run is kept here at init.
+_active: dict[str, DbSurgeRun | None] = {"run": None}
+
+
 @events.report_to_master.add_listener
 def _on_report(client_id, data, **_kw):
-    env = _environment_of_runner()
-    run = getattr(env, "dbsurge", None) if env else None
-    if run is None:
-        return
-    data["dbsurge"] = pacer_payload(run)
+    run = _active["run"]
+    if run is not None:
+        data["dbsurge"] = pacer_payload(run)
 
 
 @events.worker_report.add_listener
 def _on_worker_report(client_id, data, **_kw):
-    env = _environment_of_runner()
-    run = getattr(env, "dbsurge", None) if env else None
+    run = _active["run"]
     if run is None or run.aggregator is None or "dbsurge" not in data:
         return
     run.aggregator.merge(data["dbsurge"], source=client_id)
-
-
-_ENV = {"env": None}
-
-
-@events.init.add_listener
-def _remember_env(environment, **_kw):
-    _ENV["env"] = environment
-
-
-def _environment_of_runner():
-    return _ENV["env"]
 
 
 # -- the end ----------------------------------------------------------------------------------------------

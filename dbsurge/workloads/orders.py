@@ -32,7 +32,6 @@ from dbsurge.workloads.base import (
     Workload,
     fraction,
     integer,
-    pg_executor,
     pg_lookup,
     spread_sample,
 )
@@ -165,8 +164,6 @@ class OrdersWorkload(Workload):
         customers = self.options["customers"]
         items_sql = {k: _items_sql(k) for k in range(items_min, items_min + items_span)}
         new_id = uuid.uuid4  # from os.urandom, not the seeded rng: ids must differ between runs with one seed
-
-        execute = pg_executor(session)
 
         lookup = pg_lookup(session, LOOKUP_SQL)
 
