@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
+import numpy as np
 import psycopg
 import pytest
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json
@@ -354,8 +355,10 @@ def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, p
         for statement in HOT_LOG.split(";\n"):
             if statement.strip():
                 conn.execute(statement)
+    trace = tmp_path / "keys"
     proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", pg_uri, "--distribution", "hotspot",
-                   "--target-tps", "300", "--workload-option", "table=ut_scen_hot", cwd=tmp_path, timeout=180)
+                   "--target-tps", "300", "--workload-option", "table=ut_scen_hot",
+                   "--workload-option", f"tracekeys={trace}", cwd=tmp_path, timeout=180)
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     with psycopg.connect(pg_uri, autocommit=True) as conn:
@@ -367,6 +370,10 @@ def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, p
     assert len(keys) > 400  # about half of 4 s x 300 operations are updates
     share = sum(k in hot for k in keys) / len(keys)
     assert share == pytest.approx(0.95, abs=0.04), share
+    # every key requested, reads included, as the workload drew them (record numbers; hot: 0..25)
+    requested = np.concatenate([np.fromfile(f, dtype=np.int64) for f in tmp_path.glob("keys-*.bin")])
+    assert len(requested) >= 1000  # 4 s x 300 operations
+    assert float(np.mean(requested < 26)) == pytest.approx(0.95, abs=0.03)
     meta = read_json(run / "run.json")
     assert float(meta["workload_options"]["hotspotdatafraction"]) == 0.013
     row = read_csv(run / "ycsb-run.csv")[0]

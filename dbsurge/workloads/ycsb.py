@@ -52,6 +52,7 @@ from dbsurge.workloads.base import (
     integer,
     open_unit_interval,
     spread_sample,
+    text,
 )
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
 
@@ -122,6 +123,8 @@ class YcsbWorkload(Workload):
         "readpreference": Option("", choice(*_READ_PREFERENCES), "MongoDB read preference (default: the URI's)"),
         "writeconcern": Option("", _writeconcern, "MongoDB write concern w (default: the URI's)"),
         "seed": Option(42, integer(), "seed of the loaded data"),
+        "tracekeys": Option("", text, "tests and debugging: append every requested record number (int64) to "
+                                      "<value>-<pid>.bin"),
     }
 
     def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:

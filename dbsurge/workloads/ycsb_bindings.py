@@ -8,7 +8,10 @@ first call) and a check of the result. A missing record or an update that matche
 
 from __future__ import annotations
 
+import atexit
+import os
 import random
+from array import array
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,8 @@ class _Common:
         self.rng = rng = random.Random(seed)
         self.keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
         self.choose = workload.request_generator(rng, self.keys.count).next
+        if workload.options["tracekeys"]:
+            self.choose = _traced(self.choose, f"{workload.options['tracekeys']}-{os.getpid()}.bin")
         self.scan_length = scan_length_generator(workload, rng).next
         self.key_for = workload.key_for
         self.fields = workload.fields
@@ -62,6 +67,29 @@ class _Common:
         """Skip the insert numbers an earlier run with this client seed already used."""
         if self.wants_inserts:
             self.keys.inserted = first_free(lambda keynum: exists(self.key_for(keynum)), self.keys.base)
+
+
+def _traced(choose: Callable[[], int], path: str, flush_every: int = 1000) -> Callable[[], int]:
+    """``choose`` that also appends each record number it draws to ``path`` (int64), so a test can check
+    the distribution of the keys actually requested, reads and updates alike."""
+    buf = array("q")
+
+    def flush() -> None:
+        if buf:
+            with open(path, "ab") as f:
+                f.write(buf.tobytes())
+            del buf[:]
+
+    atexit.register(flush)
+
+    def traced() -> int:
+        index = choose()
+        buf.append(index)
+        if len(buf) >= flush_every:
+            flush()
+        return index
+
+    return traced
 
 
 def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
