@@ -39,6 +39,7 @@ from .errors import UserError
 from .options import add_options
 from .pacer import Pacer
 from .recorder import Recorder
+from .redact import redact_text
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
 
@@ -284,7 +285,12 @@ def preflight(run: DbSurgeRun) -> None:
             wl = run.workload(name)
             if not wl.has_data():
                 log.info("loading the default %s data set into %s", name, run.target.display)
-                wl.load(progress=True)
+                try:
+                    wl.load(progress=True)
+                except Exception as e:  # a refused write, a full disk...: one line, before any load
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    raise UserError(f"loading the {name} data set into {run.target.display} failed: "
+                                    f"{type(e).__name__}: {redact_text(first)}") from None
 
 
 def build_plan(run: DbSurgeRun) -> None:
