@@ -74,10 +74,10 @@ def run_main(argv: list[str]) -> int:
     _preflight(args, rest)
     uri, handle = resolve_embedded(args.target)
     try:
-        from .locust_plugin import parse_pairs
+        from .options import parse_key_values
         from .targets import open_target
 
-        open_target(uri, parse_pairs(_passthrough(rest).target_option, "--target-option")).check()
+        open_target(uri, parse_key_values(_passthrough(rest).target_option, "--target-option")).check()
         cmd = [sys.executable, "-m", "locust", "-f", files, "--target", uri]
         if not args.web:
             cmd.append("--headless")
@@ -110,15 +110,15 @@ def run_main(argv: list[str]) -> int:
 def _preflight(args, rest: list[str]) -> None:
     """The checks that need no server: plan, workload options, operations (the target is checked by Locust)."""
     from .checks import parse_checks
-    from .locust_plugin import parse_pairs
+    from .options import parse_key_values, parse_operation_weights
     from .stage_plan import StagePlan, parse_duration
     from .workloads import WORKLOADS, parse_workload_options
     from .workloads.base import resolve_options
 
     ns = _passthrough(rest)
     resolve_options(args.workload, WORKLOADS[args.workload].OPTIONS, parse_workload_options(ns.workload_option or []))
-    parse_pairs(ns.target_option, "--target-option")
-    parse_pairs(ns.operation, "--operation")
+    parse_key_values(ns.target_option, "--target-option")
+    parse_operation_weights(ns.operation)
     parse_checks(ns.check)
     if ns.max_lag:
         parse_duration(ns.max_lag)
@@ -162,13 +162,13 @@ def load_main(argv: list[str]) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
     from .embedded import resolve_embedded
-    from .locust_plugin import parse_pairs
+    from .options import parse_key_values
     from .targets import open_target
     from .workloads import get_workload, parse_workload_options
 
     locustfile_path(args.workload)
     wopts = parse_workload_options(args.workload_option or [])
-    topts = parse_pairs(args.target_option, "--target-option")
+    topts = parse_key_values(args.target_option, "--target-option")
     uri, handle = resolve_embedded(args.target)
     try:
         target = open_target(uri, topts)

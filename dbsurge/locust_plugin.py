@@ -36,7 +36,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from . import finish, latency_buckets
 from .aggregator import Aggregator
 from .errors import UserError
-from .options import add_options
+from .options import add_options, parse_key_values, parse_operation_weights
 from .pacer import Pacer
 from .recorder import Recorder
 from .redact import redact_text
@@ -170,33 +170,6 @@ class DbSurgeRun:
 # -- option parsing shared with the CLI ---------------------------------------------------------------
 
 
-def parse_pairs(pairs: list[str] | None, what: str) -> dict:
-    out = {}
-    for p in pairs or []:
-        for item in p.split(",") if what == "--operation" else [p]:
-            item = item.strip()
-            if not item:
-                continue
-            if what == "--operation":
-                name, _, weight = item.partition("=")
-                if not name or (weight and not _is_number(weight)):
-                    raise UserError(f"bad {what} '{item}': expected NAME or NAME=WEIGHT")
-                out[name] = float(weight) if weight else 1.0
-                continue
-            if "=" not in item or item.startswith("="):
-                raise UserError(f"bad {what} '{item}': expected key=value")
-            k, v = item.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
-
-
-def _is_number(s: str) -> bool:
-    try:
-        return float(s) >= 0
-    except ValueError:
-        return False
-
-
 def resolve_operations(workload, requested: dict) -> list[tuple[str, float]]:
     """The (operation, weight) list for a workload: its defaults, or what --operation asked for."""
     from .errors import WorkloadError
@@ -259,8 +232,8 @@ def preflight(run: DbSurgeRun) -> None:
     opts = run.options
     build_plan(run)  # a malformed plan fails first: it needs no network
     workload_options = parse_workload_options(opts.workload_option or [])
-    target_options = parse_pairs(opts.target_option, "--target-option")
-    requested_ops = parse_pairs(opts.operation, "--operation")
+    target_options = parse_key_values(opts.target_option, "--target-option")
+    requested_ops = parse_operation_weights(opts.operation)
     if opts.max_lag:
         parse_duration(opts.max_lag)
     parse_duration(opts.lag_warn)

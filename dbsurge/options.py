@@ -6,6 +6,10 @@ or a container can be configured without a long command line. Defaults live here
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from .errors import UserError
+
 DEFAULTS = {
     "target": None,
     "results_dir": "results",
@@ -88,3 +92,35 @@ def add_options(parser) -> None:
                    help="do not load the default data set when the target has none")
     # The web UI binds to loopback unless told otherwise: a load generator's UI can start load.
     parser.set_defaults(web_host="127.0.0.1")
+
+
+def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserError] = UserError) -> dict[str, str]:
+    """``["a=1", "b = 2"]`` -> ``{"a": "1", "b": "2"}`` for a repeatable ``KEY=VALUE`` flag.
+
+    A later pair overrides an earlier one; a pair without ``=`` or without a key raises ``error``
+    naming the flag: ``bad --target-option 'x': expected key=value``.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise error(f"bad {flag} '{pair}': expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_operation_weights(items: Iterable[str] | None) -> dict[str, float]:
+    """``--operation product_lookup=3 --operation order_create`` (or ``a=3,b``) -> ``{name: weight}``."""
+    out: dict[str, float] = {}
+    for item in (part.strip() for entry in items or [] for part in entry.split(",")):
+        if not item:
+            continue
+        name, _, weight = item.partition("=")
+        try:
+            value = float(weight) if weight else 1.0
+        except ValueError:
+            value = -1.0
+        if not name or value < 0:
+            raise UserError(f"bad --operation '{item}': expected NAME or NAME=WEIGHT")
+        out[name] = value
+    return out

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.options import parse_key_values  # noqa: F401  (the scenarios' import)
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
 from dbsurge.stage_plan import parse_duration
 from dbsurge.tables import markdown, render
@@ -90,17 +91,6 @@ def seconds(text: str | float | None, what: str) -> float:
         return parse_duration(str(text))
     except UserError as e:
         raise UserError(f"{what}: {e}") from None
-
-
-def parse_key_values(pairs: Iterable[str] | None, flag: str) -> dict[str, str]:
-    """``["a=1", "b = 2"]`` -> ``{"a": "1", "b": "2"}``; a pair without ``=`` is a `UserError`."""
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"bad {flag} '{pair}': expected key=value")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def positive(value: float, what: str) -> float:

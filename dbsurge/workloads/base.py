@@ -156,14 +156,9 @@ def parse_workload_options(pairs: Iterable[str]) -> dict[str, str]:
         >>> parse_workload_options(["recordcount=1000", "requestdistribution = zipfian"])
         {'recordcount': '1000', 'requestdistribution': 'zipfian'}
     """
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise WorkloadError(f"bad --workload-option '{pair}': expected key=value")
-        options[key] = value.strip()
-    return options
+    from dbsurge.options import parse_key_values
+
+    return parse_key_values(pairs, "--workload-option", WorkloadError)
 
 
 # ---------------------------------------------------------------------------------------------
