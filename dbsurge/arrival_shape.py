@@ -3,8 +3,8 @@
 A Locust shape can only say how many users run. dbsurge's shapes build a `StagePlan` from the
 options; the plan goes to the workers (see `locust_plugin`), whose pacers set the pace. The
 shape's `tick()` returns enough users to sustain the rate by Little's law, ``users = rate x
-service time x headroom``, using the service time the run has measured so far, capped by
-``--max-users``. The pool only grows during a plan: stopping a Locust user kills it where it
+service time x headroom``, for the highest rate still ahead in the plan, using the service
+time the run has measured so far, capped by ``--max-users``. The pool only grows during a plan: stopping a Locust user kills it where it
 stands, and an operation in flight would be lost. Idle users cost a greenlet and a connection.
 The shape ends the test ``--drain`` seconds after the plan's last slot.
 """
@@ -54,7 +54,14 @@ class ArrivalRateShape(LoadTestShape):
 
 
 def _peak_rate(schedule, plan: StagePlan, t: float) -> float:
-    """The highest rate over the next two seconds, so users are there before a step."""
-    if schedule is not None:
-        return max(schedule.rate_at(t), schedule.rate_at(t + 1.0), schedule.rate_at(t + 2.0))
-    return max(plan.rate_at(t), plan.rate_at(t + 2.0))
+    """The highest rate from t to the end of the plan: the pool is sized for the peak ahead of time.
+
+    Growing the pool mid-plan costs a worker a pause while the new users connect (up to ~100 ms
+    seen with master and workers on a loaded 2-core host), which would show as lag right at a
+    stage change; sizing for the rest of the plan up front leaves only the growth that a longer
+    measured service time asks for (and live rate changes).
+    """
+    if schedule is None:
+        return max((max(s.start_tps, s.end_tps) for s, st in zip(plan.stages, plan.starts)
+                    if st + s.duration_s > t), default=0.0)
+    return max((max(seg.start_tps, seg.end_tps) for seg in schedule.segments if seg.end_s > t), default=0.0)
