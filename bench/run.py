@@ -230,7 +230,8 @@ def render(raw: dict, output: Path) -> None:
     report.write(output, command=raw["command"], started=raw.get("started", time.time()),
                  finished=raw.get("finished", time.time()),
                  machine=report.machine_section(info, raw.get("load_before", "?"), raw.get("load_after", "?")),
-                 sections=sections, findings=findings_path.read_text() if findings_path.exists() else None)
+                 sections=sections, findings=findings_path.read_text() if findings_path.exists() else None,
+                 notes=raw.get("notes"))
 
 
 def _labels(keys: list[str]) -> dict[str, tuple[str, str]]:
