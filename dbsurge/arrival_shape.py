@@ -4,8 +4,9 @@ A Locust shape can only say how many users run. dbsurge's shapes build a `StageP
 options; the plan goes to the workers (see `locust_plugin`), whose pacers set the pace. The
 shape's `tick()` returns enough users to sustain the rate by Little's law, ``users = rate x
 service time x headroom``, for the highest rate still ahead in the plan, using the service
-time the run has measured so far, capped by ``--max-users``. The pool only grows during a plan: stopping a Locust user kills it where it
-stands, and an operation in flight would be lost. Idle users cost a greenlet and a connection.
+time the run has measured so far, capped by ``--max-users``. The pool only grows during a
+plan: stopping a Locust user kills it where it stands, and an operation in flight would be
+lost. Idle users cost a greenlet and a connection.
 The shape ends the test ``--drain`` seconds after the plan's last slot.
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import TargetError, UserError
-from dbsurge.scenarios.scenario_run import ScenarioRun, say
+from dbsurge.scenarios.scenario_run import EMBEDDED_KINDS, ScenarioRun, say
 from dbsurge.stage_plan import format_duration
 
 
@@ -155,3 +155,13 @@ def add_cold_start_options(p, *, restart_help: str) -> None:
                    help="shared_buffers of the embedded PostgreSQL this scenario starts (default 128MB)")
     p.add_argument("--embedded-cache-size", default="256M", metavar="SIZE",
                    help="WiredTiger cache of the embedded MongoDB-wire server this scenario starts (default 256M)")
+
+
+def wants_own_server(args) -> bool:
+    """True for ``--restart-target`` without ``--restart-command``: the scenario starts and restarts an
+    embedded server of its own, which only an ``embedded-*`` target allows (a `UserError` otherwise)."""
+    own = bool(args.restart_target and not args.restart_command)
+    if own and (args.target or "").strip().lower() not in EMBEDDED_KINDS:
+        raise UserError("--restart-target restarts embedded-postgres / embedded-mongo only; for another server "
+                        "pass --restart-command CMD (or leave both out and let --idle do it, as the study did)")
+    return own

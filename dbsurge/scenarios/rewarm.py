@@ -19,14 +19,18 @@ import math
 import random
 from pathlib import Path
 
-from dbsurge.errors import UserError
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
-from dbsurge.scenarios.cold_start import add_cold_start_options, restart_target, settle_after_load, wait_idle
+from dbsurge.scenarios.cold_start import (
+    add_cold_start_options,
+    restart_target,
+    settle_after_load,
+    wait_idle,
+    wants_own_server,
+)
 from dbsurge.scenarios.documents_reads import id_reader
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
 from dbsurge.scenarios.scenario_run import (
-    EMBEDDED_KINDS,
     Report,
     ScenarioRun,
     Table,
@@ -85,10 +89,7 @@ def main(argv: list[str]) -> int:
     topts = parse_key_values(args.target_option, "--target-option")
     wopts = parse_key_values(args.workload_option, "--workload-option")
     wopts.setdefault("documents", str(args.documents))
-    own_server = args.restart_target and not args.restart_command
-    if own_server and (args.target or "").strip().lower() not in EMBEDDED_KINDS:
-        raise UserError("--restart-target restarts embedded-postgres / embedded-mongo only; for another server "
-                        "pass --restart-command CMD")
+    own_server = wants_own_server(args)
     collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
     from dbsurge.workloads import get_workload
 
