@@ -23,6 +23,7 @@ test: $(STAMP) browser
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q py-spy   # the profile section; the benchmark skips it without py-spy
 	$(BIN)/python bench/run.py
 
 # Chromium for the web UI and report tests: Debian's package (Playwright cannot download browsers here).

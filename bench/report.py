@@ -96,8 +96,9 @@ def goals_section(samples: list[Sample], labels: dict[str, tuple[str, str]], lon
 def rates_section(results: dict[tuple[str, int], tuple], seconds: int) -> str:
     rows = []
     for (label, procs), (best, trials) in sorted(results.items()):
-        failed = [t for t in trials if not t.passed]
-        first_fail = min(failed, key=lambda t: t.rate) if failed else None
+        passed = {t.rate for t in trials if t.passed}
+        failed = [t for t in trials if t.rate not in passed]  # failed every attempt
+        first_fail = min(failed, key=lambda t: (t.rate, t.lag_p99_ms)) if failed else None
         rows.append([
             (str(procs) if procs > 1 else "1 (no separate master)") + (f" [{label}]" if label else ""),
             fmt(best.rate) if best else "below the first rate tried",
