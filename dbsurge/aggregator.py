@@ -8,6 +8,11 @@ Workers ship what they recorded once a second. The aggregator adds each payload 
 
 A second that arrives after it was written (a worker that stalled longer than the grace) is
 folded into the oldest second still open, so no operation is lost, only placed a little late.
+Every second of the plan gets a timeline row, zeros included: a second in which the database
+answered nothing is data.
+
+The per-(stage, operation) cells also hold the ledger (ok, failed by kind, dropped, not sent by
+reason); `dbsurge.ledger` sets it against what the plan called for.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import math
 import time
 from collections import defaultdict, deque
 
-from .recorder import Cell
+from .recorder import FAILURE_FAMILIES, Cell
+from .pacer import NOT_SENT_REASONS
 from .rundir import STAGE_COLUMNS, RunDirectory, utc_iso
 from .stage_plan import Schedule
 
@@ -27,43 +33,65 @@ def _ms(us: float) -> float:
     return round(us / 1000.0, 3)
 
 
-def cell_stats(cell: Cell) -> dict:
-    """Percentiles and counts of a cell, in milliseconds with microsecond precision."""
-    r, s, lag = cell.response, cell.service, cell.lag
+def cell_stats(cell: Cell, planned: int | None = None) -> dict:
+    """Percentiles, counts and the ledger of a cell; times in milliseconds with microsecond precision.
+
+    ``failure_rate`` counts over planned arrivals when the plan is known (an arrival that was
+    never sent is not a success either), else over operations sent.
+    """
+    r, s, lag, f = cell.response, cell.service, cell.lag, cell.failed_response
     p50, p95, p99, p999 = r.percentiles([50, 95, 99, 99.9])
     sp50, sp95, sp99 = s.percentiles([50, 95, 99])
-    return {
-        "count": cell.count,
-        "failures": cell.failures,
+    fp50, fp99 = f.percentiles([50, 99])
+    failures = cell.failures
+    base = planned if planned else cell.count
+    by_family = cell.failed_by_family()
+    out = {
+        "planned": "" if planned is None else planned,
+        "count": cell.count, "ok": cell.ok,
+        "failures": failures,
         "retries": cell.retries,
-        "failure_rate": round(cell.failures / cell.count, 6) if cell.count else 0.0,
+        "failure_rate": round(failures / base, 6) if base else 0.0,
         "p50_ms": _ms(p50), "p95_ms": _ms(p95), "p99_ms": _ms(p99), "p999_ms": _ms(p999),
         "max_ms": _ms(r.max_value), "mean_ms": _ms(r.mean),
         "service_p50_ms": _ms(sp50), "service_p95_ms": _ms(sp95), "service_p99_ms": _ms(sp99),
         "lag_p99_ms": _ms(lag.percentile(99)), "lag_max_ms": _ms(lag.max_value),
+        "failed_p50_ms": _ms(fp50) if failures else "", "failed_p99_ms": _ms(fp99) if failures else "",
+        "failed_max_ms": _ms(f.max_value) if failures else "",
+        "dropped": cell.dropped,
+        "not_sent": sum(cell.not_sent.values()),
+        "failed_detail": ";".join(f"{k}={n}" for k, n in sorted(cell.failed.items())),
     }
+    for fam in FAILURE_FAMILIES:
+        out[f"failed_{fam}"] = by_family[fam]
+    for reason in NOT_SENT_REASONS:
+        out[f"not_sent_{reason}"] = cell.not_sent.get(reason, 0)
+    out["over_plan"] = cell.over_plan
+    return out
 
 
 class Aggregator:
     """Merges worker payloads and writes the run directory's measurement files."""
 
-    def __init__(self, rundir: RunDirectory | None, *, stage_names: list[str], grace_s: float = 3.0):
+    def __init__(self, rundir: RunDirectory | None, *, stage_names: list[str], grace_s: float = 1.5):
         self.rundir = rundir
         self.stage_names = stage_names
         self.grace_s = grace_s
         self.schedule: Schedule | None = None
         self.start_epoch_s: float | None = None
         self.end_epoch_s: float | None = None
+        self.stop_epoch_s: float | None = None  # when slots stopped being issued (interrupt, disk full)
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
-        self.dropped: dict[int, int] = defaultdict(int)
-        self._dropped_open: dict[int, int] = defaultdict(int)
-        self.errors: dict[str, int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)  # failures by kind, whole run
+        self.first_errors: dict[str, str] = {}
         self.last_written = -1
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=10)  # (second, ok, mean service us)
         self.operations: list[str] = []
-        self.per_source: dict[str, int] = defaultdict(int)  # operations recorded by each worker
-        self.issued = 0  # slots the pacers handed out or dropped
+        self.per_source: dict[str, int] = defaultdict(int)  # arrivals each worker accounted for
+        self.loop_lag_us: dict[int, int] = defaultdict(int)  # stage -> worst event-loop stall on any worker
+        self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
+        self.warnings: list[str] = []
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -71,28 +99,48 @@ class Aggregator:
         self.schedule = schedule
         self.start_epoch_s = start_epoch_s
 
+    @property
+    def dropped(self) -> dict[int, int]:
+        """Dropped slots per stage index."""
+        out: dict[int, int] = defaultdict(int)
+        for (_, st), c in self.stage_cells.items():
+            out[st] += c.dropped
+        return out
+
     def merge(self, payload: dict, source: str = "local") -> None:
+        """Add one payload of `Recorder.drain` (a worker's second, or a final report)."""
         ops = payload["ops"]
         for name in ops:
             if name not in self.operations:
                 self.operations.append(name)
         for op, stage, wire in payload["stages"]:
-            self.stage_cells[(ops[op], stage)].add_wire(wire)
-            self.per_source[source] += int(wire[3]) + int(wire[4])
+            cell = self.stage_cells[(ops[op], stage)]
+            before = cell.count
+            cell.add_wire(wire)
+            self.per_source[source] += cell.count - before
+            for kind, n in wire[6].items():
+                self.errors[kind] += int(n)
         for sec, op, wire in payload["intervals"]:
             if sec <= self.last_written:
                 sec = self.last_written + 1
             self.open_seconds[sec][ops[op]].add_wire(wire)
-        self.issued += int(payload.get("issued", 0))
-        now_sec = int(time.time())
-        for stage, n in payload["dropped"]:
-            self.dropped[int(stage)] += n
-            self._dropped_open[max(now_sec, self.last_written + 1)] += n
-        for kind, n in payload["errors"].items():
-            first = kind not in self.errors
-            self.errors[kind] += n
-            if first and self.rundir:
-                self.rundir.event("error", kind=kind)
+        for stage, op, column, n in payload.get("ledger", []):
+            cell = self.stage_cells[(ops[op], int(stage))]
+            if column == "dropped":
+                cell.dropped += int(n)
+            else:
+                cell.not_sent[column.split(":", 1)[1]] += int(n)
+            self.per_source[source] += int(n)
+        for sec, op, n in payload.get("dropped_secs", []):
+            sec = max(int(sec), self.last_written + 1)
+            self.open_seconds[sec][ops[op]].dropped += int(n)
+        for stage, us in payload.get("loop_lag_us", []):
+            self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))
+        for kind, message in payload.get("errors", {}).items():
+            if kind not in self.first_errors:
+                self.first_errors[kind] = message
+                if self.rundir:
+                    self.rundir.event("failure", failure_kind=kind, message=message, worker=source)
 
     # -- timeline -----------------------------------------------------------------------------------
 
@@ -112,22 +160,35 @@ class Aggregator:
         t = epoch_s - self.start_epoch_s
         return round(self.schedule.cumulative(t + 1.0) - self.schedule.cumulative(t), 3)
 
+    def _plan_seconds_until(self, limit: int) -> list[int]:
+        """Seconds of the plan (from its time zero, up to its end or the stop) up to ``limit``."""
+        if self.start_epoch_s is None:
+            return []
+        first = int(self.start_epoch_s)
+        end = self.start_epoch_s + (self.schedule.end_s if self.schedule is not None else math.inf)
+        if self.stop_epoch_s is not None:
+            end = min(end, self.stop_epoch_s)
+        if not math.isfinite(end):
+            end = self.end_epoch_s or time.time()
+        last = min(limit, math.ceil(end) - 1)
+        return list(range(max(first, self.last_written + 1), last + 1))
+
     def flush(self, now: float | None = None, final: bool = False) -> list[dict]:
-        """Write the seconds old enough to be complete; everything when ``final``."""
+        """Write the seconds old enough to be complete (every second of the plan); everything when ``final``."""
         now = time.time() if now is None else now
-        ready = sorted(s for s in self.open_seconds if final or s < now - self.grace_s)
-        ready += [s for s in self._dropped_open if (final or s < now - self.grace_s) and s not in ready]
+        limit = math.inf if final else now - self.grace_s - 1
+        ready = {s for s in self.open_seconds if s <= limit}
+        ready.update(self._plan_seconds_until(int(now) if final else int(limit)))
         rows: list[dict] = []
-        for sec in sorted(set(ready)):
+        for sec in sorted(ready):
             cells = self.open_seconds.pop(sec, {})
-            dropped = self._dropped_open.pop(sec, 0)
-            rows.extend(self._second_rows(sec, cells, dropped))
+            rows.extend(self._second_rows(sec, cells))
             self.last_written = max(self.last_written, sec)
         if rows and self.rundir:
             self.rundir.timeline_rows(rows)
         return rows
 
-    def _second_rows(self, sec: int, cells: dict[str, Cell], dropped: int) -> list[dict]:
+    def _second_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
         stage = self._stage_name_at(sec)
         target = self.target_tps_at(sec)
         total = Cell()
@@ -135,23 +196,20 @@ class Aggregator:
         for op in sorted(cells):
             cell = cells[op]
             total.add(cell)
-            rows.append(self._timeline_row(sec, stage, op, target, cell, 0))
+            rows.append(self._timeline_row(sec, stage, op, target, cell))
             if self.rundir and cell.ok:
                 self.rundir.hlog_interval(op, sec, 1.0, cell.response.max_value / 1000.0,
                                           cell.response.to_hdr().encode(), self.start_epoch_s or sec)
-        if len(cells) != 1 or dropped:
-            rows.append(self._timeline_row(sec, stage, ALL, target, total, dropped))
-        else:
-            rows[-1]["dropped"] = dropped
+        rows.append(self._timeline_row(sec, stage, ALL, target, total))
         self.recent.append((sec, total.ok, total.service.mean))
         return rows
 
     @staticmethod
-    def _timeline_row(sec, stage, op, target, cell: Cell, dropped: int) -> dict:
+    def _timeline_row(sec, stage, op, target, cell: Cell) -> dict:
         st = cell_stats(cell)
         return {
             "time_utc": utc_iso(sec), "stage": stage, "operation": op,
-            "target_tps": "" if target is None else target, "achieved_tps": cell.ok, "dropped": dropped, **st,
+            "target_tps": "" if target is None or op != ALL else target, "achieved_tps": cell.ok, **st,
         }
 
     # -- live figures for the shape and the web UI ------------------------------------------------------
@@ -182,57 +240,73 @@ class Aggregator:
 
     # -- end of run tables --------------------------------------------------------------------------
 
+    def _planned(self, op: str, stage: int) -> int | None:
+        if self.planned is None:
+            return None
+        if op == ALL:
+            return sum(n for (_, st), n in self.planned.items() if st == stage)
+        return self.planned.get((op, stage), 0)
+
     def stage_rows(self) -> list[dict]:
-        """One row per stage and operation, plus ``ALL`` per stage; achieved rate by intended start."""
+        """One row per stage and operation, plus ``ALL`` per stage; achieved rate by intended start.
+
+        A stage cut short by an interrupt divides by the time that actually ran.
+        """
         rows = []
-        n_stages = len(self.stage_names)
-        for i in range(n_stages):
+        for i in range(len(self.stage_names)):
             start, end, target = self._stage_window(i)
-            duration = (end - start) if (start is not None and end is not None) else None
+            ran_end = end
+            if self.stop_epoch_s is not None and end is not None:
+                ran_end = max(start, min(end, self.stop_epoch_s))
+            duration = (ran_end - start) if (start is not None and ran_end is not None) else None
             cells = {op: c for (op, st), c in self.stage_cells.items() if st == i}
-            if not cells and not self.dropped.get(i):
+            planned_all = self._planned(ALL, i)
+            if not cells and not planned_all:
                 continue
             total = Cell()
             for c in cells.values():
                 total.add(c)
-            entries = [(op, cells[op]) for op in sorted(cells)] + [(ALL, total)]
+            names = sorted(set(cells) | {op for (op, st) in (self.planned or {}) if st == i})
+            entries = [(op, cells.get(op, Cell())) for op in names] + [(ALL, total)]
             for op, cell in entries:
-                row = {
+                rows.append({
                     "stage": self.stage_names[i], "operation": op,
                     "start_utc": utc_iso(start) if start is not None else "",
-                    "end_utc": utc_iso(end) if end is not None else "",
+                    "end_utc": utc_iso(ran_end) if ran_end is not None else "",
                     "duration_s": round(duration, 3) if duration else "",
                     "target_tps": round(target, 3) if target is not None and op == ALL else "",
                     "achieved_tps": round(cell.ok / duration, 3) if duration else "",
-                    "dropped": self.dropped.get(i, 0) if op == ALL else "",
-                    **cell_stats(cell),
-                }
-                rows.append(row)
+                    "loop_lag_max_ms": _ms(self.loop_lag_us.get(i, 0)) if op == ALL else "",
+                    **cell_stats(cell, self._planned(op, i)),
+                })
         return rows
 
     def _stage_window(self, i: int) -> tuple[float | None, float | None, float | None]:
         if self.schedule is None or self.start_epoch_s is None:
-            end = self.end_epoch_s or time.time()
+            end = self.stop_epoch_s or self.end_epoch_s or time.time()
             return self.start_epoch_s, end, None
         plan = self.schedule.plan
         s0 = plan.starts[i]
         s1 = s0 + plan.stages[i].duration_s
         if not math.isfinite(s1):
-            s1 = (self.end_epoch_s or time.time()) - self.start_epoch_s
+            s1 = (self.stop_epoch_s or self.end_epoch_s or time.time()) - self.start_epoch_s
         arrivals = self.schedule.cumulative(s1) - self.schedule.cumulative(s0)
         dur = s1 - s0
         return self.start_epoch_s + s0, self.start_epoch_s + s1, (arrivals / dur if dur > 0 else 0.0)
 
-    def planned_arrivals(self) -> float | None:
-        if self.schedule is None or not math.isfinite(self.schedule.end_s):
+    def planned_arrivals(self) -> int | None:
+        """Arrivals the plan called for (exact, once the ledger has counted them)."""
+        if self.planned is None:
             return None
-        return self.schedule.total()
+        return sum(self.planned.values())
 
     def summary_rows(self) -> list[dict]:
         """One row per operation over the whole run, plus ``ALL``."""
         per_op: dict[str, Cell] = defaultdict(Cell)
         for (op, _), c in self.stage_cells.items():
             per_op[op].add(c)
+        for op, _ in self.planned or {}:
+            per_op.setdefault(op, Cell())
         total = Cell()
         for c in per_op.values():
             total.add(c)
@@ -240,18 +314,21 @@ class Aggregator:
         end = self.end_epoch_s or time.time()
         if self.schedule is not None and math.isfinite(self.schedule.end_s) and start is not None:
             end = start + self.schedule.end_s
+        if self.stop_epoch_s is not None:
+            end = min(end, self.stop_epoch_s)
         duration = (end - start) if start else None
         rows = []
         for op, cell in [(op, per_op[op]) for op in sorted(per_op)] + [(ALL, total)]:
+            planned = None
+            if self.planned is not None:
+                planned = sum(n for (o, _), n in self.planned.items() if op in (ALL, o))
             rows.append({
                 "stage": "", "operation": op,
                 "start_utc": utc_iso(start) if start else "", "end_utc": utc_iso(end),
                 "duration_s": round(duration, 3) if duration else "",
                 "achieved_tps": round(cell.ok / duration, 3) if duration else "",
-                "target_tps": round(self.planned_arrivals() / duration, 3)
-                if (op == ALL and self.planned_arrivals() is not None and duration) else "",
-                "dropped": sum(self.dropped.values()) if op == ALL else "",
-                **cell_stats(cell),
+                "target_tps": round(planned / duration, 3) if (op == ALL and planned is not None and duration) else "",
+                **cell_stats(cell, planned),
             })
         return rows
 
@@ -259,6 +336,5 @@ class Aggregator:
         stages, summary = self.stage_rows(), self.summary_rows()
         if self.rundir:
             self.rundir.write_csv("stages.csv", STAGE_COLUMNS, stages)
-            self.rundir.write_csv("summary.csv", [c for c in STAGE_COLUMNS], summary)
+            self.rundir.write_csv("summary.csv", STAGE_COLUMNS, summary)
         return stages, summary
-

@@ -7,7 +7,10 @@ service time x headroom``, for the highest rate still ahead in the plan, using t
 time the run has measured so far, capped by ``--max-users``. The pool only grows during a
 plan: stopping a Locust user kills it where it stands, and an operation in flight would be
 lost. Idle users cost a greenlet and a connection.
-The shape ends the test ``--drain`` seconds after the plan's last slot.
+The shape ends the test ``--drain`` seconds after the plan's last slot, after closing the
+ledger (`dbsurge.stopping.close_run`): slots still untaken then are booked as ``users_exhausted``
+and operations still in flight as ``in_flight``. Stages in which the pool wanted more users
+than ``--max-users`` are remembered, so the summary can blame lag on the cap.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class ArrivalRateShape(LoadTestShape):
         elapsed = run.elapsed_s()
         schedule = run.schedule
         if elapsed is not None and schedule is not None and elapsed > schedule.end_s + float(opts.drain):
+            from .stopping import close_run
+
+            close_run(run, "users_exhausted", in_flight_reason="in_flight")
             return None
         t = max(0.0, elapsed or 0.0)
         rate = _peak_rate(schedule, run.plan, t)
@@ -50,6 +56,8 @@ class ArrivalRateShape(LoadTestShape):
         service = max(service or ASSUMED_SERVICE_S, 0.0005)
         wanted = math.ceil(rate * service * HEADROOM) + MIN_USERS_PER_WORKER * workers
         users = min(max(wanted, getattr(self, "_users", 0)), int(opts.max_users))
+        if wanted > int(opts.max_users) and schedule is not None and t < schedule.end_s:
+            run.capped_stages.add(schedule.stage_at(t))
         self._users = users
         return users, max(users, 50)
 

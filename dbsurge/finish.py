@@ -1,14 +1,23 @@
-"""The end of a run: final timeline, stage and summary tables, the honesty report, checks, exit code.
+"""The end of a run: the ledger, final timeline, stage and summary tables, the verdict and exit code.
 
-The generator says plainly when it fell behind its plan: any stage whose lag p99 passed
-``--lag-warn`` or that dropped slots is named with its numbers, and so is any difference between
-the arrivals the plan called for and the operations sent. ``--fail-on-lag`` and failing
-``--check`` thresholds turn into exit code 1.
+The ledger comes first (`dbsurge.ledger`): what the plan called for, per stage and operation,
+against ok, failed by kind, dropped and not sent by reason; whatever no worker reported is booked
+(``worker_lost`` or, a bug of dbsurge's, ``unaccounted``), so the ledger balances in every run.
+
+The verdict tells the truth (README, "Exit codes"): 0 only when the plan was delivered and
+accounted for and every check passed; 1 when a check failed or slots were dropped because the
+target kept every user busy; 3 when arrivals were lost to the tool (not sent: worker lost,
+could not connect, users exhausted, in flight at the end, unaccounted) or results could not be
+written; 130/143 when SIGINT/SIGTERM stopped it. Checks on an incomplete ledger fail.
+
+Lag names its cause per stage: the generator (its event loop stalled), the pool (capped by
+``--max-users``) or the target (every user busy waiting for the database).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 
@@ -16,99 +25,191 @@ from .aggregator import ALL
 from .checks import evaluate_checks, parse_checks
 from .rundir import utc_iso
 from .stage_plan import parse_duration
-from .tables import markdown, operation_table, render, stage_table
+from .stopping import EXIT_CHECKS, EXIT_INCOMPLETE
+from .tables import ledger_table, markdown, operation_table, render, stage_table
 
 log = logging.getLogger("dbsurge")
 
+#: Not-sent reasons that mean the tool lost arrivals (exit 3); ``interrupted`` is the user's doing.
+TOOL_REASONS = ("worker_lost", "no_connect", "users_exhausted", "in_flight", "unaccounted")
 
-def lag_findings(stage_rows: list[dict], lag_warn_ms: float) -> list[str]:
-    """One sentence per stage in which the generator fell behind the plan."""
+
+def lag_findings(stage_rows: list[dict], lag_warn_ms: float, capped: set[str] | None = None,
+                 max_users: int | None = None) -> list[tuple[str, str]]:
+    """(cause, sentence) per stage in which slots went late or were dropped; cause is generator, cap or target."""
     out = []
     for r in stage_rows:
         if r["operation"] != ALL:
             continue
         lag_p99 = float(r["lag_p99_ms"] or 0)
         dropped = int(r["dropped"] or 0)
-        if lag_p99 > lag_warn_ms or dropped:
-            out.append(
-                f"generator fell behind the plan in stage {r['stage']}: lag p99 {lag_p99:.3f} ms, "
-                f"max {float(r['lag_max_ms'] or 0):.3f} ms, {dropped} slots dropped, "
-                f"achieved {float(r['achieved_tps'] or 0):.1f} of {float(r['target_tps'] or 0):.1f} TPS"
-            )
+        if not (lag_p99 > lag_warn_ms or dropped):
+            continue
+        loop = float(r.get("loop_lag_max_ms") or 0)
+        numbers = (f"lag p99 {lag_p99:.3f} ms, max {float(r['lag_max_ms'] or 0):.3f} ms, {dropped} slots dropped, "
+                   f"achieved {float(r['achieved_tps'] or 0):.1f} of {float(r['target_tps'] or 0):.1f} TPS")
+        if loop >= max(lag_warn_ms, 0.5 * lag_p99):
+            out.append(("generator", f"the generator fell behind the plan in stage {r['stage']}: its event loop "
+                                     f"stalled up to {loop:.1f} ms (CPU or blocking code on the load host); {numbers}"))
+        elif capped and r["stage"] in capped:
+            out.append(("cap", f"the user pool was capped by --max-users {max_users} in stage {r['stage']}: "
+                               f"slots waited for a free user; {numbers}"))
+        else:
+            out.append(("target", f"the target kept every user busy in stage {r['stage']} (the generator was "
+                                  f"idle, waiting on the database: the latency is the database's); {numbers}; "
+                                  f"service p99 {float(r['service_p99_ms'] or 0):.3f} ms"))
     return out
 
 
-def finish_run(run) -> None:
-    """Write the final files and print the tables; idempotent."""
+def _book_ledger(run) -> dict[str, int]:
+    """Count what the plan called for and book what nobody reported (see `dbsurge.ledger`)."""
+    from .arrivals import ArrivalSequence
+    from .ledger import balance, planned_counts
+
+    agg = run.aggregator
+    if run.schedule is None:
+        return {}
+    until = run.until_position
+    if until is None and not math.isfinite(run.schedule.end_s):
+        until = run.schedule.cumulative(max(0.0, (agg.stop_epoch_s or time.time()) - agg.start_epoch_s))
+    mix = run.operation_mix()
+    counts = planned_counts(run.schedule, ArrivalSequence(run.options.arrivals, run.options.seed), mix, until)
+    agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
+    return balance(agg.stage_cells, agg.planned, run.lost_workers)
+
+
+def finish_run(run, hurry: bool = False) -> None:
+    """Write the final files and print the tables; idempotent. Nothing here may stop the others."""
     if run.finished or run.aggregator is None:
         return
     run.finished = True
     from .side import stop_side_collectors
 
-    stop_side_collectors(run)
+    try:
+        stop_side_collectors(run)
+    except Exception as e:
+        run.note_problem("stopping the side collectors", e)
     if run.role == "local":
-        from .locust_plugin import drain_local
-
-        drain_local(run)
+        run.merge_payload(run.recorder.drain(), source="local")
     agg = run.aggregator
     agg.end_epoch_s = time.time()
-    agg.flush(final=True)
-    stages, summary = agg.write_tables()
     opts = run.options
+    try:
+        booked = _book_ledger(run)
+    except Exception as e:
+        booked = {}
+        run.note_problem("counting the plan's arrivals", e)
+    write_failed = False
+    try:
+        agg.flush(final=True)
+    except Exception as e:
+        write_failed = True
+        run.note_problem("writing the timeline", e)
+    stages, summary = agg.stage_rows(), agg.summary_rows()
+    try:
+        agg.write_tables()
+    except Exception as e:
+        write_failed = True
+        run.note_problem("writing stages.csv and summary.csv", e)
 
-    findings = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0) if run.plan else []
-    planned = agg.planned_arrivals()
-    total = next((r for r in summary if r["operation"] == ALL), None)
-    sent = int(total["count"]) if total else 0
-    dropped = sum(agg.dropped.values())
-    not_sent = None
-    if planned is not None:
-        planned_n = int(round(planned))
-        unfinished = max(0, agg.issued - sent - dropped)  # taken by a user, still in flight at the stop
-        if opts.arrivals == "uniform":
-            not_sent = planned_n - sent - dropped
-            if agg.issued < planned_n:
-                findings.append(f"the run ended before the plan did: {agg.issued} of {planned_n} planned slots "
-                                f"were reached")
-        else:  # Poisson arrivals: the plan gives the expected count; the drawn count is what was owed
-            not_sent = unfinished
-        if unfinished:
-            findings.append(f"{unfinished} operations were still in flight when the test stopped (not recorded)")
+    total = next((r for r in summary if r["operation"] == ALL), {})
+    capped = {agg.stage_names[i] for i in run.capped_stages}
+    lag = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0, capped, opts.max_users) if run.plan else []
+    findings = [text for _, text in lag]
+    not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in ("worker_lost", "no_connect", "interrupted",
+                                                                    "in_flight", "users_exhausted", "unaccounted")}
+    lost = sum(not_sent[r] for r in TOOL_REASONS) + int(total.get("over_plan") or 0)
+    if not_sent["unaccounted"]:
+        findings.append(f"{not_sent['unaccounted']} planned arrivals are unaccounted for: no worker reported them "
+                        f"(a bug in dbsurge; please report it with this run directory)")
+    if total.get("over_plan"):
+        findings.append(f"{total['over_plan']} operations were sent beyond the plan (a worker kept its share "
+                        f"after the master gave it away)")
+    for reason, n in not_sent.items():
+        if n and reason != "unaccounted":
+            findings.append(f"{n} planned arrivals were not sent: {_REASON_TEXT[reason]}")
+    if run.lost_workers:
+        findings.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
+    incomplete = bool(lost) or write_failed or run.stop_reason is not None
 
     checks = parse_checks(opts.check)
     results = evaluate_checks(checks, summary)
+    if incomplete:  # a threshold measured on an incomplete ledger proves nothing
+        results = [(c, False, v) for c, ok, v in results]
     failed = [(c, v) for c, ok, v in results if not ok]
 
-    text = summary_text(run, stages, summary, findings, results)
+    dropped = int(total.get("dropped") or 0)
+    generator_behind = any(cause == "generator" for cause, _ in lag)
+    code = 0
+    if failed or (dropped and not generator_behind) or (opts.fail_on_lag and lag):
+        code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
+    if incomplete or (dropped and generator_behind):
+        code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
+    if run.exit_code_override is not None:
+        code = run.exit_code_override
+    run.exit_code = code
+    verdict = _verdict(run, code, total, incomplete)
+
+    text = summary_text(run, stages, summary, findings, results, verdict)
     if opts.headless or run.role == "local":
         sys.stdout.write("\n" + text + "\n")
         sys.stdout.flush()
-    run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, findings, results))
-    run.rundir.write_meta(
-        ended_utc=utc_iso(agg.end_epoch_s),
-        results={
-            "planned_operations": None if planned is None else int(round(planned)),
-            "slots": agg.issued if planned is not None else None,
-            "operations": sent, "dropped": dropped, "not_sent": not_sent, "behind_plan": findings,
-            "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
-            "errors": dict(agg.errors),
-            "operations_per_worker": dict(agg.per_source),
-        },
-    )
-    run.rundir.event("run_end", operations=sent, dropped=dropped)
-    if run.role != "worker":
+    try:
+        run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, findings, results, verdict))
+        run.rundir.write_meta(
+            ended_utc=utc_iso(agg.end_epoch_s), complete=not incomplete and run.interrupted is None,
+            interrupted=None if run.interrupted is None else {"signal": run.interrupted[0],
+                                                             "at_s": round(run.interrupted[1], 3)},
+            stop_reason=run.stop_reason, exit_code=code,
+            results={
+                "planned_operations": agg.planned_arrivals(),
+                "operations": int(total.get("count") or 0), "ok": int(total.get("ok") or 0),
+                "failures": int(total.get("failures") or 0),
+                "failed_by_kind": dict(agg.errors), "dropped": int(total.get("dropped") or 0),
+                "not_sent": sum(not_sent.values()), "not_sent_by_reason": not_sent,
+                "over_plan": int(total.get("over_plan") or 0), "booked_by_master": booked,
+                "behind_plan": findings, "lag_causes": sorted({c for c, _ in lag}),
+                "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
+                "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
+                "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
+                "problems": dict(run.problems), "verdict": verdict,
+            },
+        )
+        run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=code)
+    except Exception as e:
+        run.note_problem("writing summary.md and run.json", e)
+        if run.exit_code in (0, EXIT_CHECKS):
+            run.exit_code = EXIT_INCOMPLETE
+    if run.role != "worker" and not hurry and not write_failed:
         try:
             from .collectors.report import build_report
 
             build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
-    code = None
-    if failed:
-        code = 1
-    if findings and opts.fail_on_lag:
-        code = 1
-    run.exit_code = code
+
+
+_REASON_TEXT = {
+    "worker_lost": "a worker was lost before reporting them",
+    "no_connect": "a worker could not connect to the target",
+    "interrupted": "the run was interrupted before they were due",
+    "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",
+    "users_exhausted": "every user was busy until the end of the plan (+ --drain)",
+}
+
+
+def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
+    planned = total.get("planned")
+    head = {0: "OK: the plan was delivered and accounted for, every check passed",
+            1: "FAILED: a check failed or the target could not take the plan",
+            3: "INCOMPLETE: arrivals were lost to the measurement (not sent) or results were not written",
+            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
+    if run.stop_reason:
+        head = f"STOPPED: {run.stop_reason}"
+    if planned in ("", None):
+        return f"{head} (exit {code})"
+    return (f"{head} (exit {code}): planned {planned} = ok {total.get('ok')} + failed {total.get('failures')} "
+            f"+ dropped {total.get('dropped')} + not sent {total.get('not_sent')}")
 
 
 def _check_lines(results) -> list[str]:
@@ -119,29 +220,45 @@ def _check_lines(results) -> list[str]:
     return lines
 
 
-def summary_text(run, stages, summary, findings, results) -> str:
-    parts = [f"dbsurge run {run.rundir.run_id}: {run.target.display}"]
+def _title(run) -> str:
+    title = f"dbsurge run {run.rundir.run_id}: {run.target.display}"
+    if run.interrupted is not None:
+        title += f" -- interrupted at t = {run.interrupted[1]:.1f} s ({run.interrupted[0]}); rates over the time that ran"
+    elif run.stop_reason:
+        title += f" -- stopped: {run.stop_reason}"
+    return title
+
+
+def summary_text(run, stages, summary, findings, results, verdict: str = "") -> str:
+    parts = [_title(run)]
     h, rows = operation_table(summary)
     parts.append(render(h, rows, "Operations (response time from the intended start; svc = service time)"))
     if run.plan:
         h, rows = stage_table(stages, _capacity(run))
         parts.append(render(h, rows, f"Stages ({run.plan})"))
+    h, rows = ledger_table(stages if run.plan else summary)
+    parts.append(render(h, rows, "Ledger (planned = ok + failed + dropped + not sent)" if run.plan
+                        else "Ledger (closed model: no plan)"))
     if findings:
         parts.append("\n".join("WARNING: " + f for f in findings))
     elif run.plan:
-        parts.append("The generator kept to the plan: no stage lagged or dropped slots.")
+        parts.append("The generator kept to the plan: no stage lagged or dropped slots, every arrival accounted for.")
     parts += _check_lines(results)
+    parts.append(verdict)
     parts.append(f"results: {run.rundir.path}")
     return "\n\n".join(p for p in parts if p)
 
 
-def summary_markdown(run, stages, summary, findings, results) -> str:
-    out = [f"# dbsurge run {run.rundir.run_id}", "", f"Target: `{run.target.display}`", ""]
+def summary_markdown(run, stages, summary, findings, results, verdict: str = "") -> str:
+    out = [f"# {_title(run)}", "", f"Target: `{run.target.display}`", "", f"**{verdict}**", ""]
     h, rows = operation_table(summary)
     out += ["## Operations", "", markdown(h, rows), ""]
     if run.plan:
         h, rows = stage_table(stages, _capacity(run))
         out += [f"## Stages (`{run.plan}`)", "", markdown(h, rows), ""]
+    h, rows = ledger_table(stages if run.plan else summary)
+    out += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + not sent (by reason)", "",
+            markdown(h, rows), ""]
     out += ["## Generator", ""]
     out += [f"- {f}" for f in findings] or ["- kept to the plan: no stage lagged or dropped slots"]
     if results:

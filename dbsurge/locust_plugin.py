@@ -12,7 +12,9 @@ Importing this module (the locustfiles and shapes do) registers listeners on Loc
 - ``quitting``: final tables, checks and the exit code.
 
 Custom messages between master and workers: ``dbsurge:setup`` (the plan and the share),
-``dbsurge:rate`` (a live rate change), ``dbsurge:share`` (a worker joined or left).
+``dbsurge:rate`` (a live rate change), ``dbsurge:share`` (a worker joined or left),
+``dbsurge:close`` and ``dbsurge:final`` (the end of the run and each worker's final account; see
+`dbsurge.stopping`). A local run registers both ends of every message on its `LocalRunner`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import locust.stats
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import finish, latency_buckets
+from . import finish, latency_buckets, stopping
+from .arrivals import OperationMix
 from .aggregator import Aggregator
 from .errors import UserError
 from .options import add_options, parse_key_values, parse_operation_weights
@@ -109,6 +112,66 @@ class DbSurgeRun:
         self.side_tasks: list = []
         self.exit_code: int | None = None
         self.cloudwatch_collector = None
+        # stopping and the ledger (see dbsurge.stopping)
+        self.closing: str | None = None  # why the plan was closed, once it was
+        self.awaiting_final: set[str] = set()
+        self.lost_workers: list[str] = []
+        self.interrupted: tuple[str, float] | None = None  # (signal name, elapsed s)
+        self.signals = 0
+        self.exit_code_override: int | None = None
+        self.stop_reason: str | None = None
+        self.until_position: float | None = None
+        self.problems: dict[str, int] = {}
+        self.capped_stages: set[int] = set()  # stages in which the shape wanted more than --max-users
+
+    # -- keeping going when something goes wrong ----------------------------------------------------
+
+    def note_problem(self, where: str, exc: BaseException) -> None:
+        """Something failed while merging, writing or collecting: an event and a one-line warning, never a stop.
+
+        A results disk that is full (or gone read-only) stops the run instead: measuring on
+        without recording would be load nobody can account for.
+        """
+        import errno
+
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            if self.closing is None and self.role != "worker":
+                gevent.spawn(stopping.stop_for, self, "interrupted",
+                             f"cannot write results to {self.rundir.path if self.rundir else '?'} "
+                             f"({exc.strerror or exc})", stopping.EXIT_INCOMPLETE)
+            return
+        key = f"{where}: {type(exc).__name__}"
+        first = key not in self.problems
+        self.problems[key] = self.problems.get(key, 0) + 1
+        if first:
+            log.warning("dbsurge: %s failed (%s: %s); measurement goes on", where, type(exc).__name__,
+                        redact_text(str(exc).splitlines()[0] if str(exc) else ""))
+            self.safe_event("error", where=where, error=f"{type(exc).__name__}: {redact_text(str(exc))[:300]}")
+
+    def safe_event(self, kind: str, **fields) -> None:
+        if self.rundir is None:
+            return
+        try:
+            self.rundir.event(kind, **fields)
+        except Exception as e:
+            if kind != "error":
+                self.note_problem(f"writing event {kind}", e)
+
+    def merge_payload(self, payload: dict, source: str) -> None:
+        if self.aggregator is None:
+            return
+        try:
+            self.aggregator.merge(payload, source=source)
+        except Exception as e:
+            self.note_problem(f"merging measurements from {source}", e)
+
+    def operation_mix(self) -> OperationMix:
+        """The run's operation mix: arrival k runs ``mix.of(k)`` on every worker."""
+        from .user import operation_mix_weights
+
+        name = sorted({u.workload for u in dbsurge_user_classes(self.environment)})[0]
+        weights = operation_mix_weights(self.operation_weights, self.workload(name).operations)
+        return OperationMix(weights, self.options.seed)
 
     # -- helpers used by the shapes and the users -----------------------------------------------------
 
@@ -153,8 +216,10 @@ class DbSurgeRun:
         for at_s, rate, scale in s.changes:
             sched = sched.changed(at_s, rate_tps=rate, scale=scale)
         self.schedule = sched
-        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns, worker_index=s.index, worker_count=s.count,
-                           arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
+        mix = self.operation_mix()
+        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns, mix=mix, sink=self.recorder,
+                           op_ids=[self.recorder.op_id(n) for n in mix.names], worker_index=s.index,
+                           worker_count=s.count, arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
 
     def apply_rate_change(self, at_s: float, rate_tps: float | None, scale: float | None) -> None:
         if self.schedule is None:
@@ -212,7 +277,14 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         runner.register_message("dbsurge:setup", _on_setup_message)
         runner.register_message("dbsurge:rate", _on_rate_message)
         runner.register_message("dbsurge:share", _on_share_message)
+        runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
+        gevent.spawn(stopping.master_watchdog, run)
+        gevent.spawn(stopping.loop_lag_monitor, run)
         return
+    runner.register_message("dbsurge:final", stopping.on_final_message)
+    if run.role == "local":
+        runner.register_message("dbsurge:close", stopping.on_close_message)
+        gevent.spawn(stopping.loop_lag_monitor, run)
     try:
         preflight(run)
     except UserError as e:
@@ -289,6 +361,9 @@ def begin_run(run: DbSurgeRun) -> None:
     env = run.environment
     run.finished = False
     run.changes = []
+    run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
+    run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
+    stopping.install_signal_handlers(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
     # a closed-model run starts now.
     delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
@@ -390,28 +465,25 @@ def _worker_ids(runner) -> list[str]:
 
 
 def _master_loop(run: DbSurgeRun) -> None:
-    """Once a second: local drain, timeline flush, and re-sharing the plan when workers change."""
+    """Once a second: local drain, timeline flush, and re-sharing the plan when workers change.
+
+    Nothing that fails here stops the loop (`DbSurgeRun.note_problem`); measurement goes on.
+    """
     while not run.finished:
         gevent.sleep(1.0)
-        if run.role == "local":
-            drain_local(run)
-        run.aggregator.flush()
-        if run.role == "master" and run.plan is not None:
-            _reshare_if_needed(run)
-
-
-def drain_local(run: DbSurgeRun) -> None:
-    run.aggregator.merge(pacer_payload(run))
-
-
-def pacer_payload(run: DbSurgeRun) -> dict:
-    """The recorder's histograms plus the pacer's dropped and issued slot counts."""
-    payload = run.recorder.drain()
-    if run.pacer is not None:
-        dropped, issued = run.pacer.take_counts()
-        payload["dropped"] = [[k, v] for k, v in dropped.items()]
-        payload["issued"] = issued
-    return payload
+        if run.finished:
+            return
+        if run.role == "local" and run.closing is None:
+            run.merge_payload(run.recorder.drain(), source="local")
+        try:
+            run.aggregator.flush()
+        except Exception as e:
+            run.note_problem("writing the timeline", e)
+        if run.role == "master" and run.plan is not None and run.closing is None:
+            try:
+                _reshare_if_needed(run)
+            except Exception as e:
+                run.note_problem("re-sharing the plan", e)
 
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
@@ -421,16 +493,18 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
         return
     elapsed = run.elapsed_s() or 0.0
     from_number = run.schedule.cumulative(max(0.0, elapsed + 0.5))
-    for cid in set(run.shares) - set(workers):
-        run.rundir.event("worker_lost", worker=cid, from_arrival=from_number)
-        log.warning("worker %s lost: its share of the rate moves to the others", cid)
+    for cid in sorted(set(run.shares) - set(workers)):
+        run.lost_workers.append(cid)
+        run.safe_event("worker_lost", worker=cid, from_arrival=from_number)
+        log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
+                    "are booked as not sent (worker_lost)", cid)
     run.shares = {cid: i for i, cid in enumerate(workers)}
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for cid, i in run.shares.items():
         env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
                                                   "setup": _setup_for(run, i, len(workers), max_lag_s).__dict__},
                                 client_id=cid)
-    run.rundir.event("reshare", workers=len(workers), from_arrival=from_number)
+    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
 
 
 # -- worker side messages --------------------------------------------------------------------------------
@@ -495,7 +569,7 @@ _active: dict[str, DbSurgeRun | None] = {"run": None}
 def _on_report(client_id, data, **_kw):
     run = _active["run"]
     if run is not None:
-        data["dbsurge"] = pacer_payload(run)
+        data["dbsurge"] = run.recorder.drain()
 
 
 @events.worker_report.add_listener
@@ -503,7 +577,7 @@ def _on_worker_report(client_id, data, **_kw):
     run = _active["run"]
     if run is None or run.aggregator is None or "dbsurge" not in data:
         return
-    run.aggregator.merge(data["dbsurge"], source=client_id)
+    run.merge_payload(data["dbsurge"], source=client_id)
 
 
 # -- the end ----------------------------------------------------------------------------------------------
@@ -514,9 +588,13 @@ def _on_test_stop(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
     if run is None or run.role == "worker" or run.aggregator is None:
         return
-    if not environment.parsed_options.headless:
-        # from the web UI: workers send what is left with their next report
-        gevent.spawn_later(2.0 if run.role == "master" else 0.0, finish.finish_run, run)
+    if not environment.parsed_options.headless and run.closing is None:
+        # the web UI's Stop: Locust has stopped the users; close the ledger and write the tables
+        def stop_from_ui():
+            stopping.close_run(run, "interrupted", in_flight_reason="interrupted")
+            finish.finish_run(run)
+
+        gevent.spawn(stop_from_ui)
 
 
 @events.quitting.add_listener
@@ -526,6 +604,9 @@ def _on_quitting(environment, **_kw):
         return
     try:
         if run.aggregator is not None and not run.finished:
+            if run.closing is None:
+                stopping.close_run(run, "interrupted" if run.plan is not None else "users_exhausted",
+                                   in_flight_reason="in_flight")
             finish.finish_run(run)
         if run.exit_code is not None:
             environment.process_exit_code = run.exit_code

@@ -1,18 +1,21 @@
 """The pacer: intended start times for one worker's share of a stage plan (an open model).
 
-Every worker knows the same `Schedule` and the same start time. The schedule numbers arrivals
-0, 1, 2, ... and gives the time at which each is due (`Schedule.time_of`). With even spacing,
-worker ``i`` of ``n`` takes arrivals ``i, i+n, i+2n, ...``, so the workers together deliver exactly
-the plan, evenly spaced, without talking to each other. With Poisson arrivals each worker draws
-its own Poisson process at ``1/n`` of the rate (the superposition of independent Poisson processes
-is Poisson at the summed rate), by stepping through the arrival count in exponential increments
-with mean ``n`` and mapping counts to times through the schedule, which handles ramps and live
-changes the same way.
+Every worker knows the same `Schedule`, the same start time and the same numbered arrivals
+(`dbsurge.arrivals.ArrivalSequence`: arrival ``k`` sits at position ``E_k`` on the plan's
+cumulative-arrivals axis and is due at ``schedule.time_of(E_k)``). Worker ``i`` of ``n`` takes
+arrivals ``i, i+n, i+2n, ...``, so the workers together deliver exactly the plan, uniform or
+Poisson, without talking to each other.
 
 A user asks `next_slot()` for its next intended start, waits for it with `wait_for`, runs the
 operation and records response time from the intended start. When every user is busy, slots go
 late; the lateness is the lag. With ``max_lag_s`` set, slots later than that are skipped and
 counted as dropped instead of being sent.
+
+The pacer keeps this worker's part of the run's ledger: every arrival of its share is sent (the
+user records it as ok or failed), dropped, or written off as not sent with a reason when the pacer
+is closed (`close`: the plan ended with slots still untaken, the run was interrupted) or when an
+operation is still in flight at the end (`write_off_in_flight`). It reports those counts to a
+*sink* (the `Recorder`), which ships them with the measurements.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import random
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import gevent
+import numpy as np
 
+from .arrivals import ArrivalSequence, OperationMix
 from .stage_plan import Schedule
 
 NS = 1_000_000_000
@@ -107,11 +112,23 @@ class Alarm:
 
 @dataclass(frozen=True)
 class Slot:
-    """One intended start: when (perf_counter ns), which stage, and the global arrival number."""
+    """One intended start: when (perf_counter ns), its stage and operation, and the arrival's number."""
 
     intended_ns: int
     stage: int
-    number: float
+    number: int
+    op: int  # index into the pacer's operation mix
+    position: float
+
+
+class LedgerSink(Protocol):
+    """Where the pacer reports the arrivals it did not send (the `Recorder`)."""
+
+    def count(self, stage: int, op: int, column: str, n: int = 1, epoch_s: int | None = None) -> None: ...
+
+
+#: Not-sent reasons, as they appear in the ledger's columns (``not_sent_<reason>``).
+NOT_SENT_REASONS = ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "unaccounted")
 
 
 class Pacer:
@@ -120,6 +137,7 @@ class Pacer:
     ``start_epoch_ns`` is the common start time as wall-clock (``time.time_ns()``) nanoseconds,
     sent by the master; each worker converts it to its own monotonic clock once, so stage
     boundaries are exact on every worker that keeps wall-clock time (NTP) in step.
+    ``op_ids`` maps the mix's operation indexes to the sink's operation ids.
     """
 
     def __init__(
@@ -127,6 +145,9 @@ class Pacer:
         schedule: Schedule,
         *,
         start_epoch_ns: int,
+        mix: OperationMix,
+        sink: LedgerSink,
+        op_ids: list[int] | None = None,
         worker_index: int = 0,
         worker_count: int = 1,
         arrivals: str = "uniform",
@@ -135,96 +156,117 @@ class Pacer:
         clock_ns=time.perf_counter_ns,
         wall_ns=time.time_ns,
     ):
-        if arrivals not in ("uniform", "poisson"):
-            raise ValueError(f"unknown arrival process '{arrivals}': use uniform or poisson")
         self.schedule = schedule
-        self.arrivals = arrivals
+        self.sequence = ArrivalSequence(arrivals, seed)
+        self.mix = mix
+        self.sink = sink
+        self.op_ids = op_ids if op_ids is not None else list(range(len(mix.names)))
         self.clock_ns = clock_ns
         self.max_lag_ns = int(max_lag_s * NS) if max_lag_s else None
-        self.start_ns = start_epoch_ns - (wall_ns() - clock_ns())
+        self.wall_offset_ns = wall_ns() - clock_ns()
+        self.start_ns = start_epoch_ns - self.wall_offset_ns
         self.start_epoch_ns = start_epoch_ns
-        self.rng = random.Random(seed * 1_000_003 + worker_index)
-        self.dropped: dict[int, int] = {}
-        self.issued = 0  # slots handed out or dropped since the last take_counts()
         self.returned: deque[Slot] = deque()
-        self.finished = False
+        self.in_flight: dict[int, Slot] = {}
+        self.closed: str | None = None  # the not-sent reason once closed
+        self._pending: tuple[int, int, int] | None = None  # (index, count, from_number) of a reshare
         # Precise waits need the real monotonic clock (tests pass their own clocks).
         self._alarm = Alarm.create() if clock_ns is time.perf_counter_ns else None
-        self._assign(worker_index, worker_count, from_number=0.0)
+        self._assign(worker_index, worker_count, from_number=0)
 
     # -- sharing the plan between workers -------------------------------------------------------
 
-    def _assign(self, index: int, count: int, from_number: float) -> None:
+    def _assign(self, index: int, count: int, from_number: int) -> None:
         if count < 1 or not (0 <= index < count):
             raise ValueError(f"bad worker share {index}/{count}")
         self.index, self.count = index, count
-        if self.arrivals == "uniform":
-            k = math.ceil(from_number)
-            self.next_number = float(k + ((index - k) % count))
-        else:
-            self.next_number = from_number + self.rng.expovariate(1.0) * count
+        self.next_number = _first_of_share(index, count, from_number)
 
     def reshare(self, index: int, count: int, from_number: float) -> None:
-        """Take a new share of the plan from global arrival ``from_number`` on (a worker joined or left)."""
-        self._assign(index, count, from_number)
+        """Take share ``index`` of ``count`` from global arrival ``from_number`` on (a worker joined or left).
+
+        Arrivals of the old share before ``from_number`` are still this worker's: the switch
+        happens when the pacer reaches it, so no survivor skips its own slots.
+        """
+        if count < 1 or not (0 <= index < count):
+            raise ValueError(f"bad worker share {index}/{count}")
+        self._pending = (index, count, math.ceil(from_number))
+        self._maybe_switch()
+
+    def _maybe_switch(self) -> None:
+        if self._pending is not None and self.next_number >= self._pending[2]:
+            self._assign(*self._pending)
+            self._pending = None
 
     def set_schedule(self, schedule: Schedule) -> None:
-        """Apply a live rate change; slots already taken keep their times."""
+        """Apply a live rate change; slots already taken keep their numbers and are re-timed."""
         self.schedule = schedule
-
-    def elapsed_s(self) -> float:
-        return (self.clock_ns() - self.start_ns) / NS
 
     # -- taking slots ---------------------------------------------------------------------------
 
-    def _advance(self) -> None:
-        if self.arrivals == "uniform":
-            self.next_number += self.count
-        else:
-            self.next_number += self.rng.expovariate(1.0) * self.count
-
     def next_slot(self) -> Slot | None:
-        """The next intended start for this worker, or None when the plan is over.
+        """The next intended start for this worker, or None when the plan is over or the pacer closed.
 
-        Slots later than ``max_lag_s`` are skipped and counted in ``dropped`` per stage.
+        Slots later than ``max_lag_s`` are skipped and counted as dropped.
         """
-        if self.returned:
-            self.issued += 1
-            return self.returned.popleft()
+        if self.closed is not None:
+            return None
         sched = self.schedule
         while True:
-            t = sched.time_of(self.next_number)
-            if t == math.inf:
-                self.finished = True
-                return None
-            number = self.next_number
-            self._advance()
-            self.issued += 1
-            intended = self.start_ns + int(t * NS)
-            if self.max_lag_ns is not None and self.clock_ns() - intended > self.max_lag_ns:
-                stage = sched.stage_at(t)
-                self.dropped[stage] = self.dropped.get(stage, 0) + 1
+            if self.returned:
+                slot = self.returned.popleft()
+            else:
+                self._maybe_switch()
+                k = self.next_number
+                e = self.sequence.position(k)
+                t = sched.time_of(e)
+                if t == math.inf:
+                    return None
+                self.next_number = k + self.count
+                if k % 4096 == 0:
+                    self.sequence.forget_before(k - 8192)
+                slot = Slot(self.start_ns + int(t * NS), sched.stage_of(e), k, self.mix.of(k), e)
+            if self.max_lag_ns is not None and self.clock_ns() - slot.intended_ns > self.max_lag_ns:
+                self.sink.count(slot.stage, self.op_ids[slot.op], "dropped", 1,
+                                (slot.intended_ns + self.wall_offset_ns) // NS)
                 continue
-            return Slot(intended, sched.stage_at(t), number)
+            self.in_flight[slot.number] = slot
+            return slot
 
     def give_back(self, slot: Slot) -> None:
-        """Return a slot a user took but could not run (it was stopped while waiting)."""
-        self.returned.append(slot)
-        self.issued -= 1
+        """Return a slot a user took but did not run (stopped while waiting, or the pacer closed)."""
+        if self.in_flight.pop(slot.number, None) is None:
+            return  # already written off
+        if slot.position >= self.schedule.total():
+            return  # a rate change moved it past the plan's end: no longer planned
+        if self.closed is not None:
+            self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + self.closed)
+        else:
+            self.returned.appendleft(slot)
+
+    def done(self, slot: Slot) -> bool:
+        """A user finished the slot's operation: True when it is to be recorded.
+
+        False when the slot was written off meanwhile (`write_off_in_flight`): it is already in
+        the ledger as not sent, and recording it too would count it twice.
+        """
+        return self.in_flight.pop(slot.number, None) is not None
 
     def wait_for(self, slot: Slot) -> Slot | None:
         """Sleep until the slot is due and return it (re-timed if the rate changed meanwhile).
 
         Far from the slot, sleep in the event loop in steps of at most 250 ms, so a live rate
-        change reaches a waiting slot quickly. The last stretch: on Linux, an `Alarm` (a timerfd
-        the event loop watches) wakes us on time without using the CPU; elsewhere, yield in a tight
-        loop for the last millisecond. Returns None when a rate change moved the slot past the end
-        of the plan.
+        change or a close reaches a waiting slot quickly. The last stretch: on Linux, an `Alarm` (a
+        timerfd the event loop watches) wakes us on time without using the CPU; elsewhere, yield in
+        a tight loop for the last millisecond. Returns None (the caller gives the slot back) when a
+        rate change moved the slot past the end of the plan or the pacer was closed.
         """
         clock = self.clock_ns
         schedule = self.schedule
         alarm = self._alarm
         while True:
+            if self.closed is not None:
+                return None
             remaining = slot.intended_ns - clock()
             if remaining <= 0:
                 return slot
@@ -237,13 +279,76 @@ class Pacer:
                 gevent.sleep(min((remaining - SPIN_NS) / NS, 0.25))
             if self.schedule is not schedule:
                 schedule = self.schedule
-                t = schedule.time_of(slot.number)
+                t = schedule.time_of(slot.position)
                 if t == math.inf:
                     return None
-                slot = Slot(self.start_ns + int(t * NS), schedule.stage_at(t), slot.number)
+                slot = Slot(self.start_ns + int(t * NS), schedule.stage_of(slot.position), slot.number, slot.op,
+                            slot.position)
+                if slot.number in self.in_flight:
+                    self.in_flight[slot.number] = slot
 
-    def take_counts(self) -> tuple[dict[int, int], int]:
-        """Dropped slots per stage and slots issued (run or dropped) since the last call."""
-        d, self.dropped = self.dropped, {}
-        n, self.issued = self.issued, 0
-        return d, n
+    # -- the end: what was not sent -------------------------------------------------------------
+
+    def position_at(self, epoch_s: float) -> float:
+        """The plan's cumulative-arrivals position at a wall-clock time."""
+        return self.schedule.cumulative(epoch_s - self.start_epoch_ns / NS)
+
+    def close(self, reason: str, until_position: float | None = None) -> int:
+        """Stop issuing slots; count every untaken arrival of this share as not sent for ``reason``.
+
+        ``until_position`` bounds the count for an open-ended plan (the position at the stop);
+        a finite plan counts to its end. Returns the number written off. Idempotent.
+        """
+        if self.closed is not None:
+            return 0
+        self.closed = reason
+        end = self.schedule.total() if until_position is None else min(until_position, self.schedule.total())
+        if not math.isfinite(end):
+            end = self.schedule.cumulative(max(0.0, (self.clock_ns() - self.start_ns) / NS))
+        column = "not_sent:" + reason
+        n = 0
+        for slot in self.returned:
+            self.sink.count(slot.stage, self.op_ids[slot.op], column)
+            n += 1
+        self.returned.clear()
+        stop_k = self.sequence.first_at_or_after(end)
+        ranges = []
+        if self._pending is not None:
+            index, count, from_number = self._pending
+            ranges.append((self.next_number, min(from_number, stop_k), self.count))
+            ranges.append((_first_of_share(index, count, from_number), stop_k, count))
+        else:
+            ranges.append((self.next_number, stop_k, self.count))
+        starts = np.array(self.schedule.stage_starts())
+        for k0, k1, step in ranges:
+            for a in range(k0, k1, step * CHUNK):
+                ks = np.arange(a, min(k1, a + step * CHUNK), step, dtype=np.int64)
+                if ks.size == 0:
+                    continue
+                pos = self.sequence.positions(int(ks[0]), int(ks[-1]) + 1)[ks - ks[0]]
+                stages = np.clip(np.searchsorted(starts, pos, side="right") - 1, 0, len(starts) - 2)
+                ops = self.mix.of_many(ks)
+                keys, counts = np.unique(stages * 1024 + ops, return_counts=True)
+                for key, c in zip(keys.tolist(), counts.tolist()):
+                    self.sink.count(key // 1024, self.op_ids[key % 1024], column, c)
+                    n += c
+        return n
+
+    def write_off_in_flight(self, reason: str = "in_flight") -> tuple[int, float]:
+        """Count every slot still held by a user as not sent; returns (count, oldest age in seconds)."""
+        now = self.clock_ns()
+        oldest = 0.0
+        for slot in self.in_flight.values():
+            self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
+            oldest = max(oldest, (now - slot.intended_ns) / NS)
+        n = len(self.in_flight)
+        self.in_flight.clear()
+        return n, oldest
+
+
+CHUNK = 1 << 20  # arrivals counted per numpy pass when closing
+
+
+def _first_of_share(index: int, count: int, from_number: int) -> int:
+    """The smallest k >= from_number with k = index (mod count)."""
+    return from_number + ((index - from_number) % count)

@@ -32,15 +32,23 @@ def redact_obj(obj):
         return redact_uri(obj)
     return obj
 
+_FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_other"]
+_NOT_SENT = ["not_sent_worker_lost", "not_sent_no_connect", "not_sent_interrupted", "not_sent_in_flight",
+             "not_sent_users_exhausted", "not_sent_unaccounted"]
 TIMELINE_COLUMNS = [
     "time_utc", "stage", "operation", "target_tps", "count", "failures", "retries", "achieved_tps",
     "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",
-    "dropped",
+    "dropped", "failed_p99_ms", *_FAILED, "failed_detail",
 ]
+#: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + not_sent, with
+#: failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code) and not_sent by
+#: reason (not_sent_*); over_plan counts operations sent beyond the plan (a bug or a partition).
 STAGE_COLUMNS = [
-    "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "count", "failures",
-    "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms", "service_p50_ms",
-    "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "dropped",
+    "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "planned", "count",
+    "ok", "failures", "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms",
+    "service_p50_ms", "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "loop_lag_max_ms",
+    "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "not_sent", *_NOT_SENT,
+    "over_plan",
 ]
 
 

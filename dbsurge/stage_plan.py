@@ -293,6 +293,7 @@ class Schedule:
         self.segments = segments
         self.plan = plan
         self._ends = [s.end_s for s in segments]
+        self._stage_starts: list[float] | None = None
 
     @classmethod
     def from_plan(cls, plan: StagePlan, scale: float = 1.0) -> Schedule:
@@ -350,6 +351,30 @@ class Schedule:
 
     def stage_at(self, t: float) -> int:
         return self.plan.stage_index_at(t)
+
+    def stage_starts(self) -> list[float]:
+        """Position (on the cumulative-arrivals axis) where each stage begins, plus the plan's total.
+
+        Arrival position ``e`` belongs to the last stage whose start is ``<= e`` (`stage_of`): the
+        one rule by which workers label their slots and the master counts what each stage planned.
+        """
+        starts: dict[int, float] = {}
+        for seg in self.segments:
+            starts.setdefault(seg.stage, seg.arrivals_before)
+        n = len(self.plan.stages)
+        out, last = [], 0.0
+        for i in range(n):
+            last = starts.get(i, last)
+            out.append(last)
+        out.append(self.total())
+        return out
+
+    def stage_of(self, position: float) -> int:
+        """The stage of the arrival at ``position`` (see `stage_starts`)."""
+        starts = self._stage_starts
+        if starts is None:
+            starts = self._stage_starts = self.stage_starts()
+        return max(0, min(bisect_right(starts, position) - 1, len(starts) - 2))
 
     def changed(self, at_s: float, *, rate_tps: float | None = None, scale: float | None = None) -> Schedule:
         """A new schedule: this one up to ``at_s``, then a fixed rate or this plan scaled by a factor."""

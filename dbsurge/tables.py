@@ -45,14 +45,46 @@ def fmt_pct(v) -> str:
 
 
 def operation_table(summary_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """Per operation over the whole run."""
-    headers = ["operation", "count", "failures", "retries", "ops/s", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
-               "max ms", "svc p50 ms", "svc p99 ms", "lag p99 ms"]
-    rows = [[r["operation"], fmt_num(r["count"], 0), fmt_num(r["failures"], 0), fmt_num(r["retries"], 0),
-             fmt_num(r["achieved_tps"]), fmt_ms(r["p50_ms"]), fmt_ms(r["p95_ms"]), fmt_ms(r["p99_ms"]),
-             fmt_ms(r["p999_ms"]), fmt_ms(r["max_ms"]), fmt_ms(r["service_p50_ms"]), fmt_ms(r["service_p99_ms"]),
-             fmt_ms(r["lag_p99_ms"])] for r in summary_rows]
+    """Per operation over the whole run: successes' latency, and failures' beside it."""
+    headers = ["operation", "planned", "ok", "failed", "failure rate", "ops/s", "p50 ms", "p95 ms", "p99 ms",
+               "p99.9 ms", "max ms", "failed p99 ms", "svc p50 ms", "svc p99 ms", "lag p99 ms"]
+    rows = [[r["operation"], fmt_num(r.get("planned"), 0), fmt_num(r.get("ok"), 0), fmt_num(r["failures"], 0),
+             fmt_pct(r["failure_rate"]), fmt_num(r["achieved_tps"]), fmt_ms(r["p50_ms"]), fmt_ms(r["p95_ms"]),
+             fmt_ms(r["p99_ms"]), fmt_ms(r["p999_ms"]), fmt_ms(r["max_ms"]), fmt_ms(r.get("failed_p99_ms")),
+             fmt_ms(r["service_p50_ms"]), fmt_ms(r["service_p99_ms"]), fmt_ms(r["lag_p99_ms"])]
+            for r in summary_rows]
     return headers, rows
+
+
+#: The ledger's columns as the tables show them: failures by family, not sent by reason.
+_LEDGER_FAILED = [("connect", "failed_connect"), ("timeout", "failed_timeout"), ("disconnect", "failed_disconnect"),
+                  ("server", "failed_server"), ("occ", "failed_occ"), ("other", "failed_other")]
+_LEDGER_NOT_SENT = [("worker lost", "not_sent_worker_lost"), ("no connect", "not_sent_no_connect"),
+                    ("interrupted", "not_sent_interrupted"), ("in flight", "not_sent_in_flight"),
+                    ("users exhausted", "not_sent_users_exhausted"), ("unaccounted", "not_sent_unaccounted")]
+
+
+def ledger_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The ledger of each ALL row (per stage, or the run): planned = ok + failed + dropped + not sent.
+
+    Columns that are zero in every row are left out, except the totals; server failures name
+    their codes in a last column.
+    """
+    rows = [r for r in rows if r["operation"] == ALL]
+    failed = [(h, c) for h, c in _LEDGER_FAILED if any(int(r.get(c) or 0) for r in rows)]
+    not_sent = [(h, c) for h, c in _LEDGER_NOT_SENT if any(int(r.get(c) or 0) for r in rows)]
+    headers = ["stage", "planned", "ok", "failed"] + [f"failed {h}" for h, _ in failed] + ["dropped", "not sent"]
+    headers += [f"not sent: {h}" for h, _ in not_sent] + ["failure codes"]
+    out = []
+    for r in rows:
+        line = [r["stage"] or "run", fmt_num(r.get("planned"), 0), fmt_num(r.get("ok"), 0),
+                fmt_num(r.get("failures"), 0)]
+        line += [fmt_num(r.get(c), 0) for _, c in failed]
+        line += [fmt_num(r.get("dropped"), 0), fmt_num(r.get("not_sent"), 0)]
+        line += [fmt_num(r.get(c), 0) for _, c in not_sent]
+        line.append(r.get("failed_detail") or "")
+        out.append(line)
+    return headers, out
 
 
 def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:

@@ -8,7 +8,11 @@ next slot. Without a shape the users run operations back to back (Locust's close
 response time equals service time.
 
 This is the one place where operations are timed (`time.perf_counter_ns`), around the call, with
-any cursor consumed inside it.
+any cursor consumed inside it, and bounded (`gevent.Timeout` a little past the target's
+``op_timeout_s``, behind the driver's own socket and statement timeouts). Every slot a user takes
+ends in the ledger: a success, a failure of some kind (a user that cannot connect records a
+``connect`` failure for each slot it takes, and retries the connection with exponential backoff,
+never in a hot loop), or, when the pacer wrote it off meanwhile, nothing more.
 """
 
 from __future__ import annotations
@@ -49,69 +53,174 @@ class DbUser(User):
         _operation_loop(self, run)
 
 
+#: How far past the target's op_timeout_s the user's own bound fires (the driver should fail first).
+TIMEOUT_MARGIN_S = 1.0
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0
+
+
+class OperationTimeout(Exception):
+    """An operation outlived the user's bound (the driver's own timeouts did not fire)."""
+
+
 def _operation_loop(user: DbUser, run) -> None:
     number = next(_user_numbers)
     rng = random.Random(run.options.seed * 7919 + number * 104729 + (run.pacer.index if run.pacer else 0))
     workload = run.workload(user.workload)
-    weights = [(n, w) for n, w in run.operation_weights if n in workload.operations] or \
-        [(n, w) for n, w in workload.operations.items() if w > 0]
-    names = [n for n, _ in weights]
-    cum = list(accumulate(w for _, w in weights))
+    weights = operation_mix_weights(run.operation_weights, workload.operations)
+    # under a plan, arrival k runs operation mix.of(k): the user must use the pacer's order of names
+    names = list(run.pacer.mix.names) if run.pacer is not None else [n for n, _ in weights]
+    cum = list(accumulate(dict(weights)[n] for n in names))
     total = cum[-1]
     recorder = run.recorder
     op_ids = [recorder.op_id(n) for n in names]
-    session = run.target.connect()
-    fns_map = workload.new_client(session, rng.randrange(1 << 30))
-    fns = [fns_map[n] for n in names]
+    target = run.target
+    target_classify = getattr(target, "classify", None)
+
+    def classify(exc: BaseException) -> str:
+        if target_classify is None or isinstance(exc, (ConnectFailure, OperationTimeout)):
+            return _classify(exc)
+        try:
+            return target_classify(exc)
+        except Exception:
+            return "other"
+
+    op_bound_s = float(getattr(target, "op_timeout_s", None) or 30.0) + TIMEOUT_MARGIN_S
+    connect_bound_s = float(getattr(target, "connect_timeout_s", None) or 10.0) + TIMEOUT_MARGIN_S
     fire = user.environment.events.request.fire
     request_type = workload.name
     clock = time.perf_counter_ns
     record = recorder.record
     choose = rng.random
-    single = len(fns) == 1
+    single = len(names) == 1
+    session = None
+    fns: list = []
+    retry_connect_at = 0
+    last_connect_error: BaseException | None = None
+    backoff_s = BACKOFF_FIRST_S
+
+    def fail(k: int, stage: int, intended: int, start: int, exc: BaseException) -> None:
+        kind = classify(exc)
+        record(op_ids[k], stage, intended or start, start, clock(), recorder.kind_id(kind, _describe(exc)))
+        fire(request_type=request_type, name=names[k], response_time=(clock() - (intended or start)) / 1e6,
+             response_length=0, exception=exc, context=None)
+
     try:
         while user._state != LOCUST_STATE_STOPPING:
             pacer = run.pacer
+            slot = None
             if pacer is not None:
                 with run.slot_lock:
                     slot = pacer.next_slot()
                     if slot is not None:
                         try:
-                            slot = pacer.wait_for(slot)
+                            waited = pacer.wait_for(slot)
                         except GreenletExit:
                             pacer.give_back(slot)
                             raise
-                if slot is None:  # the plan is over: stay idle until the shape stops the test
+                        if waited is None:
+                            pacer.give_back(slot)
+                            slot = None
+                        else:
+                            slot = waited
+                if slot is None:  # the plan is over or the run is stopping: idle until the shape stops the test
                     gevent.sleep(0.5)
                     continue
-                intended, stage = slot.intended_ns, slot.stage
+                intended, stage, k = slot.intended_ns, slot.stage, slot.op
             else:
                 intended, stage = 0, 0
-            k = 0 if single else bisect_right(cum, choose() * total)
+                k = 0 if single else bisect_right(cum, choose() * total)
+            if session is None:
+                start = clock()
+                if start < retry_connect_at:  # backing off: this slot fails as the last attempt did
+                    if pacer is None:
+                        gevent.sleep((retry_connect_at - start) / 1e9)
+                        continue
+                    if pacer.done(slot):
+                        fail(k, stage, intended, start, last_connect_error)
+                    continue
+                try:
+                    with gevent.Timeout(connect_bound_s, OperationTimeout("connect did not finish in time")):
+                        session = target.connect()
+                        fns_map = workload.new_client(session, rng.randrange(1 << 30))
+                        fns = [fns_map[n] for n in names]
+                    backoff_s = BACKOFF_FIRST_S
+                except GreenletExit:
+                    raise
+                except (Exception, OperationTimeout) as e:
+                    session = None
+                    last_connect_error = _as_connect_error(e)
+                    retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
+                    backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                    if pacer is None or pacer.done(slot):
+                        fail(k, stage, intended, start, last_connect_error)
+                    continue
             retries_before = session.retries
             start = clock()
+            timer = gevent.Timeout(op_bound_s, OperationTimeout)
+            timer.start()
             try:
                 fns[k]()
                 exc = None
+            except OperationTimeout as e:
+                exc = e
             except Exception as e:  # a failed operation is data, not a crash
                 exc = e
+            finally:
+                timer.close()
             end = clock()
+            if pacer is not None and not pacer.done(slot):
+                continue  # written off as not sent while it ran (the run ended or stopped)
             if intended == 0:
                 intended = start
             retries = session.retries - retries_before
-            record(op_ids[k], stage, intended, start, end, exc is None, retries)
+            kind = 0 if exc is None else recorder.kind_id(classify(exc), _describe(exc))
+            record(op_ids[k], stage, intended, start, end, kind, retries)
             fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                  response_length=0, exception=exc, context=None)
-            if exc is not None:
-                # a broken connection is the session's business: it reconnects before the next operation
-                recorder.error(_error_kind(exc))
+            if isinstance(exc, OperationTimeout):
+                # the driver was interrupted mid-protocol: this connection cannot be trusted again
+                _close_quietly(session)
+                session = None
     finally:
-        try:
-            session.close()
-        except Exception:
-            pass
+        if session is not None:
+            _close_quietly(session)
 
 
-def _error_kind(exc: Exception) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+def operation_mix_weights(requested: list, known: dict) -> list[tuple[str, float]]:
+    """The (operation, weight) pairs a run uses: what --operation asked for, else the workload's own."""
+    weights = [(n, float(w)) for n, w in requested if n in known and w > 0]
+    return weights or [(n, float(w)) for n, w in known.items() if w > 0]
+
+
+class ConnectFailure(Exception):
+    """A user could not open its connection; the slot fails with kind ``connect``."""
+
+    kind = "connect"
+
+
+def _as_connect_error(exc: BaseException) -> BaseException:
+    err = ConnectFailure(_describe(exc))
+    err.__cause__ = exc
+    return err
+
+
+def _classify(exc: BaseException) -> str:
+    """Failure kind when the target has no `classify` of its own."""
+    if isinstance(exc, ConnectFailure):
+        return "connect"
+    if isinstance(exc, (OperationTimeout, gevent.Timeout, TimeoutError)):
+        return "timeout"
+    return "other"
+
+
+def _close_quietly(session) -> None:
+    try:
+        session.close()
+    except Exception:
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
     return redact_text(f"{type(exc).__name__}: {first[:160]}")
