@@ -40,6 +40,7 @@ def recorder_cost(operations: int = 1_000_000, per_drain: int = 10_000, n_ops: i
 
     rec = Recorder()
     op_ids = [rec.op_id(f"op{i}") for i in range(n_ops)]
+    failed = rec.kind_id("other")
     rng = random.Random(seed)
     # realistic values: 0.3-5 ms service times, a little lag, a failure now and then
     now = time.perf_counter_ns()
@@ -48,14 +49,14 @@ def recorder_cost(operations: int = 1_000_000, per_drain: int = 10_000, n_ops: i
         start = now + i * 100_000
         lag = rng.randrange(0, 50_000)
         rows.append((op_ids[i % n_ops], 0, start - lag, start, start + rng.randrange(300_000, 5_000_000),
-                     rng.random() > 0.001, 0))
+                     0 if rng.random() > 0.001 else failed, 0))
     record = rec.record
     record_s = drain_s = 0.0
     done = 0
     while done < operations:
         t0 = time.process_time()
-        for op, stage, intended, start, end, ok, retries in rows:
-            record(op, stage, intended, start, end, ok, retries)
+        for op, stage, intended, start, end, kind, retries in rows:
+            record(op, stage, intended, start, end, kind, retries)
         t1 = time.process_time()
         rec.drain()
         t2 = time.process_time()

@@ -442,10 +442,56 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def completeness(data: ReportData) -> str | None:
+    """None for a run that finished; otherwise one sentence saying it did not, with the time of its last data."""
+    meta = data.run.meta
+    if meta.get("ended_utc"):
+        if meta.get("interrupted"):
+            i = meta["interrupted"]
+            return f"interrupted at t = {i.get('at_s')} s ({i.get('signal')}): the tables cover the time that ran"
+        if meta.get("stop_reason"):
+            return f"stopped early: {meta['stop_reason']}"
+        return None
+    last = None
+    for name in ("timeline.open.csv", "timeline.csv"):
+        rows = _read_rows(data.run.path / name)
+        if rows:
+            last = rows[-1].get("time_utc")
+            break
+    return ("INCOMPLETE: the run did not finish (its process was killed or crashed); "
+            f"last data at {last or 'unknown'}. Tables hold what was written until then.")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    import csv
+
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def ledger_rows(data: ReportData) -> tuple[list[str], list[list[str]]]:
+    """The ledger per stage from stages.csv (or the run from summary.csv)."""
+    from dbsurge.tables import ledger_table
+
+    rows = _read_rows(data.run.path / "stages.csv") or _read_rows(data.run.path / "summary.csv")
+    if not rows or "planned" not in rows[0]:
+        return [], []
+    return ledger_table(rows)
+
+
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     run = data.run
     window = run.window()
     facts = [("Run", run.run_id), ("Target", run.target), ("Workload", run.workload), ("Plan", run.plan_text)]
+    status = completeness(data)
+    if status:
+        facts.insert(0, ("Status", status))
+    verdict = (run.meta.get("results") or {}).get("verdict")
+    if verdict:
+        facts.insert(1 if status else 0, ("Verdict", verdict))
     if window:
         seconds = (window[1] - window[0]).total_seconds()
         facts.append(("Window (UTC)", f"{format_utc(window[0])} to {format_utc(window[1])} ({seconds:.1f} s)"))
@@ -484,6 +530,10 @@ def render_html(data: ReportData, panels: dict[str, bytes]) -> str:
                      f"<figcaption>{html.escape(caption)}. Shaded bands are the plan's stages.</figcaption></figure>")
     headers, rows = stage_table(data)
     parts += ["<h2>Per stage</h2>", html_table(headers, rows)]
+    lh, lr = ledger_rows(data)
+    if lh:
+        parts += ["<h2>Ledger</h2>", '<p class="note">planned = ok + failed (by kind) + dropped + not sent '
+                  "(by reason)</p>", html_table(lh, lr)]
     parts.append('<p class="note">Capacity per stage: CloudWatch datapoints whose timestamp (the start of their '
                  "period) falls in the stage; max from the Maximum statistic, mean from the Average.</p>")
     parts.append("<h2>Cost</h2>")
@@ -510,6 +560,10 @@ def render_markdown(data: ReportData) -> str:
     lines += [f"- **{k}**: {v}" for k, v in _facts(data)]
     headers, rows = stage_table(data)
     lines += ["", "## Per stage", "", markdown_table(headers, rows), ""]
+    lh, lr = ledger_rows(data)
+    if lh:
+        lines += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + not sent (by reason)", "",
+                  markdown_table(lh, lr), ""]
     lines += ["## Cost", ""]
     if data.cost is not None:
         (ih, ir), (sh, sr) = cost_tables(data.cost)

@@ -23,7 +23,7 @@ from collections import defaultdict, deque
 
 from .recorder import FAILURE_FAMILIES, Cell
 from .pacer import NOT_SENT_REASONS
-from .rundir import STAGE_COLUMNS, RunDirectory, utc_iso
+from .rundir import STAGE_COLUMNS, TIMELINE_COLUMNS, RunDirectory, utc_iso
 from .stage_plan import Schedule
 
 ALL = "ALL"
@@ -186,9 +186,25 @@ class Aggregator:
             self.last_written = max(self.last_written, sec)
         if rows and self.rundir:
             self.rundir.timeline_rows(rows)
+        if self.rundir:
+            self._write_open_seconds(final)
         return rows
 
-    def _second_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
+    def _write_open_seconds(self, final: bool) -> None:
+        """timeline.open.csv: the seconds not yet complete, rewritten each flush and removed at the end.
+
+        timeline.csv waits ``grace_s`` for late reports; if the master is killed, this file holds
+        what it had of the last seconds, so a kill loses at most the last report interval.
+        """
+        path = self.rundir.path / "timeline.open.csv"
+        if final:
+            path.unlink(missing_ok=True)
+            return
+        rows = [row for sec in sorted(self.open_seconds) for row in self._second_rows(sec, self.open_seconds[sec],
+                                                                                       provisional=True)]
+        self.rundir.write_csv("timeline.open.csv", TIMELINE_COLUMNS, rows)
+
+    def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False) -> list[dict]:
         stage = self._stage_name_at(sec)
         target = self.target_tps_at(sec)
         total = Cell()
@@ -197,11 +213,12 @@ class Aggregator:
             cell = cells[op]
             total.add(cell)
             rows.append(self._timeline_row(sec, stage, op, target, cell))
-            if self.rundir and cell.ok:
+            if self.rundir and cell.ok and not provisional:
                 self.rundir.hlog_interval(op, sec, 1.0, cell.response.max_value / 1000.0,
                                           cell.response.to_hdr().encode(), self.start_epoch_s or sec)
         rows.append(self._timeline_row(sec, stage, ALL, target, total))
-        self.recent.append((sec, total.ok, total.service.mean))
+        if not provisional:
+            self.recent.append((sec, total.ok, total.service.mean))
         return rows
 
     @staticmethod

@@ -144,13 +144,30 @@ def _passthrough(rest: list[str]) -> argparse.Namespace:
 
 
 def _run_child(cmd: list[str], env: dict | None = None) -> int:
-    """Run Locust as a child; Ctrl-C goes to it (it stops the test and writes the results)."""
-    proc = subprocess.Popen(cmd, env=env)
-    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
+    """Run Locust as a child in its own process group; forward SIGINT and SIGTERM to it, once each.
+
+    In the terminal's process group the child would get Ctrl-C from the terminal *and* from us,
+    two signals for one keypress (the second means "stop at once"); in its own group it gets
+    exactly the signals we forward. The child stops gracefully on the first and exits 130/143.
+    """
+    proc = subprocess.Popen(cmd, env=env, process_group=0)
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return proc.wait()
+        while True:
+            try:
+                return proc.wait()
+            except InterruptedError:
+                continue
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def load_main(argv: list[str]) -> int:

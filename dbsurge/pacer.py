@@ -145,8 +145,8 @@ class Pacer:
         schedule: Schedule,
         *,
         start_epoch_ns: int,
-        mix: OperationMix,
-        sink: LedgerSink,
+        mix: OperationMix | None = None,
+        sink: LedgerSink | None = None,
         op_ids: list[int] | None = None,
         worker_index: int = 0,
         worker_count: int = 1,
@@ -158,6 +158,12 @@ class Pacer:
     ):
         self.schedule = schedule
         self.sequence = ArrivalSequence(arrivals, seed)
+        if mix is None:
+            mix = OperationMix([("op", 1.0)], seed)
+        if sink is None:
+            from .recorder import Recorder
+
+            sink = Recorder()
         self.mix = mix
         self.sink = sink
         self.op_ids = op_ids if op_ids is not None else list(range(len(mix.names)))

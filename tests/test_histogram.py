@@ -55,8 +55,8 @@ def test_recorder_separates_response_service_and_lag():
     r = Recorder(clock_ns=lambda: 0, wall_ns=lambda: 0)
     op = r.op_id("read")
     # intended at 0, started 0.5 ms late, took 1 ms (values below 2,048 us are exact)
-    r.record(op, 0, 0, 500_000, 1_500_000, True, 0)
-    r.record(op, 0, 0, 0, 1_000_000, False, 2)
+    r.record(op, 0, 0, 500_000, 1_500_000, 0, 0)
+    r.record(op, 0, 0, 0, 1_000_000, r.kind_id("timeout", "took too long"), 2)
     payload = r.drain()
     (_, _, wire), = payload["stages"]
     from dbsurge.recorder import Cell
@@ -64,5 +64,7 @@ def test_recorder_separates_response_service_and_lag():
     cell = Cell()
     cell.add_wire(wire)
     assert (cell.ok, cell.failures, cell.retries) == (1, 1, 2)
+    assert dict(cell.failed) == {"timeout": 1} and payload["errors"] == {"timeout": "took too long"}
+    assert cell.failed_response.percentile(50) == 1000  # failures keep their own latency
     assert cell.response.percentile(50) == 1500 and cell.service.percentile(50) == 1000
     assert cell.lag.max_value_raw == 500

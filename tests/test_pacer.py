@@ -1,10 +1,15 @@
-"""The pacer: workers' shares add up to the plan exactly; drops past max lag; Poisson is seeded."""
+"""The pacer: workers' shares add up to the plan exactly, uniform or Poisson; every arrival of a share
+ends sent, dropped or written off with a reason; a reshare skips nobody's slots."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from dbsurge.arrivals import ArrivalSequence, OperationMix
+from dbsurge.ledger import planned_counts
 from dbsurge.pacer import Pacer
+from dbsurge.recorder import Recorder
 from dbsurge.stage_plan import Schedule, StagePlan
 
 
@@ -22,7 +27,13 @@ def _all_slots(pacer):
     out = []
     while (s := pacer.next_slot()) is not None:
         out.append(s)
+        assert pacer.done(s)
     return out
+
+
+def _pacer(schedule, **kw):
+    clock = FakeClock()
+    return Pacer(schedule, start_epoch_ns=0, clock_ns=clock, wall_ns=clock, **kw), clock
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -31,8 +42,7 @@ def test_uniform_shares_add_up_to_the_plan(workers):
     schedule = Schedule.from_plan(plan)
     slots = []
     for i in range(workers):
-        clock = FakeClock()
-        p = Pacer(schedule, start_epoch_ns=0, worker_index=i, worker_count=workers, clock_ns=clock, wall_ns=clock)
+        p, _ = _pacer(schedule, worker_index=i, worker_count=workers)
         slots += _all_slots(p)
     assert len(slots) == int(schedule.total())
     per_stage = [sum(1 for s in slots if s.stage == k) for k in range(4)]
@@ -44,33 +54,65 @@ def test_uniform_shares_add_up_to_the_plan(workers):
     assert gaps == {2.5}
 
 
-def test_poisson_is_seeded_and_near_the_rate():
-    schedule = Schedule.from_plan(StagePlan.parse("20s@500tps"))
-    runs = []
-    for _ in range(2):
-        clock = FakeClock()
-        p = Pacer(schedule, start_epoch_ns=0, arrivals="poisson", seed=7, clock_ns=clock, wall_ns=clock)
-        runs.append([s.intended_ns for s in _all_slots(p)])
-    assert runs[0] == runs[1]
-    assert abs(len(runs[0]) - 10000) < 4 * 100  # within 4 sigma of a Poisson count
+@pytest.mark.parametrize("workers", [1, 3])
+def test_poisson_is_one_sequence_whatever_the_worker_count(workers):
+    schedule = Schedule.from_plan(StagePlan.parse("10s@500tps,5s@100tps"))
+    slots = []
+    for i in range(workers):
+        p, _ = _pacer(schedule, arrivals="poisson", seed=7, worker_index=i, worker_count=workers)
+        slots += _all_slots(p)
+    single, _ = _pacer(schedule, arrivals="poisson", seed=7)
+    assert sorted(s.intended_ns for s in slots) == [s.intended_ns for s in _all_slots(single)]
+    assert abs(len(slots) - 5500) < 4 * 75  # within 4 sigma of a Poisson count
+    mix = OperationMix([("op", 1.0)], 7)
+    planned = planned_counts(schedule, ArrivalSequence("poisson", 7), mix)
+    assert planned == {(0, 0): sum(s.stage == 0 for s in slots), (1, 0): sum(s.stage == 1 for s in slots)}
+
+
+def test_each_arrival_has_one_operation_on_every_worker():
+    schedule = Schedule.from_plan(StagePlan.parse("5s@200tps"))
+    mix = OperationMix([("read", 1.0), ("update", 1.0)], 42)
+    ops = {}
+    for i in range(2):
+        p, _ = _pacer(schedule, mix=mix, worker_index=i, worker_count=2)
+        ops.update({s.number: s.op for s in _all_slots(p)})
+    assert [ops[k] for k in range(1000)] == mix.of_many(np.arange(1000)).tolist()
+    assert 400 < sum(ops.values()) < 600
+    planned = planned_counts(schedule, ArrivalSequence("uniform", 42), mix)
+    assert planned[(0, 1)] == sum(ops.values())
 
 
 def test_slots_later_than_max_lag_are_dropped_and_counted():
     schedule = Schedule.from_plan(StagePlan.parse("1s@100tps,1s@100tps"))
-    clock = FakeClock()
-    p = Pacer(schedule, start_epoch_ns=0, max_lag_s=0.05, clock_ns=clock, wall_ns=clock)
+    sink = Recorder()
+    p, clock = _pacer(schedule, max_lag_s=0.05, sink=sink)
     clock.now = int(1.5e9)  # everything before 1.45 s is too late
     first = p.next_slot()
     assert first.intended_ns == pytest.approx(1.45e9, abs=1e7)
-    dropped, issued = p.take_counts()
-    assert issued == 146  # 145 dropped and the one handed out
-    assert dropped[0] == 100 and dropped[1] == 45
+    ledger = {(st, col): n for st, _, col, n in sink.drain()["ledger"]}
+    assert ledger == {(0, "dropped"): 100, (1, "dropped"): 45}
 
 
-def test_reshare_takes_over_a_lost_worker():
+def test_reshare_keeps_the_old_share_until_the_switch():
+    """A survivor takes its own slots below from_number, then the lost worker's too: nobody's are skipped."""
     schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
-    clock = FakeClock()
-    p = Pacer(schedule, start_epoch_ns=0, worker_index=1, worker_count=2, clock_ns=clock, wall_ns=clock)
+    p, _ = _pacer(schedule, worker_index=1, worker_count=2)
     p.reshare(0, 1, from_number=500)
     numbers = [s.number for s in _all_slots(p)]
-    assert numbers[0] == 500 and numbers == list(range(500, 1000))
+    assert numbers == list(range(1, 500, 2)) + list(range(500, 1000))
+
+
+def test_close_writes_off_the_untaken_rest_by_stage():
+    schedule = Schedule.from_plan(StagePlan.parse("1s@100tps,1s@50tps"))
+    sink = Recorder()
+    p, clock = _pacer(schedule, sink=sink, worker_index=0, worker_count=2)
+    taken = [p.next_slot() for _ in range(10)]  # arrivals 0, 2, ..., 18
+    for s in taken[:8]:
+        assert p.done(s)
+    p.give_back(taken[9])  # a user stopped while waiting: back in the queue
+    assert p.close("interrupted") == 1 + (75 - 10)  # the returned slot and every untaken one of this share
+    n, oldest = p.write_off_in_flight("interrupted")
+    assert n == 1 and not p.done(taken[8])  # written off: a late finish is not recorded twice
+    ledger = {(st, col): n for st, _, col, n in sink.drain()["ledger"]}
+    assert ledger == {(0, "not_sent:interrupted"): 50 - 8, (1, "not_sent:interrupted"): 25}
+    assert p.next_slot() is None

@@ -1,0 +1,231 @@
+"""Fault injection: each case runs real dbsurge against real servers and breaks something mid-run.
+
+Every case asserts the ledger (planned = ok + failed by kind + dropped + not sent by reason, per
+stage, per operation and for the run; `ledger_checks.ledger`), the files on disk, the exit code
+and that no traceback reached the console. Runs are short (10-15 s) so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+from ledger_checks import ledger, timeline_seconds
+from runs import read_json
+
+from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+
+
+def _start(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    out = open(cwd / "stdout.txt", "w")
+    err = open(cwd / "stderr.txt", "w")
+    return subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "run", *args], cwd=cwd, stdout=out, stderr=err,
+                            env={**os.environ, **(env or {})}, text=True)
+
+
+def _finish(proc: subprocess.Popen, cwd: Path, timeout: float = 90) -> tuple[int, str, str]:
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the run did not end on time") from None
+    return code, (cwd / "stdout.txt").read_text(), (cwd / "stderr.txt").read_text()
+
+
+def _run_dir(cwd: Path, timeout: float = 60) -> tuple[Path, float]:
+    """Wait for the run directory; return it and the plan's time zero (epoch seconds)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for d in (cwd / "results").glob("*/run.json"):
+            try:
+                started = read_json(d)["started_utc"]
+            except (ValueError, KeyError):
+                continue
+            return d.parent, datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+        time.sleep(0.05)
+    raise AssertionError("no run directory appeared")
+
+
+def _at(t0: float, after_s: float) -> None:
+    time.sleep(max(0.0, t0 + after_s - time.time()))
+
+
+def _no_traceback(*texts: str) -> None:
+    for t in texts:
+        assert "Traceback" not in t, t[-3000:]
+
+
+def _pg_args(uri: str, rate: int, seconds: int, *extra: str) -> list[str]:
+    return ["--workload", "orders", "--target", uri, "--shape", "constant", "--rate", str(rate), "--duration",
+            f"{seconds}s", "--quiet", "--workload-option", "products=500", "--no-db-sampler", *extra]
+
+
+@pytest.fixture
+def own_pg(server_dir):
+    server = EmbeddedPostgres(server_dir)
+    server.start()
+    yield server
+    server.resume()
+    server.stop()
+
+
+def test_database_restarted_mid_run(tmp_path, own_pg):
+    """pg_ctl -m immediate stop, start again 3 s later: failures by kind, a balanced ledger, every file."""
+    proc = _start(_pg_args(own_pg.uri, 100, 12, "--target-option", "connect_timeout=2",
+                           "--check", "failure_rate<0.1%"), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    main = own_pg._main_pid()
+    os.kill(main, signal.SIGQUIT)  # what pg_ctl -m immediate stop sends
+    psutil.Process(main).wait(timeout=10)
+    time.sleep(3.0)
+    own_pg.start()
+    code, out, err = _finish(proc, tmp_path)
+    _no_traceback(out, err)
+    total = ledger(run)
+    assert total["planned"] == 1200
+    assert total["failures"] > 0 and total["ok"] > 600, total
+    assert total["not_sent"] == 0
+    assert code == 1, (out, err)  # failure_rate<0.1% failed: the database missed its SLO
+    assert (run / "summary.md").exists() and (run / "stages.csv").exists()
+    assert len(timeline_seconds(run)) >= 12
+    assert "check FAILED" in out
+
+
+def test_database_paused_blames_the_target(tmp_path, own_pg):
+    """SIGSTOP for 2 s: nothing lost, a timeline row for every second, lag blamed on the target."""
+    proc = _start(_pg_args(own_pg.uri, 100, 10, "--operation", "product_lookup"), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    own_pg.pause()
+    time.sleep(2.0)
+    own_pg.resume()
+    code, out, err = _finish(proc, tmp_path)
+    _no_traceback(out, err)
+    total = ledger(run)
+    assert total["planned"] == 1000 and total["ok"] == 1000, total
+    assert code == 0, (out, err)
+    seconds = timeline_seconds(run)
+    assert len(seconds) == len(set(seconds)) >= 10
+    assert "the target kept every user busy" in out
+    assert "generator fell behind" not in out
+
+
+def test_users_that_cannot_connect_fail_each_slot_with_backoff(tmp_path, own_pg):
+    """The database goes away after the preflight: every slot is a `connect` failure, none vanish."""
+    proc = _start(_pg_args(own_pg.uri, 50, 8, "--operation", "product_lookup", "--target-option",
+                           "connect_timeout=1", "--start-delay", "2"), tmp_path)
+    _run_dir(tmp_path)
+    own_pg.stop()
+    code, out, err = _finish(proc, tmp_path)
+    _no_traceback(out, err)
+    run, _ = _run_dir(tmp_path)
+    total = ledger(run)
+    assert total["planned"] == 400
+    assert total["failed_connect"] + total["ok"] + total["not_sent"] == 400
+    assert total["failed_connect"] > 300, total
+    assert code == 0, (out, err)  # delivered and accounted for; no check was asked
+    assert "connect=" in out
+
+
+@pytest.fixture
+def own_mongo(server_dir):
+    server = EmbeddedMongo(server_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_mongo_killed_for_a_while(tmp_path, own_mongo):
+    """The MongoDB-wire server is killed and restarted: failures keep their latency beside the successes'."""
+    proc = _start(["--workload", "ycsb", "--target", own_mongo.uri, "--shape", "constant", "--rate", "100",
+                   "--duration", "12s", "--quiet", "--workload-option", "recordcount=300", "--no-db-sampler",
+                   "--target-option", "server_selection_timeout_ms=1000", "--target-option", "op_timeout=2s"],
+                  tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    own_mongo._stop()
+    time.sleep(3.0)
+    own_mongo.start()
+    code, out, err = _finish(proc, tmp_path)
+    _no_traceback(out, err)
+    total = ledger(run)
+    assert total["planned"] == 1200 and total["failures"] > 0, total
+    assert total["failed_p99_ms"] != "" and float(total["failed_p99_ms"]) > 0
+    assert code in (0, 1, 3)  # what matters: the account; not_sent only for what was in flight at the end
+    assert total["not_sent"] == total["not_sent_in_flight"]
+
+
+@pytest.mark.parametrize("sig, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_gracefully(tmp_path, pg_uri, sig, expected):
+    """The first SIGINT/SIGTERM: stop issuing, drain, every file, tables marked interrupted, exit 130/143."""
+    proc = _start(_pg_args(pg_uri, 100, 20, "--operation", "product_lookup"), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 4.0)
+    proc.send_signal(sig)
+    code, out, err = _finish(proc, tmp_path, timeout=30)
+    _no_traceback(out, err)
+    assert code == expected, (out, err)
+    total = ledger(run)
+    assert total["planned"] == 2000
+    assert 300 <= total["ok"] <= 600 and total["not_sent_interrupted"] >= 1400, total
+    assert "interrupted at t = " in out
+    # rates over the time that ran, not the planned 20 s
+    assert 90 <= float(total["achieved_tps"]) <= 110, total
+    meta = read_json(run / "run.json")
+    assert meta["interrupted"]["signal"] == signal.Signals(sig).name and meta["complete"] is False
+    assert "interrupted at t =" in (run / "summary.md").read_text()
+
+
+def test_worker_sigkilled(tmp_path, pg_uri):
+    """--processes 2, one worker SIGKILLed: its unreported arrivals are `worker_lost`, named, exit 3."""
+    proc = _start(_pg_args(pg_uri, 100, 12, "--operation", "product_lookup", "--processes", "2"), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 4.0)
+    locust = [c for c in psutil.Process(proc.pid).children(recursive=True) if "locust" in " ".join(c.cmdline())]
+    master = next(p for p in locust if p.parent().pid == proc.pid)
+    workers = master.children()
+    assert len(workers) == 2
+    workers[0].kill()
+    code, out, err = _finish(proc, tmp_path)
+    _no_traceback(out)
+    total = ledger(run)
+    assert total["planned"] == 1200
+    assert total["not_sent_worker_lost"] > 0 and total["not_sent_unaccounted"] == 0, total
+    assert total["ok"] + total["not_sent_worker_lost"] + total["not_sent_in_flight"] == 1200
+    assert code == 3, (out, err)
+    assert "workers lost during the run" in out
+    assert "INCOMPLETE" in out
+
+
+def test_master_sigkilled(tmp_path, pg_uri):
+    """The master dies: workers stop sending within 3 s and exit; the timeline ends within ~1 s of the kill;
+    `dbsurge report` marks the run incomplete."""
+    proc = _start(_pg_args(pg_uri, 100, 20, "--operation", "product_lookup", "--processes", "2"), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 5.0)
+    locust = [c for c in psutil.Process(proc.pid).children(recursive=True) if "locust" in " ".join(c.cmdline())]
+    master = next(p for p in locust if p.parent().pid == proc.pid)
+    workers = master.children()
+    killed_at = time.time()
+    master.kill()
+    gone, alive = psutil.wait_procs(workers, timeout=6)
+    assert not alive, "workers outlived their master"
+    assert time.time() - killed_at < 6
+    _finish(proc, tmp_path)
+    seconds = timeline_seconds(run)
+    last = datetime.fromisoformat(seconds[-1].replace("Z", "+00:00")).timestamp()
+    open_rows = (run / "timeline.open.csv").exists()
+    assert killed_at - (last + 1) < 3.0 or open_rows
+    report = subprocess.run([sys.executable, "-m", "dbsurge.cli", "report", str(run)], capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "incomplete" in (run / "summary.md").read_text().lower()
