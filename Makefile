@@ -1,11 +1,12 @@
 # dbsurge: the commands a new user runs. Everything installs into .venv from PyPI (and, for the
-# browser tests, Debian's chromium through apt-get when run as root).
+# browser tests, Debian's chromium through apt-get when run as root; for the fault-injection tests,
+# iptables and iproute2 the same way).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench browser lint clean
+.PHONY: demo test bench browser netfaults lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium)
-test: $(STAMP) browser
+test: $(STAMP) browser netfaults
 	$(BIN)/python -m pytest -q -ra
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
@@ -33,6 +34,14 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	      || echo "chromium could not be installed: browser tests will be skipped"; \
 	  else echo "chromium not found and not root: browser tests will be skipped"; fi; }
+
+# iptables and iproute2 for the fault-injection tests (network namespaces, packet black holes): Debian's packages.
+netfaults:
+	@{ command -v iptables >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables iproute2 >/dev/null) \
+	      || echo "iptables/iproute2 could not be installed: network fault tests will be skipped"; \
+	  else echo "iptables or ip not found and not root: network fault tests will be skipped"; fi; }
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q ruff && $(BIN)/ruff check dbsurge locustfiles shapes collectors tests bench

@@ -409,18 +409,21 @@ class EmbeddedMongo(_Server):
 
     Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid, port, start time),
     and an empty `secantusd.toml` that keeps secantus from picking up a config file elsewhere.
-    `cache_size` is the WiredTiger cache ("256M", "1G").
+    `cache_size` is the WiredTiger cache ("256M", "1G"). `host` is the address it listens on (the
+    fault tests run it in a network namespace on "0.0.0.0"); `uri` and the readiness checks stay on 127.0.0.1.
     """
 
     kind = "mongo"
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False
+        self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         base = Path(data_dir).expanduser().resolve()
         self.log_path = base / "secantus.log"
         self._pid_file = base / "secantus.pid"
         self.cache_size = cache_size
+        self.host = host
         self.delete_on_stop = delete_on_stop
         super().__init__(data_dir, port)
 
@@ -472,7 +475,7 @@ class EmbeddedMongo(_Server):
         config = self.data_dir / "secantusd.toml"
         config.touch()
         for attempt in range(3):
-            cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", "127.0.0.1",
+            cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", self.host,
                    "--port", str(self.port), "--storage-path", str(self.data_dir / "data"),
                    "--cache-size", self.cache_size, "--log-level", "INFO"]
             with open(self.log_path, "ab") as log:

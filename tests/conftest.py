@@ -7,6 +7,11 @@
 - `server_dir`: a fresh directory for a test that starts its own embedded server.
 - DBSURGE_HOME points at a session directory for every test, so that nothing touches ~/.dbsurge,
   and any server `dbsurge embedded start` left there is stopped at the end.
+- Fault injection (see tests/faults.py; these skip when not root or without `ip`/`iptables`):
+  `netns_host` (a bare `dbsf-*` namespace), `netns_db` / `netns_mongo` (a fresh server inside one,
+  with `.uri`, `.blackhole()`, `.restore()`, `.pause()`, `.resume()`), `small_disk` (a 2 MB tmpfs),
+  `delay_proxy` (a factory of delaying TCP proxies on 127.0.0.1). At session start, namespaces,
+  veths and tmpfs mounts that a dead session left are removed.
 
 Embedded data lives under one `dbsurge-tests-*` directory in the system temp dir, not under
 pytest's `tmp_path`: as root, PostgreSQL runs as the user `embedded_postgres`, which must be able
@@ -16,14 +21,17 @@ session starts, a concurrent one included.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import faults
 import pytest
+from faults import DelayProxy, FaultSetupError, NetnsHost, NetnsMongo, NetnsPostgres
 
 from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres, embedded_main
 
@@ -96,3 +104,107 @@ def moto_url() -> Iterator[str]:
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+# --- fault injection (tests/faults.py) ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session", autouse=True)
+def _fault_leftovers() -> None:
+    """At session start: remove the `dbsf-*` namespaces, veths and tmpfs mounts of sessions that died.
+
+    Those of a concurrent session that is still alive stay (faults.py records each one's owner).
+    """
+    with contextlib.suppress(Exception):  # best effort: never fail a session that uses no fault fixture
+        faults.cleanup_stale()
+
+
+@pytest.fixture
+def netns_host() -> Iterator[NetnsHost]:
+    """A new network namespace `dbsf-XXXXXX` joined to the root namespace by a veth on a 10.231.x.y/30.
+
+    `.name`, `.ip` (namespace side), `.host_ip` (root side), `.cmd(*args)` / `.run(*args)` (inside),
+    `.blackhole_port(port)` / `.restore_port(port)`. Deleted, with whatever runs inside, at teardown.
+    """
+    reason = faults.netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    host = NetnsHost()
+    try:
+        host.create()
+    except FaultSetupError as err:
+        pytest.skip(f"cannot create a network namespace here: {err}")
+    try:
+        yield host
+    finally:
+        host.destroy()
+
+
+@pytest.fixture
+def netns_db(netns_host: NetnsHost, server_dir: Path) -> Iterator[NetnsPostgres]:
+    """A fresh embedded PostgreSQL inside `netns_host` (function scope: each test gets its own, ~1.5 s).
+
+    `.uri` is `postgresql://postgres@10.231.x.y:PORT/postgres` (trust auth), reachable from the root
+    namespace; `.host`, `.port`, `.netns`, `.server` (the `EmbeddedPostgres` handle), `.blackhole()` /
+    `.restore()` (iptables DROP inside the namespace: packets vanish, clients hang), `.pause()` /
+    `.resume()` (SIGSTOP/SIGCONT), `.stop()`, `.pids()`, `.log_tail()`.
+    """
+    server = NetnsPostgres(netns_host, server_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def netns_mongo(netns_host: NetnsHost, server_dir: Path) -> Iterator[NetnsMongo]:
+    """A fresh secantusdb (MongoDB wire) inside `netns_host`; the same API as `netns_db`.
+
+    `.uri` is `mongodb://10.231.x.y:PORT/?directConnection=true`.
+    """
+    server = NetnsMongo(netns_host, server_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A 2 MB tmpfs mounted on a new directory (mode 1777); unmounted at teardown.
+
+    `faults.fill_disk(path, leave_kb)` fills it up to `leave_kb` KiB free; `faults.mount_tmpfs(size)`
+    mounts another size.
+    """
+    reason = faults.tmpfs_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(faults.mount_tmpfs("2m"))
+        except FaultSetupError as err:
+            pytest.skip(f"cannot mount a tmpfs here: {err}")
+        yield path
+
+
+@pytest.fixture
+def delay_proxy() -> Iterator[Callable[..., DelayProxy]]:
+    """A factory: `delay_proxy(host, port, delay_ms=0)` starts a `DelayProxy` on 127.0.0.1 and returns it.
+
+    `.port`, `.address`, `.rewrite(uri)`, `.set_delay(ms)`, `.blackhole(on)`, `.reset()`, `.stop()`.
+    Every proxy it made is stopped at teardown. The target must be 127.0.0.0/8 or a test namespace.
+    """
+    made: list[DelayProxy] = []
+
+    def make(host: str, port: int, delay_ms: float = 0.0) -> DelayProxy:
+        proxy = DelayProxy(host, port, delay_ms)
+        made.append(proxy)
+        proxy.start()
+        return proxy
+
+    try:
+        yield make
+    finally:
+        for proxy in made:
+            proxy.stop()
