@@ -202,7 +202,8 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
     planned = total.get("planned")
     head = {0: "OK: the plan was delivered and accounted for, every check passed",
             1: "FAILED: a check failed or the target could not take the plan",
-            3: "INCOMPLETE: arrivals were lost to the measurement (not sent) or results were not written",
+            3: "INCOMPLETE: the tool lost arrivals (not sent, or dropped while the generator fell behind) "
+               "or results were not written",
             130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
     if run.stop_reason:
         head = f"STOPPED: {run.stop_reason}"

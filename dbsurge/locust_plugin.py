@@ -71,6 +71,7 @@ class Setup:
     seed: int
     max_lag_s: float | None
     changes: list  # live rate changes so far: [at_s, rate_tps, scale]
+    op_timeout_s: float = 30.0
 
 
 def fail(message: str) -> None:
@@ -122,6 +123,7 @@ class DbSurgeRun:
         self.stop_reason: str | None = None
         self.until_position: float | None = None
         self.problems: dict[str, int] = {}
+        self.op_timeout_s = 30.0
         self.capped_stages: set[int] = set()  # stages in which the shape wanted more than --max-users
 
     # -- keeping going when something goes wrong ----------------------------------------------------
@@ -190,14 +192,18 @@ class DbSurgeRun:
 
     # -- setup on every process ---------------------------------------------------------------------
 
-    def configure_target(self, uri: str, target_options: dict, workload_options: dict, operations: list) -> None:
+    def configure_target(self, uri: str, target_options: dict, workload_options: dict, operations: list,
+                         op_timeout_s: float | None = None) -> None:
         from .targets import open_target
 
         self.target_uri = uri
         self.target_options = target_options
         self.workload_options = workload_options
         self.operation_weights = operations
-        self.target = open_target(uri, target_options)
+        if op_timeout_s is None:
+            op_timeout_s = parse_duration(self.options.op_timeout)
+        self.op_timeout_s = op_timeout_s
+        self.target = open_target(uri, target_options, op_timeout_s=op_timeout_s)
         self.workloads = {}
 
     def make_pacer(self, s: Setup) -> None:
@@ -309,6 +315,9 @@ def preflight(run: DbSurgeRun) -> None:
     if opts.max_lag:
         parse_duration(opts.max_lag)
     parse_duration(opts.lag_warn)
+    op_timeout = parse_duration(opts.op_timeout)
+    if not (0 < op_timeout < math.inf):
+        raise UserError(f"bad --op-timeout '{opts.op_timeout}': expected a positive duration such as 30s or 500ms")
     from .checks import parse_checks
 
     parse_checks(opts.check)
@@ -419,7 +428,7 @@ def _setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None)
         target_uri=run.target_uri, target_options=run.target_options, workload_options=run.workload_options,
         operations=run.operation_weights, plan=run.plan.to_dict() if run.plan else None,
         start_epoch_ns=run.start_epoch_ns, index=index, count=count, arrivals=run.options.arrivals,
-        seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes),
+        seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes), op_timeout_s=run.op_timeout_s,
     )
 
 
@@ -514,7 +523,7 @@ def _on_setup_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     s = Setup(**msg.data)
     try:
-        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations)
+        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
     except UserError as e:
         log.error("dbsurge: %s", e)
         return
@@ -534,7 +543,7 @@ def _on_share_message(environment, msg, **_kw):
     d = msg.data
     if run.pacer is None:  # a worker that joined mid-run
         s = Setup(**d["setup"])
-        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations)
+        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
         run.make_pacer(s)
         run.ready.set()
     run.pacer.reshare(d["index"], d["count"], d["from_number"])

@@ -18,6 +18,7 @@ DEFAULTS = {
     "arrivals": "uniform",
     "seed": 42,
     "drain": 2.0,
+    "op_timeout": "30s",
     "start_delay": 1.0,
     "lag_warn_ms": 5.0,
 }
@@ -66,6 +67,10 @@ def add_options(parser) -> None:
                         "exit 1 on failure")
     g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
                    help="seed for arrivals and operation choice (default 42)")
+    g.add_argument("--op-timeout", env_var="DBSURGE_OP_TIMEOUT", default=DEFAULTS["op_timeout"],
+                   include_in_web_ui=False,
+                   help="give up on an operation after this long, e.g. 5s (default 30s): it fails with kind "
+                        "timeout; the target option op_timeout overrides it per target")
     g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,
                    help="seconds to let in-flight operations finish after the plan ends (default 2)")
     g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],

@@ -91,7 +91,8 @@ def test_plan_beyond_the_machine_states_the_shortfall(tmp_path, pg_uri):
                    "--stages", "2s@50tps,2s@100000tps", "--operation", "product_lookup", "--max-lag", "50ms",
                    "--users", "4", "--fail-on-lag", "--quiet", "--workload-option", "products=2000",
                    cwd=tmp_path, timeout=120)
-    assert proc.returncode == 1, explain(proc)
+    # the generator itself could not keep up: the measurement is incomplete (3), not the database's fault (1)
+    assert proc.returncode == 3, explain(proc)
     run = only_run_dir(tmp_path / "results")
     meta = read_json(run / "run.json")
     assert meta["results"]["dropped"] > 0

@@ -229,3 +229,46 @@ def test_master_sigkilled(tmp_path, pg_uri):
                             text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "incomplete" in (run / "summary.md").read_text().lower()
+
+
+def test_database_blackholed(tmp_path, netns_db):
+    """iptables DROP on the database's port (in a network namespace): operations time out, the run ends on time."""
+    args = ["--workload", "orders", "--target", netns_db.uri, "--shape", "constant", "--rate", "50", "--duration",
+            "10s", "--quiet", "--workload-option", "products=500", "--no-db-sampler", "--operation",
+            "product_lookup", "--op-timeout", "2s", "--target-option", "connect_timeout=2",
+            "--check", "p99<50ms,failure_rate<1%"]
+    proc = _start(args, tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    started = time.time()
+    netns_db.blackhole()
+    code, out, err = _finish(proc, tmp_path, timeout=60)
+    assert time.time() - started < 7 + 10, "the run did not end on time"
+    _no_traceback(out, err)
+    total = ledger(run)
+    assert total["planned"] == 500
+    assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 50, total
+    assert code == 1, (out, err)
+    assert "check FAILED: failure_rate<1%" in out
+    assert len(timeline_seconds(run)) >= 10
+
+
+def test_results_disk_full(tmp_path, pg_uri, small_disk):
+    """The results disk fills up mid-run: the load stops within a second or two, one clear line, exit 3."""
+    from faults import fill_disk
+
+    proc = _start(_pg_args(pg_uri, 200, 20, "--operation", "product_lookup", "--results-dir", str(small_disk)),
+                  tmp_path)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(small_disk.glob("*/run.json")):
+        time.sleep(0.05)
+    time.sleep(3.0)
+    filled = time.time()
+    fill_disk(small_disk, leave_kb=0)
+    code, out, err = _finish(proc, tmp_path, timeout=60)
+    assert time.time() - filled < 15
+    _no_traceback(out, err)
+    assert code == 3, (out, err)
+    assert "cannot write results" in err
+    assert [line for line in err.splitlines() if "cannot write results" in line][0].startswith("dbsurge:")
+    assert "planned" in out and "STOPPED" in out  # the tables it held in memory were printed
