@@ -4,6 +4,12 @@
 `target.check()` connects once and fails with a one-line `TargetError`; `target.connect()` gives one
 `Session` per Locust user. See docs/architecture.md, section "Targets".
 
+Every operation is bounded in time: `open_target(..., op_timeout_s=30.0)` (target option ``op_timeout``)
+sets `Target.op_timeout_s`, which each binding enforces in its driver (socket timeouts, a deadline on
+every wait, a server-side statement timeout), so that a database that stops answering produces
+timeouts, not hangs. A failed operation is classified by `Target.classify(exc)` into one of
+`FAILURE_KINDS`; `describe_failure(exc)` gives one redacted line for it.
+
 Bindings live in `dbsurge.targets.postgres` and `dbsurge.targets.mongo` and are imported on first use,
 so that a MongoDB run never imports psycopg and the CLI starts fast.
 """
@@ -11,21 +17,30 @@ so that a MongoDB run never imports psycopg and the CLI starts fast.
 from __future__ import annotations
 
 import importlib
+import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from dbsurge.errors import TargetError
-from dbsurge.redact import redact_uri
+from dbsurge.redact import redact_text, redact_uri
 
 __all__ = [
+    "FAILURE_KINDS",
+    "ConnectError",
     "Session",
     "Target",
     "TargetError",
     "binding_names",
+    "describe_failure",
     "get_binding",
     "open_target",
     "register_binding",
 ]
+
+DEFAULT_OP_TIMEOUT_S = 30.0
+
+# What `Target.classify` returns; ``server:`` is followed by the SQLSTATE or the MongoDB error code.
+FAILURE_KINDS = ("connect", "timeout", "server:<code>", "occ", "disconnect", "other")
 
 # Modules that register the built-in bindings when imported.
 _BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo")
@@ -33,6 +48,14 @@ _BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo")
 _bindings: dict[str, type[Target]] = {}
 _schemes: dict[str, str] = {}  # URI scheme -> binding name
 _builtins_loaded = False
+
+
+class ConnectError(TargetError):
+    """A session could not connect or reconnect (refused, unreachable, DNS, authentication, timeout).
+
+    Raised by `Target.connect()` and by a session's lazy reconnect before an operation; the message is
+    one redacted line and the driver's exception is the ``__cause__``. Classified as ``"connect"``.
+    """
 
 
 class Session(ABC):
@@ -78,8 +101,55 @@ class Target(ABC):
     def describe(self) -> dict[str, Any]:
         """A secret-free description for run.json."""
 
+    #: Seconds an operation may take before the driver gives up (set by every binding).
+    op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
+
+    def classify(self, exc: BaseException) -> str:
+        """The kind of a failed operation, a pure function of the exception; one of `FAILURE_KINDS`.
+
+        - ``connect``: could not connect or reconnect (`ConnectError`);
+        - ``timeout``: the operation started but did not finish in time (a `TimeoutError`, a
+          ``gevent.Timeout``, the driver's own operation timeouts);
+        - ``server:<code>``: the server refused the operation with an error code (SQLSTATE, MongoDB code);
+        - ``occ``: a serialization conflict still failing after the binding's retries;
+        - ``disconnect``: the connection dropped in the middle of the operation;
+        - ``other``: anything else.
+
+        The base class knows the first two; bindings add their driver's errors.
+        """
+        return generic_kind(exc) or "other"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.flavor} {self.display}>"
+
+
+def generic_kind(exc: BaseException) -> str | None:
+    """``connect`` or ``timeout`` for the failures every binding shares, else None."""
+    if isinstance(exc, ConnectError):
+        return "connect"
+    if isinstance(exc, TimeoutError) or _is_gevent_timeout(exc):
+        return "timeout"
+    return None
+
+
+def _is_gevent_timeout(exc: BaseException) -> bool:
+    # Without importing gevent: a MongoDB-only process that never used gevent cannot raise its Timeout.
+    gevent_timeout = getattr(sys.modules.get("gevent.timeout"), "Timeout", None)
+    return gevent_timeout is not None and isinstance(exc, gevent_timeout)
+
+
+def describe_failure(exc: BaseException, limit: int = 240) -> str:
+    """One redacted line for a failed operation: ``TypeName [SQLSTATE]: first line of the message``.
+
+    For the first error event of each kind; registered secrets (passwords, tokens) are masked.
+    """
+    name = type(exc).__name__
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "code", None)
+    head = f"{name} [{code}]" if code is not None and not isinstance(code, bool) else name
+    message = one_line(str(exc), limit) if str(exc).strip() else ""
+    if not message and exc.__cause__ is not None and str(exc.__cause__).strip():
+        message = one_line(str(exc.__cause__), limit)
+    return redact_text(f"{head}: {message}" if message else head)
 
 
 def register_binding(name: str):
@@ -130,14 +200,18 @@ def _scheme_list() -> str:
     return ", ".join(schemes[:-1]) + f" or {schemes[-1]}" if len(schemes) > 1 else "".join(schemes)
 
 
-def open_target(uri: str, options: dict[str, str] | None = None, **binding_kwargs: Any) -> Target:
+def open_target(
+    uri: str, options: dict[str, str] | None = None, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S, **binding_kwargs: Any
+) -> Target:
     """Parse and validate a target URI and its options; no network.
 
     The binding is chosen by scheme: ``postgresql://``/``postgres://``/``dsql://`` (flavors postgres,
     aurora, dsql) and ``mongodb://``/``mongodb+srv://`` (flavors mongo, docdb). The flavor follows from
     the host name (``*.rds.amazonaws.com``: aurora, ``*.dsql.<region>.on.aws``: dsql,
     ``*.docdb.amazonaws.com``: docdb) or the option ``flavor``. `binding_kwargs` go to the binding's
-    constructor (e.g. ``token_provider=`` for DSQL). Raises `TargetError` with one line.
+    constructor (e.g. ``token_provider=`` for DSQL). `op_timeout_s` bounds every operation (the target
+    option ``op_timeout``, a duration such as ``5s``, overrides it) and ends up in `Target.op_timeout_s`.
+    Raises `TargetError` with one line.
     """
     _load_builtins()
     if not isinstance(uri, str) or not uri.strip():
@@ -152,7 +226,9 @@ def open_target(uri: str, options: dict[str, str] | None = None, **binding_kwarg
     name = _schemes.get(scheme.lower())
     if name is None:
         raise TargetError(f"bad target URI {redact_uri(uri)!r}: scheme must be {_scheme_list()}")
-    return _bindings[name](uri, dict(options or {}), **binding_kwargs)
+    if not op_timeout_s or op_timeout_s <= 0:
+        raise ValueError(f"op_timeout_s must be positive, not {op_timeout_s!r}")
+    return _bindings[name](uri, dict(options or {}), op_timeout_s=float(op_timeout_s), **binding_kwargs)
 
 
 # Shared helpers for the bindings: option parsing with one-line errors.
@@ -204,6 +280,15 @@ def option_seconds(options: dict[str, str], name: str, default: float | None) ->
         raise TargetError(f"target option {name}={raw!r}: expected a duration such as 30s, 500ms or 55m") from None
     if value <= 0:
         raise TargetError(f"target option {name}={raw!r}: must be positive")
+    return value
+
+
+def option_op_timeout(options: dict[str, str], default: float) -> float:
+    """The ``op_timeout`` option (a positive duration; it cannot be turned off), else `default`."""
+    raw = options.get("op_timeout")
+    value = option_seconds(options, "op_timeout", default)
+    if value is None:
+        raise TargetError(f"target option op_timeout={raw!r}: operations must have a time bound, e.g. 30s or 500ms")
     return value
 
 

@@ -6,6 +6,12 @@ for it: TLS with the RDS CA bundle (``tls_ca_file``; DocumentDB's CA is in no pu
 before 8.0.2 reject.
 
 Each session owns a `MongoClient` with a small pool: a Locust user runs one operation at a time.
+
+Time bounds: ``timeoutMS`` (default op_timeout; pymongo's client-side operation timeout) bounds each
+operation as a whole, its retry included; ``socketTimeoutMS`` (default op_timeout) each exchange on a socket,
+``connectTimeoutMS`` each connect, ``serverSelectionTimeoutMS`` the wait for a usable server and
+``waitQueueTimeoutMS`` (default op_timeout) the wait for a pooled connection. pymongo reconnects by
+itself after a failure. `MongoTarget.classify` names the kind of each failure.
 """
 
 from __future__ import annotations
@@ -15,17 +21,33 @@ from typing import Any
 
 import pymongo
 from pymongo import MongoClient, common
-from pymongo.errors import ConfigurationError, InvalidURI, OperationFailure, PyMongoError
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    ExecutionTimeout,
+    InvalidURI,
+    NetworkTimeout,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WaitQueueTimeoutError,
+    WTimeoutError,
+)
 
 from dbsurge.errors import TargetError
 from dbsurge.redact import redact_text, redact_uri, register_secret
 from dbsurge.targets import (
+    DEFAULT_OP_TIMEOUT_S,
     Session,
     Target,
     check_options,
+    generic_kind,
     one_line,
     option_bool,
     option_int,
+    option_op_timeout,
     register_binding,
 )
 
@@ -44,6 +66,10 @@ KNOWN_OPTIONS = frozenset(
         "max_pool_size",
         "server_selection_timeout_ms",
         "connect_timeout_ms",
+        "socket_timeout_ms",
+        "wait_queue_timeout_ms",
+        "timeout_ms",
+        "op_timeout",
         "database",
         "app_name",
     }
@@ -80,13 +106,24 @@ class MongoTarget(Target):
     ``j``, ``retry_writes``, ``engine_version`` (DocumentDB, e.g. 8.0.2: enables retryable writes),
     ``max_pool_size`` (default 2), ``server_selection_timeout_ms`` (5000), ``connect_timeout_ms``
     (10000), ``database`` (default: the URI's, else ``dbsurge``), ``app_name`` (dbsurge).
+
+    Time bounds: ``op_timeout`` (a duration such as ``5s``; default `op_timeout_s`, 30 s) is the default
+    of ``timeout_ms`` (pymongo's timeoutMS: the whole operation, a retryable read's retry included, must
+    end within it, else ``NetworkTimeout``/``ExecutionTimeout``; ``none`` disables), of ``socket_timeout_ms``
+    (socketTimeoutMS: one exchange on a socket) and of ``wait_queue_timeout_ms`` (waitQueueTimeoutMS).
+    URI options (``timeoutMS=``, ``socketTimeoutMS=`` ...) work as well; these options win. Note that
+    pymongo waits for a usable server up to what is left of timeoutMS, not serverSelectionTimeoutMS,
+    when timeoutMS is set: a session against a server that is down fails after op_timeout (as
+    ``connect``); `check` does not use timeoutMS.
     """
 
     kind = "mongo"
     schemes = ("mongodb", "mongodb+srv")
     flavors = ("mongo", "docdb")
 
-    def __init__(self, uri: str, options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, uri: str, options: dict[str, str] | None = None, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
+    ) -> None:
         self.display = redact_uri(uri)
         self._uri = uri
         options = {k: str(v) for k, v in (options or {}).items()}
@@ -142,6 +179,18 @@ class MongoTarget(Target):
             options, "server_selection_timeout_ms", DEFAULT_SERVER_SELECTION_TIMEOUT_MS, minimum=1
         )
         self.connect_timeout_ms = option_int(options, "connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT_MS, minimum=1)
+        self.op_timeout_s = option_op_timeout(options, op_timeout_s)
+        op_timeout_ms = max(1, int(self.op_timeout_s * 1000))
+        self.socket_timeout_ms = option_int(
+            options, "socket_timeout_ms", _uri_ms(uri_options, "sockettimeoutms", op_timeout_ms), minimum=1
+        )
+        raw_timeout = str(options.get("timeout_ms", "")).strip().lower()
+        self.timeout_ms = None if raw_timeout in ("none", "off", "0") else option_int(
+            options, "timeout_ms", _uri_ms(uri_options, "timeoutms", op_timeout_ms), minimum=1
+        )
+        self.wait_queue_timeout_ms = option_int(
+            options, "wait_queue_timeout_ms", _uri_ms(uri_options, "waitqueuetimeoutms", op_timeout_ms), minimum=1
+        )
 
         for name, value in (
             ("replicaSet", self.replica_set),
@@ -153,6 +202,9 @@ class MongoTarget(Target):
             ("maxPoolSize", self.max_pool_size),
             ("serverSelectionTimeoutMS", self.server_selection_timeout_ms),
             ("connectTimeoutMS", self.connect_timeout_ms),
+            ("socketTimeoutMS", self.socket_timeout_ms),
+            ("waitQueueTimeoutMS", self.wait_queue_timeout_ms),
+            ("timeoutMS", self.timeout_ms),
         ):
             if value is not None:
                 kwargs[name] = value
@@ -192,7 +244,8 @@ class MongoTarget(Target):
         """Run ``ping`` once (server selection bounded by ``server_selection_timeout_ms``); one-line errors."""
         client = None
         try:
-            client = self._client()
+            # Without timeoutMS, which would replace serverSelectionTimeoutMS as the wait for a server.
+            client = self._client(timeoutMS=None)
             client.admin.command("ping")
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
@@ -202,6 +255,35 @@ class MongoTarget(Target):
 
     def _explain(self, exc: BaseException) -> str:
         return redact_text(explain_mongo_error(exc, self), self._secrets)
+
+    def classify(self, exc: BaseException) -> str:
+        """The failure kind of `exc` (see `Target.classify`), from pymongo's errors.
+
+        ``connect``: no usable server within ``server_selection_timeout_ms`` (refused, unreachable, DNS,
+        down) or an authentication failure; ``timeout``: ``NetworkTimeout`` (``socket_timeout_ms``),
+        ``ExecutionTimeout`` (maxTimeMS), ``WaitQueueTimeoutError``, a write concern timeout,
+        ``gevent.Timeout``; ``server:<code>``: an ``OperationFailure`` with its code (``server:11000`` for a
+        duplicate key, also inside a bulk write); ``disconnect``: a connection lost midway
+        (``AutoReconnect``); ``other``: the rest.
+        """
+        kind = generic_kind(exc)
+        if kind is not None:
+            return kind
+        if isinstance(exc, ServerSelectionTimeoutError):  # before NetworkTimeout/AutoReconnect: it is both
+            return "connect"
+        if isinstance(exc, (NetworkTimeout, ExecutionTimeout, WaitQueueTimeoutError, WTimeoutError)):
+            return "timeout"
+        if isinstance(exc, BulkWriteError):
+            errors = (exc.details or {}).get("writeErrors") or []
+            code = errors[0].get("code") if errors else exc.code
+            return f"server:{code}" if code is not None else "other"
+        if isinstance(exc, OperationFailure):
+            if exc.code in (18, 13) and not isinstance(exc, ExecutionTimeout):
+                return "connect" if exc.code == 18 else f"server:{exc.code}"
+            return f"server:{exc.code}" if exc.code is not None else "other"
+        if isinstance(exc, (AutoReconnect, ConnectionFailure)):
+            return "disconnect"
+        return "other"
 
     def describe(self) -> dict[str, Any]:
         """Secret-free settings for run.json."""
@@ -223,8 +305,18 @@ class MongoTarget(Target):
             "max_pool_size": self.max_pool_size,
             "server_selection_timeout_ms": self.server_selection_timeout_ms,
             "connect_timeout_ms": self.connect_timeout_ms,
+            "op_timeout_s": self.op_timeout_s,
+            "socket_timeout_ms": self.socket_timeout_ms,
+            "wait_queue_timeout_ms": self.wait_queue_timeout_ms,
+            "timeout_ms": self.timeout_ms,
             "driver": f"pymongo {pymongo.version}",
         }
+
+
+def _uri_ms(uri_options: dict[str, Any], name: str, default: int) -> int:
+    """A millisecond timeout from the URI (pymongo parses those into seconds), else `default`."""
+    value = uri_options.get(name)
+    return default if value is None else max(1, int(float(value) * 1000))
 
 
 def _choose_flavor(host: str, option: str | None) -> str:

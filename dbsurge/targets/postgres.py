@@ -11,10 +11,18 @@
 Every session retries a whole transaction on SQLSTATE 40001 (serialization failure; DSQL's optimistic
 concurrency conflicts use the same code) with exponential backoff and full jitter, and counts the retries
 apart from failures.
+
+Time bounds (see `PostgresTarget`): ``connect_timeout`` for every (re)connect; ``op_timeout`` for every
+session operation, enforced on the client by `OperationDeadline` (which also covers a server that
+accepts TCP but never answers, e.g. a stopped process, where no socket option helps); a server-side
+``statement_timeout`` a little shorter, so that a slow statement is cancelled by the server and the
+connection survives; TCP keepalives and ``tcp_user_timeout`` so that a dead peer or a blackholed route
+turns into a socket error. `PostgresTarget.classify` names the kind of each failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -27,21 +35,26 @@ from urllib.parse import unquote
 
 import psycopg
 from gevent import get_hub
+from greenlet import getcurrent
 from psycopg import IsolationLevel
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 
 from dbsurge.errors import TargetError
 from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret
 from dbsurge.targets import (
+    DEFAULT_OP_TIMEOUT_S,
+    ConnectError,
     Session,
     Target,
     check_options,
+    generic_kind,
     gevent_wait,
     one_line,
     option_int,
+    option_op_timeout,
     option_seconds,
     register_binding,
 )
@@ -52,7 +65,18 @@ T = TypeVar("T")
 TokenProvider = Callable[[str, str, str], str]
 
 # Options that are libpq connection parameters: they may come in the URI query too, options win.
-_LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "application_name", "user", "dbname")
+_LIBPQ_OPTIONS = (
+    "sslmode",
+    "sslrootcert",
+    "application_name",
+    "user",
+    "dbname",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
 # Options that only dbsurge understands: accepted in the URI query as well, and removed before libpq sees it.
 _DBSURGE_OPTIONS = (
     "flavor",
@@ -67,6 +91,8 @@ _DBSURGE_OPTIONS = (
     "token_expires_in",
     "database",
     "prepare_threshold",
+    "op_timeout",
+    "statement_timeout",
 )
 KNOWN_OPTIONS = frozenset(_LIBPQ_OPTIONS + _DBSURGE_OPTIONS)
 
@@ -86,6 +112,11 @@ DEFAULT_RETRY_CAP_MS = 1000
 DSQL_MAX_CONNECTION_AGE_S = 55 * 60.0
 _RECYCLE_SPREAD = 0.1
 DEFAULT_TOKEN_EXPIRES_S = 900
+# TCP keepalives (libpq parameters): a silent peer is declared dead after about 5 + 3 * 2 = 11 s idle.
+DEFAULT_KEEPALIVES = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3"}
+# The server-side statement_timeout is this much shorter than op_timeout (at most 10% of it), so that the
+# server cancels a slow statement (57014, the connection survives) before the client deadline closes it.
+STATEMENT_TIMEOUT_LEAD_S = 0.5
 
 _DSQL_HOST = re.compile(r"\.dsql(-fips)?\.[a-z0-9-]+\.on\.aws$|\.dsql\.amazonaws\.com$")
 _AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d+$")
@@ -162,12 +193,107 @@ class DsqlTokenProvider:
         return client.generate_db_connect_auth_token(Hostname=host, Region=region, ExpiresIn=self.expires_in)
 
 
+class OperationTimeout(psycopg.OperationalError):
+    """An operation did not finish within the target's ``op_timeout``; its connection was closed."""
+
+
+class PostgresConnectError(ConnectError, psycopg.OperationalError):
+    """A session could not connect or reconnect; the psycopg error (if any) is the ``__cause__``."""
+
+
+_local = threading.local()  # the current operation's deadline of a thread, without gevent
+_unbounded_wait: Any = None
+
+
+class OperationDeadline:
+    """Bounds each operation of one session to ``op_timeout`` seconds from its start.
+
+    Under gevent: a libev timer of the session, started when an operation begins and stopped when it
+    ends (about 0.3 us for both). Should it fire, it closes the session's connection (whose late answer would
+    otherwise reach the next statement, and whose transaction must not be rolled back over a dead socket)
+    and throws `OperationTimeout` into the greenlet, which is waiting: on the socket (psycopg's wait,
+    `PreparedLookup`'s), in a reconnect, or in a retry's backoff. Without gevent, psycopg's own wait
+    function is wrapped (`_bounded_wait`) to wait no longer than the thread's current deadline.
+    Nested operations (`execute` inside `run_transaction`) share the outermost one's deadline.
+    """
+
+    __slots__ = ("_timer", "armed", "expires_at", "seconds", "session")
+
+    def __init__(self, session: PostgresSession, seconds: float) -> None:
+        self.session = session
+        self.seconds = seconds
+        self.expires_at = 0.0
+        self.armed = False
+        # `again` (not `start`) arms it: libev's ev_timer_again counts `repeat` from now, where a stopped
+        # timer restarted with ev_timer_start would only get what was left of its previous run.
+        self._timer = get_hub().loop.timer(seconds, seconds) if gevent_wait.gevent_active() else None
+        if self._timer is None:
+            _install_bounded_wait()
+
+    def arm(self) -> bool:
+        """Start the deadline unless one runs; True if this call started it (and must `disarm` it)."""
+        if self.armed:
+            return False
+        self.armed = True
+        if self._timer is not None:
+            self._timer.again(self._fire, getcurrent())
+        else:
+            self.expires_at = monotonic() + self.seconds
+            _local.deadline = self
+        return True
+
+    def disarm(self) -> None:
+        self.armed = False
+        if self._timer is not None:
+            self._timer.stop()
+        else:
+            _local.deadline = None
+
+    def _fire(self, greenlet: Any) -> None:
+        self._timer.stop()  # it repeats (see `arm`)
+        if self.armed and not greenlet.dead:
+            greenlet.throw(self.expire())
+
+    def expire(self) -> OperationTimeout:
+        """Close the session's connection (it reconnects on the next operation); the error to raise."""
+        self.session._drop_connection()
+        return OperationTimeout(f"no answer within op_timeout={self.seconds:g}s (connection closed)")
+
+
+def _bounded_wait(gen: Any, fileno: int, interval: float = 0.0, timeout: float | None = None) -> Any:
+    """psycopg's wait (without gevent), no longer than the deadline of the thread's current operation."""
+    deadline = getattr(_local, "deadline", None)
+    if deadline is None or timeout is not None:
+        return _unbounded_wait(gen, fileno, interval, timeout)
+    try:
+        remaining = deadline.expires_at - monotonic()
+        if remaining <= 0:
+            raise psycopg.errors._WaitTimeout("wait timeout expired")
+        return _unbounded_wait(gen, fileno, interval, remaining)
+    except psycopg.errors._WaitTimeout:
+        raise deadline.expire() from None
+
+
+def _install_bounded_wait() -> None:
+    global _unbounded_wait
+    if psycopg.waiting.wait is not _bounded_wait and psycopg.waiting.wait is not gevent_wait.wait_gevent:
+        _unbounded_wait = psycopg.waiting.wait
+        psycopg.waiting.wait = _bounded_wait
+
+
 class PostgresSession(Session):
     """One autocommit psycopg connection for one Locust user.
 
     `conn` is the connection. Reading it, `execute` and `run_transaction` first reconnect when the
     connection has reached `max_connection_age` (only between transactions) or broke; on the hot path
     that costs one monotonic comparison.
+
+    Failures: every operation (`execute`, `run_transaction`, a `lookup`) raises `OperationTimeout` when it
+    has not finished within ``op_timeout`` (the connection is then closed), `PostgresConnectError` when
+    the reconnect before it fails (bounded by ``connect_timeout`` and by ``op_timeout``), and psycopg's
+    errors otherwise (a server error with its SQLSTATE, `SerializationFailure` once the retries are spent,
+    `OperationalError` for a connection lost midway). After any failure that leaves the connection
+    unusable, the next operation reconnects first.
     """
 
     def __init__(self, target: PostgresTarget) -> None:
@@ -178,6 +304,7 @@ class PostgresSession(Session):
         self._base_s = target.retry_base_ms / 1000.0
         self._cap_s = target.retry_cap_ms / 1000.0
         self._recycle_at = float("inf")
+        self._deadline = OperationDeadline(self, target.op_timeout_s)
         self._conn: psycopg.Connection[Any] = self._open()
         # One cursor per connection, reused by `execute`: a new cursor per statement (what
         # ``Connection.execute`` does) costs about 12 us of client CPU per statement.
@@ -191,7 +318,19 @@ class PostgresSession(Session):
         return self._conn
 
     def _open(self) -> psycopg.Connection[Any]:
-        conn = self.target.new_connection()
+        """A new connection; `PostgresConnectError` with one line if that fails."""
+        target = self.target
+        started = monotonic()
+        try:
+            conn = target.new_connection()
+        except OperationTimeout:
+            raise PostgresConnectError(
+                f"target {target.display}: no connection within op_timeout={target.op_timeout_s:g}s"
+            ) from None
+        except TargetError as exc:  # the DSQL token could not be signed
+            raise PostgresConnectError(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise PostgresConnectError(f"target {target.display}: {target._explain(exc, monotonic() - started)}") from exc
         age = self.target.max_connection_age
         if age is None:
             self._recycle_at = float("inf")
@@ -230,13 +369,18 @@ class PostgresSession(Session):
 
         The cursor is the session's own, reused by the next `execute`: fetch its rows first.
         """
-        if monotonic() >= self._recycle_at:
-            self.maybe_recycle()
+        deadline = self._deadline
+        owner = deadline.arm()
         try:
+            if monotonic() >= self._recycle_at:
+                self.maybe_recycle()
             return self._cursor.execute(sql, params, prepare=prepare)
-        except psycopg.OperationalError:
-            self._mark_if_broken()
+        except BaseException:
+            self._after_failure()
             raise
+        finally:
+            if owner:
+                deadline.disarm()
 
     def lookup(self, sql: str) -> Callable[[Sequence[Any]], Any]:
         """``fetch(params) -> first row (a tuple) or None`` for one read-only statement, on the fast path.
@@ -257,34 +401,58 @@ class PostgresSession(Session):
         rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
         (savepoints), which DSQL does not support.
         """
+        deadline = self._deadline
+        owner = deadline.arm()
         attempt = 1
-        while True:
-            if monotonic() >= self._recycle_at:
-                self.maybe_recycle()
-            conn = self._conn
-            try:
-                with conn.transaction():
-                    return fn(conn)
-            except SerializationFailure:
-                if attempt >= self._max_attempts:
-                    raise
-                delay = random.uniform(0.0, min(self._cap_s, self._base_s * (1 << (attempt - 1))))
-                attempt += 1
-                self.retries += 1
-                time.sleep(delay)  # looked up at call time: gevent's patched sleep under Locust
-            except psycopg.OperationalError:
-                self._mark_if_broken()
-                raise
+        try:
+            while True:
+                if monotonic() >= self._recycle_at:
+                    self.maybe_recycle()
+                conn = self._conn
+                try:
+                    with conn.transaction():
+                        return fn(conn)
+                except SerializationFailure:
+                    if attempt >= self._max_attempts:
+                        raise
+                    delay = random.uniform(0.0, min(self._cap_s, self._base_s * (1 << (attempt - 1))))
+                    attempt += 1
+                    self.retries += 1
+                    time.sleep(delay)  # looked up at call time: gevent's patched sleep under Locust
+        except BaseException:
+            self._after_failure()
+            raise
+        finally:
+            if owner:
+                deadline.disarm()
 
     def _mark_if_broken(self) -> None:
         conn = self._conn
         if conn.broken or conn.closed:
             self._recycle_at = 0.0
 
+    def _after_failure(self) -> None:
+        """After a failed operation: drop a connection that broke or still has a query in flight."""
+        conn = self._conn
+        if conn.closed or conn.pgconn.status != ConnStatus.OK or conn.pgconn.transaction_status not in _USABLE:
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        """Close the connection now; the next operation reconnects."""
+        self._recycle_at = 0.0
+        with contextlib.suppress(psycopg.Error, OSError):  # a broken connection is gone either way
+            self._conn.close()
+
     def close(self) -> None:
         """Close the connection."""
         self._recycle_at = float("inf")
+        if self._deadline.armed:
+            self._deadline.disarm()
         self._conn.close()
+
+
+# Transaction states of a connection that can take the next statement (not ACTIVE: a query in flight).
+_USABLE = (TransactionStatus.IDLE, TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 class PreparedLookup:
@@ -354,23 +522,27 @@ class PreparedLookup:
 
     def __call__(self, params: Sequence[Any]) -> Any:
         session = self.session
-        if monotonic() >= session._recycle_at:
-            session.maybe_recycle()
-        conn = session._conn
+        deadline = session._deadline
+        owner = deadline.arm()
         try:
-            if conn is not self._conn:
-                self._setup(conn)
-            tx = self.tx
-            self.pgconn.send_query_prepared(self.name, tx.dump_sequence(params, self.formats))
-            result = self._results()
-        except psycopg.OperationalError:
-            session._mark_if_broken()
-            self._close_midway(conn)
-            raise
-        except BaseException:
-            self._close_midway(conn)
-            raise
+            if monotonic() >= session._recycle_at:
+                session.maybe_recycle()
+            conn = session._conn
+            try:
+                if conn is not self._conn:
+                    self._setup(conn)
+                tx = self.tx
+                self.pgconn.send_query_prepared(self.name, tx.dump_sequence(params, self.formats))
+                result = self._results()
+            except BaseException:
+                self._close_midway(conn)
+                raise
+        finally:
+            if owner:
+                deadline.disarm()
         if result.status != ExecStatus.TUPLES_OK:
+            if self.pgconn.status != ConnStatus.OK:  # e.g. 57P01: the server ended the session
+                self._close_midway(conn)
             raise error_from_result(result, encoding=self.encoding)
         if not result.ntuples:
             return None
@@ -387,6 +559,9 @@ class PreparedLookup:
             pass
 
 
+_STATEMENT_TIMEOUT_SET = re.compile(r"statement_timeout\s*=", re.IGNORECASE)
+
+
 @register_binding("postgres")
 class PostgresTarget(Target):
     """A PostgreSQL, Aurora PostgreSQL or Aurora DSQL database.
@@ -399,6 +574,14 @@ class PostgresTarget(Target):
     55m, else never), ``prepare_threshold`` (psycopg's, default 5; ``none`` disables), and for DSQL
     ``region``, ``endpoint_url`` and ``token_expires_in`` (seconds, default 900).
     `token_provider` replaces the boto3 signer for DSQL (tests count tokens with it).
+
+    Time bounds: ``op_timeout`` (a duration such as ``5s`` or ``500ms``; default `op_timeout_s`, 30 s)
+    bounds every session operation on the client (`OperationDeadline`); ``statement_timeout`` (a
+    duration, ``none`` disables; default op_timeout minus up to 0.5 s, not on DSQL, and not when the URI
+    already sets one through ``options=-c statement_timeout=...``) is set on the server; the libpq
+    parameters ``keepalives`` (1), ``keepalives_idle`` (5 s), ``keepalives_interval`` (2 s),
+    ``keepalives_count`` (3) and ``tcp_user_timeout`` (milliseconds, default op_timeout) detect a dead
+    peer; ``connect_timeout`` bounds every connect. Libpq parameters may come in the URI too.
     """
 
     kind = "postgres"
@@ -406,7 +589,12 @@ class PostgresTarget(Target):
     flavors = ("postgres", "aurora", "dsql")
 
     def __init__(
-        self, uri: str, options: dict[str, str] | None = None, *, token_provider: TokenProvider | None = None
+        self,
+        uri: str,
+        options: dict[str, str] | None = None,
+        *,
+        op_timeout_s: float = DEFAULT_OP_TIMEOUT_S,
+        token_provider: TokenProvider | None = None,
     ) -> None:
         self.display = redact_uri(uri)
         scheme, _, rest = uri.partition("://")
@@ -428,7 +616,7 @@ class PostgresTarget(Target):
         self.flavor = _choose_flavor(scheme, first_host, options.get("flavor"), self.display)
         is_aws = first_host.lower().rstrip(".").endswith((".amazonaws.com", ".on.aws", ".amazonaws.com.cn"))
 
-        for name in ("user", "sslmode", "sslrootcert", "application_name", "dbname"):
+        for name in _LIBPQ_OPTIONS:
             if options.get(name):
                 params[name] = options[name]
         if options.get("database"):
@@ -451,6 +639,7 @@ class PostgresTarget(Target):
             self.connect_timeout_s = float(params.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT_S)
         # libpq takes whole seconds; psycopg enforces at least 2 like libpq does.
         params["connect_timeout"] = str(max(1, int(-(-self.connect_timeout_s // 1))))
+        self._set_time_bounds(params, options, op_timeout_s)
 
         self.isolation = _isolation(options.get("isolation"))
         self.retry_attempts = option_int(options, "retry_attempts", DEFAULT_RETRY_ATTEMPTS, minimum=1) or 1
@@ -481,6 +670,34 @@ class PostgresTarget(Target):
             self._token_host = first_host
             params.pop("password", None)  # the token is the password, made per connection
         self._conninfo = make_conninfo("", **params)
+
+    def _set_time_bounds(self, params: dict[str, Any], options: dict[str, str], op_timeout_s: float) -> None:
+        """op_timeout, keepalives, tcp_user_timeout and statement_timeout into `params` (see the class doc)."""
+        self.op_timeout_s = option_op_timeout(options, op_timeout_s)
+        for name, value in DEFAULT_KEEPALIVES.items():
+            params.setdefault(name, value)
+        params.setdefault("tcp_user_timeout", str(int(self.op_timeout_s * 1000)))
+        for name in ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"):
+            try:
+                int(str(params[name]))
+            except ValueError:
+                raise TargetError(f"target option {name}={params[name]!r}: expected an integer") from None
+        self.keepalives = {name: int(params[name]) for name in DEFAULT_KEEPALIVES}
+        self.tcp_user_timeout_ms = int(params["tcp_user_timeout"])
+        lead = min(STATEMENT_TIMEOUT_LEAD_S, 0.1 * self.op_timeout_s)
+        default = None if self.flavor == "dsql" else self.op_timeout_s - lead
+        statement_timeout = option_seconds(options, "statement_timeout", default)
+        self.statement_timeout_ms: int | None = None
+        libpq_options = str(params.get("options") or "")
+        if _STATEMENT_TIMEOUT_SET.search(libpq_options):
+            self.statement_timeout_ms = None  # the user's own, through libpq's options
+            self.statement_timeout_source = "uri"
+        elif statement_timeout is not None:
+            self.statement_timeout_ms = max(1, int(statement_timeout * 1000))
+            params["options"] = f"{libpq_options} -c statement_timeout={self.statement_timeout_ms}".strip()
+            self.statement_timeout_source = "option" if "statement_timeout" in options else "op_timeout"
+        else:
+            self.statement_timeout_source = "off"
 
     # Connections
 
@@ -513,18 +730,47 @@ class PostgresTarget(Target):
         return PostgresSession(self)
 
     def check(self) -> None:
-        """Connect once (``connect_timeout``), run ``select 1``, close; `TargetError` with one line on failure."""
+        """Connect once (``connect_timeout``), run ``select 1`` (``op_timeout``), close; one-line `TargetError`."""
         started = monotonic()
         try:
-            conn = self.new_connection()
-        except psycopg.Error as exc:
-            raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
+            session = PostgresSession(self)
+        except ConnectError as exc:
+            raise TargetError(str(exc)) from None
         try:
-            conn.execute("select 1").fetchone()
+            session.execute("select 1").fetchone()
         except psycopg.Error as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
         finally:
-            conn.close()
+            session.close()
+
+    def classify(self, exc: BaseException) -> str:
+        """The failure kind of `exc` (see `Target.classify`), from psycopg's errors.
+
+        ``connect``: `PostgresConnectError` (a session's (re)connect) or psycopg's ``ConnectionTimeout``;
+        ``timeout``: `OperationTimeout`, ``statement_timeout`` (57014 "due to statement timeout"), a socket
+        that timed out (``tcp_user_timeout``, keepalives), ``gevent.Timeout``; ``occ``: SQLSTATE 40001;
+        ``server:<SQLSTATE>``: any other server error (``server:57P01`` for a server shutting down);
+        ``disconnect``: a connection lost midway without a SQLSTATE; ``other``: the rest.
+        """
+        kind = generic_kind(exc)
+        if kind is not None:
+            return kind
+        if isinstance(exc, OperationTimeout):
+            return "timeout"
+        if isinstance(exc, psycopg.errors.ConnectionTimeout):
+            return "connect"
+        if not isinstance(exc, psycopg.Error):
+            return "other"
+        sqlstate = exc.sqlstate
+        if sqlstate:
+            if sqlstate == "40001":
+                return "occ"
+            if sqlstate == "57014" and "statement timeout" in str(exc):
+                return "timeout"
+            return f"server:{sqlstate}"
+        if isinstance(exc, psycopg.OperationalError):
+            return "timeout" if "timed out" in str(exc).lower() else "disconnect"
+        return "other"
 
     def _explain(self, exc: BaseException, elapsed: float) -> str:
         return redact_text(explain_connect_error(exc, self, elapsed), self._secrets)
@@ -542,6 +788,11 @@ class PostgresTarget(Target):
             "sslmode": self.sslmode,
             "sslrootcert": self.sslrootcert,
             "connect_timeout_s": self.connect_timeout_s,
+            "op_timeout_s": self.op_timeout_s,
+            "statement_timeout_ms": self.statement_timeout_ms,
+            "statement_timeout_source": self.statement_timeout_source,
+            "tcp_user_timeout_ms": self.tcp_user_timeout_ms,
+            "keepalives": self.keepalives,
             "isolation": self.isolation.name.lower() if self.isolation is not None else "default",
             "retry_attempts": self.retry_attempts,
             "retry_base_ms": self.retry_base_ms,

@@ -1,0 +1,335 @@
+"""Time bounds and failure kinds of the targets, against real servers that stall, restart or vanish.
+
+Each fault is real: the embedded PostgreSQL or secantusdb is paused (SIGSTOP: the kernel still
+acknowledges TCP, so only a client-side deadline helps), restarted, killed, or a port is closed.
+Timeouts are short (op_timeout 1 s) so that each test takes a few seconds. Tests that pause,
+restart or kill a session server leave it running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psycopg
+import pytest
+from pymongo.errors import DuplicateKeyError
+
+from dbsurge.embedded import free_port
+from dbsurge.errors import TargetError
+from dbsurge.redact import register_secret
+from dbsurge.targets import ConnectError, describe_failure, open_target
+from dbsurge.targets.postgres import OperationTimeout
+
+
+def _fails(fn, *args):
+    """(exception, seconds) of a call that must fail."""
+    started = time.monotonic()
+    with pytest.raises(Exception) as info:
+        fn(*args)
+    return info.value, time.monotonic() - started
+
+
+# ---- options, no network ------------------------------------------------------------------------
+
+
+def test_time_bounds_defaults_and_overrides():
+    plain = open_target("postgresql://u@db.example.com/app")
+    info = plain.describe()
+    assert plain.op_timeout_s == 30.0 and info["op_timeout_s"] == 30.0
+    assert (info["statement_timeout_ms"], info["tcp_user_timeout_ms"]) == (29500, 30000)
+    assert info["keepalives"] == {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                                  "keepalives_count": 3}
+    assert "statement_timeout=29500" in plain._conninfo and "tcp_user_timeout=30000" in plain._conninfo
+
+    short = open_target("postgresql://u@db.example.com/app", op_timeout_s=2.0)
+    assert (short.op_timeout_s, short.statement_timeout_ms, short.tcp_user_timeout_ms) == (2.0, 1800, 2000)
+    by_option = open_target("postgresql://u@db.example.com/app", {"op_timeout": "500ms", "keepalives_idle": "30",
+                                                                  "tcp_user_timeout": "9000"}, op_timeout_s=2.0)
+    assert (by_option.op_timeout_s, by_option.statement_timeout_ms) == (0.5, 450)
+    assert by_option.keepalives["keepalives_idle"] == 30 and by_option.tcp_user_timeout_ms == 9000
+    off = open_target("postgresql://u@db.example.com/app?statement_timeout=none")
+    assert off.statement_timeout_ms is None and "statement_timeout" not in off._conninfo
+    own = open_target("postgresql://u@db.example.com/app?options=-c%20statement_timeout%3D5s")
+    assert own.describe()["statement_timeout_source"] == "uri" and own._conninfo.count("statement_timeout") == 1
+
+    dsql = open_target("dsql://abcdefghijklmnopqrstuvwxyz.dsql.us-east-1.on.aws", op_timeout_s=5.0)
+    assert dsql.statement_timeout_ms is None and "options" not in dsql._conninfo  # DSQL: no GUCs
+    assert dsql.tcp_user_timeout_ms == 5000 and "keepalives=1" in dsql._conninfo
+
+    mongo = open_target("mongodb://127.0.0.1:27017/", {"op_timeout": "3s"})
+    assert (mongo.op_timeout_s, mongo.socket_timeout_ms, mongo.wait_queue_timeout_ms) == (3.0, 3000, 3000)
+    assert mongo._client_kwargs["socketTimeoutMS"] == 3000 and mongo._client_kwargs["timeoutMS"] == 3000
+    assert open_target("mongodb://h/", {"timeout_ms": "none"}).timeout_ms is None
+    mongo_uri = open_target("mongodb://127.0.0.1:27017/?socketTimeoutMS=1500", {"wait_queue_timeout_ms": "70"})
+    assert (mongo_uri.socket_timeout_ms, mongo_uri.wait_queue_timeout_ms) == (1500, 70)
+
+    for uri in ("postgresql://u@h/db", "mongodb://h/"):
+        with pytest.raises(TargetError, match="op_timeout='none'"):
+            open_target(uri, {"op_timeout": "none"})
+    with pytest.raises(TargetError, match="keepalives_count='many'"):
+        open_target("postgresql://u@h/db", {"keepalives_count": "many"})
+
+
+def test_describe_failure_is_one_redacted_line():
+    register_secret("pw-in-a-message-42")
+    line = describe_failure(psycopg.OperationalError("login pw-in-a-message-42 refused\nDETAIL: more"))
+    assert line == "OperationalError: login *** refused"
+    assert describe_failure(TimeoutError()) == "TimeoutError"
+
+
+# ---- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def test_paused_postgres_times_out_and_the_session_reconnects(pg_server):
+    target = open_target(pg_server.uri, {"op_timeout": "1s", "connect_timeout": "2"})
+    session = target.connect()
+    try:
+        assert session.execute("select 1").fetchone() == (1,)
+        pg_server.pause()
+        try:
+            exc, elapsed = _fails(session.execute, "select 2")
+            assert isinstance(exc, OperationTimeout) and target.classify(exc) == "timeout"
+            assert 0.9 < elapsed < 2.0, elapsed
+            # The reconnect before the next operation is bounded too: by op_timeout here.
+            exc, elapsed = _fails(session.execute, "select 3")
+            assert isinstance(exc, ConnectError) and target.classify(exc) == "connect", exc
+            assert elapsed < 2.5, elapsed
+        finally:
+            pg_server.resume()
+        assert session.execute("select 4").fetchone() == (4,)
+        assert session.reconnects == 1
+    finally:
+        session.close()
+
+
+def test_slow_statement_is_a_timeout(pg_server):
+    target = open_target(pg_server.uri, {"op_timeout": "1s"})
+    session = target.connect()
+    try:
+        # The server's statement_timeout (0.9 s) comes first: the connection survives.
+        exc, elapsed = _fails(session.execute, "select pg_sleep(5)")
+        assert isinstance(exc, psycopg.errors.QueryCanceled) and target.classify(exc) == "timeout"
+        assert elapsed < 1.5, elapsed
+        assert session.execute("select 1").fetchone() == (1,) and session.reconnects == 0
+    finally:
+        session.close()
+    # Without statement_timeout, the client deadline gives up and the session reconnects.
+    target = open_target(pg_server.uri, {"op_timeout": "1s", "statement_timeout": "none"})
+    session = target.connect()
+    try:
+        exc, elapsed = _fails(session.run_transaction, lambda conn: conn.execute("select pg_sleep(5)"))
+        assert isinstance(exc, OperationTimeout) and target.classify(exc) == "timeout"
+        assert 0.9 < elapsed < 1.5, elapsed
+        assert session.execute("select 1").fetchone() == (1,) and session.reconnects == 1
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_restarted_postgres(pg_server, mode):
+    target = open_target(pg_server.uri, {"op_timeout": "2s", "connect_timeout": "2"})
+    session = target.connect()
+    try:
+        assert session.execute("select 1").fetchone() == (1,)
+        if mode == "fast":
+            pg_server.restart()  # SIGINT: backends end with 57P01 admin_shutdown
+        else:
+            pids = pg_server.pids()
+            os.kill(pids[0], signal.SIGQUIT)  # what `pg_ctl -m immediate stop` sends
+            deadline = time.monotonic() + 10
+            while pg_server.is_running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pg_server.start()
+        kinds = []
+        for _ in range(3):
+            try:
+                assert session.execute("select 5").fetchone() == (5,)
+                break
+            except psycopg.Error as exc:  # PostgresConnectError included
+                kinds.append(target.classify(exc))
+        else:
+            pytest.fail(f"never reconnected: {kinds}")
+        assert kinds and set(kinds) <= {"disconnect", "server:57P01", "connect"}, kinds
+    finally:
+        pg_server.start()
+        session.close()
+
+
+def test_connect_failures_are_connect_and_bounded(pg_server):
+    port = free_port()
+    target = open_target(f"postgresql://postgres@127.0.0.1:{port}/postgres", {"op_timeout": "1s"})
+    exc, elapsed = _fails(target.connect)
+    assert isinstance(exc, ConnectError) and target.classify(exc) == "connect"
+    assert "connection refused" in str(exc) and "\n" not in str(exc) and elapsed < 1.0
+    assert describe_failure(exc).startswith("PostgresConnectError: target postgresql://")
+
+    target = open_target(pg_server.uri, {"op_timeout": "5s", "connect_timeout": "1"})
+    pg_server.pause()
+    try:
+        exc, elapsed = _fails(target.connect)
+    finally:
+        pg_server.resume()
+    assert isinstance(exc, ConnectError) and target.classify(exc) == "connect" and "timeout" in str(exc)
+    assert elapsed < 3.5, elapsed  # libpq's minimum connect_timeout is 2 s
+
+
+@pytest.fixture
+def counter(pg_server):
+    with psycopg.connect(pg_server.uri, autocommit=True) as conn:
+        conn.execute("drop table if exists dbsurge_t_kinds")
+        conn.execute("create table dbsurge_t_kinds (id int primary key, v int not null)")
+        conn.execute("insert into dbsurge_t_kinds values (1, 0)")
+    yield
+    with psycopg.connect(pg_server.uri, autocommit=True) as conn:
+        conn.execute("drop table if exists dbsurge_t_kinds")
+
+
+def test_server_errors_and_exhausted_conflicts(pg_server, counter):
+    target = open_target(pg_server.uri, {"isolation": "serializable", "retry_attempts": "2", "retry_base_ms": "1"})
+    a, b = target.connect(), target.connect()
+
+    def conflicting(conn):
+        conn.execute("select v from dbsurge_t_kinds where id = 1").fetchone()
+        b.run_transaction(lambda c: c.execute("update dbsurge_t_kinds set v = v + 1 where id = 1"))
+        conn.execute("update dbsurge_t_kinds set v = v + 100 where id = 1")
+
+    try:
+        exc, _ = _fails(a.run_transaction, conflicting)
+        assert isinstance(exc, psycopg.errors.SerializationFailure) and target.classify(exc) == "occ"
+        assert a.retries == 1
+        exc, _ = _fails(a.execute, "insert into dbsurge_t_kinds values (1, 0)")
+        assert target.classify(exc) == "server:23505"
+        assert describe_failure(exc).startswith("UniqueViolation [23505]: duplicate key value")
+        exc, _ = _fails(a.execute, "select * from no_such_table_here")
+        assert target.classify(exc) == "server:42P01"
+        assert a.execute("select 1").fetchone() == (1,) and a.reconnects == 0  # server errors keep the connection
+    finally:
+        a.close()
+        b.close()
+
+
+# The libpq fast path (`PreparedLookup`) and psycopg's waits through the gevent hub, as under Locust.
+_GEVENT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    from gevent import monkey
+    monkey.patch_all()
+    import gevent
+    from pathlib import Path
+    from dbsurge.embedded import EmbeddedPostgres
+    from dbsurge.targets import open_target
+
+    server = EmbeddedPostgres(Path(sys.argv[1]))
+    ticks = []
+    def ticker():
+        while True:
+            ticks.append(1)
+            gevent.sleep(0.05)
+    gevent.spawn(ticker)
+
+    target = open_target(server.uri, {"op_timeout": "1s"})
+    session = target.connect()
+    lookup = session.lookup("select %s::int + 1")
+    out = {"fast_path": type(lookup).__name__, "first": lookup((1,))}
+
+    def attempt(name, fn, *args):
+        started = time.monotonic()
+        try:
+            out[name] = {"value": fn(*args)}
+        except Exception as exc:
+            out[name] = {"kind": target.classify(exc), "error": type(exc).__name__}
+        out[name]["s"] = round(time.monotonic() - started, 3)
+
+    server.pause()
+    try:
+        before = len(ticks)
+        attempt("paused_lookup", lookup, (2,))
+        out["ticks_while_paused"] = len(ticks) - before
+        attempt("paused_reconnect", lookup, (3,))
+    finally:
+        server.resume()
+    attempt("resumed_lookup", lookup, (4,))
+    server.pause()
+    try:
+        attempt("paused_transaction", session.run_transaction, lambda conn: conn.execute("select 1").fetchone())
+    finally:
+        server.resume()
+    attempt("resumed_transaction", session.run_transaction, lambda conn: conn.execute("select 6").fetchone()[0])
+    attempt("slow_lookup", session.lookup("select pg_sleep(%s)"), (5,))
+    attempt("after_slow", lookup, (7,))
+    out["reconnects"] = session.reconnects
+    session.close()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_paused_postgres_under_gevent_fast_path(pg_server):
+    result = subprocess.run([sys.executable, "-c", _GEVENT_SCRIPT, str(pg_server.data_dir)], check=False,
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    pg_server.resume()
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["fast_path"] == "PreparedLookup" and out["first"] == [2], out
+    assert out["paused_lookup"]["kind"] == "timeout" and 0.9 < out["paused_lookup"]["s"] < 2.0, out
+    assert out["ticks_while_paused"] >= 10, out  # the wait did not block the hub
+    assert out["paused_reconnect"]["kind"] == "connect" and out["paused_reconnect"]["s"] < 2.0, out
+    assert out["resumed_lookup"]["value"] == [5], out
+    assert out["paused_transaction"]["kind"] == "timeout" and 0.9 < out["paused_transaction"]["s"] < 2.0, out
+    assert out["resumed_transaction"]["value"] == 6, out
+    assert out["slow_lookup"]["kind"] == "timeout" and out["slow_lookup"]["s"] < 1.5, out
+    assert out["after_slow"]["value"] == [8] and out["reconnects"] == 2, out
+
+
+# ---- MongoDB -------------------------------------------------------------------------------------
+
+
+def test_paused_mongo_times_out_then_recovers(mongo_server):
+    target = open_target(mongo_server.uri, {"op_timeout": "1s", "database": "dbsurge_t_timeouts"})
+    session = target.connect()
+    collection = session.db["kinds"]
+    try:
+        collection.insert_one({"_id": 1})
+        mongo_server.pause()
+        try:
+            exc, elapsed = _fails(collection.find_one, {"_id": 1})
+        finally:
+            mongo_server.resume()
+        assert target.classify(exc) == "timeout", repr(exc)
+        assert 0.9 < elapsed < 2.0, elapsed
+        assert collection.find_one({"_id": 1}) == {"_id": 1}
+        exc, _ = _fails(collection.insert_one, {"_id": 1})
+        assert isinstance(exc, DuplicateKeyError) and target.classify(exc) == "server:11000"
+        exc, _ = _fails(collection.insert_many, [{"_id": 2}, {"_id": 1}])
+        assert target.classify(exc) == "server:11000"
+        assert describe_failure(exc).startswith("BulkWriteError [65]: ")
+    finally:
+        session.db.drop_collection("kinds")
+        session.close()
+
+
+def test_killed_mongo_is_connect_or_disconnect(mongo_server):
+    target = open_target(mongo_server.uri, {"op_timeout": "1s", "server_selection_timeout_ms": "1000",
+                                            "database": "dbsurge_t_timeouts"})
+    session = target.connect()
+    try:
+        assert session.db.command("ping")["ok"] == 1
+        os.kill(mongo_server.pids()[0], signal.SIGKILL)
+        if mongo_server._proc is not None:
+            mongo_server._proc.wait()
+        exc, elapsed = _fails(session.db["kinds"].find_one, {})
+        assert target.classify(exc) in ("connect", "disconnect"), repr(exc)
+        assert elapsed < 2.5, elapsed
+        exc, elapsed = _fails(session.db["kinds"].find_one, {})
+        assert target.classify(exc) == "connect" and elapsed < 2.5, (repr(exc), elapsed)
+        mongo_server.start()
+        assert session.db.command("ping")["ok"] == 1
+    finally:
+        mongo_server.start()
+        session.close()
