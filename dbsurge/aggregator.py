@@ -218,7 +218,11 @@ class Aggregator:
                                           cell.response.to_hdr().encode(), self.start_epoch_s or sec)
         rows.append(self._timeline_row(sec, stage, ALL, target, total))
         if not provisional:
-            self.recent.append((sec, total.ok, total.service.mean))
+            # failed operations count too: a database that times out every operation ties users up
+            # as long as a slow one, and the pool must be sized for that
+            n = total.ok + total.failures
+            busy_us = total.service.total_us + total.failed_response.total_us
+            self.recent.append((sec, n, busy_us / n if n else 0.0))
         return rows
 
     @staticmethod

@@ -118,7 +118,13 @@ def finish_run(run, hurry: bool = False) -> None:
     findings = [text for _, text in lag]
     not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in ("worker_lost", "no_connect", "interrupted",
                                                                     "in_flight", "users_exhausted", "unaccounted")}
-    lost = sum(not_sent[r] for r in TOOL_REASONS) + int(total.get("over_plan") or 0)
+    tool_reasons = list(TOOL_REASONS)
+    if (lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0):
+        # every user was busy waiting on the database until the end, or operations were timing out:
+        # the target could not take the plan (exit 1); the measurement itself is whole
+        tool_reasons.remove("users_exhausted")
+        tool_reasons.remove("in_flight")
+    lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
     if not_sent["unaccounted"]:
         findings.append(f"{not_sent['unaccounted']} planned arrivals are unaccounted for: no worker reported them "
                         f"(a bug in dbsurge; please report it with this run directory)")
@@ -141,7 +147,8 @@ def finish_run(run, hurry: bool = False) -> None:
     dropped = int(total.get("dropped") or 0)
     generator_behind = any(cause == "generator" for cause, _ in lag)
     code = 0
-    if failed or (dropped and not generator_behind) or (opts.fail_on_lag and lag):
+    target_short = (not_sent["users_exhausted"] or not_sent["in_flight"]) and "users_exhausted" not in tool_reasons
+    if failed or (dropped and not generator_behind) or (opts.fail_on_lag and lag) or target_short:
         code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
     if incomplete or (dropped and generator_behind):
         code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals

@@ -247,7 +247,9 @@ def test_database_blackholed(tmp_path, netns_db):
     _no_traceback(out, err)
     total = ledger(run)
     assert total["planned"] == 500
-    assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 50, total
+    # the pool grows to meet the slots that time out; whatever it could not send is named, never silent
+    assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 30, total
+    assert total["not_sent"] == total["not_sent_users_exhausted"] + total["not_sent_in_flight"]
     assert code == 1, (out, err)
     assert "check FAILED: failure_rate<1%" in out
     assert len(timeline_seconds(run)) >= 10
