@@ -11,6 +11,8 @@ so that a MongoDB run never imports psycopg and the CLI starts fast.
 from __future__ import annotations
 
 import importlib
+import os
+import ssl
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -218,6 +220,28 @@ def option_bool(options: dict[str, str], name: str, default: bool | None) -> boo
     if text in ("0", "false", "no", "off"):
         return False
     raise TargetError(f"target option {name}={raw!r}: expected true or false")
+
+
+def check_ca_file(display: str, name: str, path: str) -> str:
+    """The expanded path of a CA bundle option, after loading it once; `TargetError` naming the file if not.
+
+    A missing file, a directory or a file without PEM certificates would otherwise surface as a
+    driver's ssl traceback on the first connection.
+    """
+    full = os.path.expanduser(path)
+    if not os.path.isfile(full):
+        raise TargetError(f"target {display}: missing CA file {name}={path!r} (no such file): "
+                          f"pass the path of a PEM CA bundle")
+    try:
+        ssl.create_default_context(cafile=full)
+    except ssl.SSLError as exc:
+        raise TargetError(f"target {display}: CA file {name}={path!r} is not a PEM certificate bundle "
+                          f"({one_line(exc.reason or str(exc), 80)}): pass a PEM CA bundle such as global-bundle.pem"
+                          ) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TargetError(f"target {display}: cannot read CA file {name}={path!r}: {reason}") from None
+    return full
 
 
 def one_line(text: str, limit: int = 300) -> str:

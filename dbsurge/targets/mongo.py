@@ -10,7 +10,7 @@ Each session owns a `MongoClient` with a small pool: a Locust user runs one oper
 
 from __future__ import annotations
 
-import os
+import ssl
 from typing import Any
 
 import pymongo
@@ -22,6 +22,7 @@ from dbsurge.redact import redact_text, redact_uri, register_secret
 from dbsurge.targets import (
     Session,
     Target,
+    check_ca_file,
     check_options,
     one_line,
     option_bool,
@@ -106,12 +107,7 @@ class MongoTarget(Target):
         self.tls = option_bool(options, "tls", uri_options.get("tls", uri_options.get("ssl")))
         self.tls_ca_file = options.get("tls_ca_file") or uri_options.get("tlscafile")
         if self.tls_ca_file:
-            path = os.path.expanduser(self.tls_ca_file)
-            if not os.path.isfile(path):
-                raise TargetError(
-                    f"target {self.display}: missing CA file tls_ca_file={self.tls_ca_file!r} (no such file)"
-                )
-            kwargs["tlsCAFile"] = path
+            kwargs["tlsCAFile"] = check_ca_file(self.display, "tls_ca_file", self.tls_ca_file)
             if self.tls is None:
                 self.tls = True
         if docdb and self.tls is None:
@@ -196,6 +192,8 @@ class MongoTarget(Target):
             client.admin.command("ping")
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+        except (ssl.SSLError, OSError) as exc:  # the CA file changed since open_target, or another TLS file
+            raise TargetError(f"target {self.display}: TLS setup failed: {one_line(str(exc), 120)}") from None
         finally:
             if client is not None:
                 client.close()

@@ -38,6 +38,7 @@ from dbsurge.redact import install_log_redaction, redact_text, redact_uri, regis
 from dbsurge.targets import (
     Session,
     Target,
+    check_ca_file,
     check_options,
     gevent_wait,
     one_line,
@@ -443,8 +444,8 @@ class PostgresTarget(Target):
         elif self.flavor == "aurora" and is_aws:
             params.setdefault("sslmode", "require")
         ca_file = params.get("sslrootcert")
-        if ca_file and ca_file != "system" and not os.path.isfile(os.path.expanduser(ca_file)):
-            raise TargetError(f"target {self.display}: missing CA file sslrootcert={ca_file!r} (no such file)")
+        if ca_file and ca_file != "system":
+            check_ca_file(self.display, "sslrootcert", ca_file)
 
         self.connect_timeout_s = option_seconds(options, "connect_timeout", None)
         if self.connect_timeout_s is None:
