@@ -13,18 +13,22 @@ s), failure_rate (units %, or a fraction), achieved_tps, count, failures, retrie
 
 from __future__ import annotations
 
+import math
 import operator
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import UserError
+from .errors import UserError, clip
 
 _TIME_METRICS = {"p50", "p95", "p99", "p999", "max", "mean", "service_p50", "service_p95", "service_p99",
                  "lag_p99", "lag_max"}
 _PLAIN_METRICS = {"achieved_tps", "count", "failures", "retries", "dropped"}
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
-_CHECK = re.compile(r"^(?:(?P<op>[A-Za-z_][\w-]*)\.)?(?P<metric>[a-z_0-9]+)\s*(?P<cmp><=|>=|<|>)\s*"
-                    r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%|tps)?$")
+# re.ASCII: \d and \w would take Arabic-Indic or fullwidth digits as numbers (used with fullmatch, not $,
+# which also matches before a trailing newline).
+_CHECK = re.compile(r"(?:(?P<op>[A-Za-z_][\w-]*)\.)?(?P<metric>[a-z_0-9]+)\s*(?P<cmp><=|>=|<|>)\s*"
+                    r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%|tps)?", re.ASCII)
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, None: 1.0}
 
 
@@ -58,27 +62,41 @@ def parse_checks(text: str | None) -> list[Check]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        m = _CHECK.match(part)
+        m = _CHECK.fullmatch(part)
         if not m:
-            raise UserError(f"bad --check '{part}': expected e.g. order_create.p99<50ms or failure_rate<1%")
+            raise UserError(f"bad --check '{clip(part)}': expected e.g. order_create.p99<50ms or failure_rate<1%")
         metric, unit, value = m.group("metric"), m.group("unit"), float(m.group("value"))
+        if not math.isfinite(value):  # a 400-digit limit reads as inf
+            raise UserError(f"bad --check '{clip(part)}': the limit is too large")
         if metric in _TIME_METRICS:
             if unit not in _TIME_UNITS_MS:
-                raise UserError(f"bad --check '{part}': {metric} takes a time unit (us, ms or s)")
+                raise UserError(f"bad --check '{clip(part)}': {metric} takes a time unit (us, ms or s)")
             column, limit = f"{metric}_ms", value * _TIME_UNITS_MS[unit]
         elif metric == "failure_rate":
             if unit not in ("%", None):
-                raise UserError(f"bad --check '{part}': failure_rate takes % or a fraction")
+                raise UserError(f"bad --check '{clip(part)}': failure_rate takes % or a fraction")
             column, limit = "failure_rate", value / 100.0 if unit == "%" else value
         elif metric in _PLAIN_METRICS:
             if unit not in (None, "tps"):
-                raise UserError(f"bad --check '{part}': {metric} takes no unit")
+                raise UserError(f"bad --check '{clip(part)}': {metric} takes no unit")
             column, limit = metric, value
         else:
             known = ", ".join(sorted(_TIME_METRICS | _PLAIN_METRICS | {"failure_rate"}))
-            raise UserError(f"bad --check '{part}': unknown metric '{metric}' (known: {known})")
+            raise UserError(f"bad --check '{clip(part)}': unknown metric '{clip(metric, 30)}' (known: {known})")
         checks.append(Check(part.replace(" ", ""), m.group("op") or "ALL", column, m.group("cmp"), limit))
     return checks
+
+
+def check_operations(checks: Iterable[Check], known: Iterable[str]) -> None:
+    """Refuse a check on an operation the workload does not have (it could only fail, after the whole load).
+
+    `known` are the workload's operation names; ``ALL`` (the whole run) is always known.
+    """
+    names = set(known) | {"ALL"}
+    for c in checks:
+        if c.operation not in names:
+            raise UserError(f"bad --check '{clip(c.text)}': no operation '{clip(c.operation, 40)}' in this workload "
+                            f"(known: {', '.join(sorted(names))})")
 
 
 def evaluate_checks(checks: list[Check], summary_rows: list[dict]) -> list[tuple[Check, bool, float | None]]:

@@ -62,15 +62,15 @@ def _run_parser() -> argparse.ArgumentParser:
 def run_main(argv: list[str]) -> int:
     args, rest = _run_parser().parse_known_args(argv)
     from .embedded import resolve_embedded
-    from .stage_plan import parse_duration
 
     files = locustfile_path(args.workload)
     if args.shape:
         files += "," + shape_path(args.shape)
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo)")
-    if args.duration:
-        parse_duration(args.duration)
+    from .validate import validate_run_args
+
+    validate_run_args(args.users, args.duration, args.processes)
     _preflight(args, rest)
     uri, handle = resolve_embedded(args.target)
     try:
@@ -112,10 +112,12 @@ def _preflight(args, rest: list[str]) -> None:
     from .checks import parse_checks
     from .options import parse_key_values, parse_operation_weights
     from .stage_plan import StagePlan, parse_duration
+    from .validate import check_output, validate_options
     from .workloads import WORKLOADS, parse_workload_options
     from .workloads.base import resolve_options
 
     ns = _passthrough(rest)
+    validate_options(ns)
     resolve_options(args.workload, WORKLOADS[args.workload].OPTIONS, parse_workload_options(ns.workload_option or []))
     parse_key_values(ns.target_option, "--target-option")
     parse_operation_weights(ns.operation)
@@ -128,19 +130,14 @@ def _preflight(args, rest: list[str]) -> None:
         raise UserError("--shape constant needs --rate TPS")
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
+    check_output(ns)  # last: the others need no file system
 
 
 def _passthrough(rest: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(add_help=False)
-    for name in ("--workload-option", "--target-option", "--operation"):
-        p.add_argument(name, action="append", default=None)
-    p.add_argument("--check")
-    p.add_argument("--max-lag")
-    p.add_argument("--stages")
-    p.add_argument("--rate", type=float)
-    p.add_argument("--baseline-tps", type=float, default=1000.0)
-    ns, _ = p.parse_known_args(rest)
-    return ns
+    """The plugin's options among the pass-through arguments, parsed as the Locust child will (no Locust import)."""
+    from .validate import dbsurge_options
+
+    return dbsurge_options(rest)
 
 
 def _run_child(cmd: list[str], env: dict | None = None) -> int:

@@ -6,11 +6,29 @@ never a traceback. Raise these before any load is sent.
 
 from __future__ import annotations
 
+#: How much of a user's own text an error message quotes: a 100,000-character plan is not echoed back.
+QUOTE_LIMIT = 60
+
+
+def clip(text: object, limit: int = QUOTE_LIMIT) -> str:
+    """User text made fit to quote in a one-line message: control characters escaped, cut to `limit` with "…".
+
+        >>> clip("2m@20%\\n" + "x" * 100, 12)
+        '2m@20%\\\\nxxx…'
+    """
+    s = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
 
 class UserError(ValueError):
     """A problem in the user's input or environment, explained in one line."""
 
     exit_code = 2
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        # The one-line promise holds even when a message carries a driver's multi-line text or a
+        # user's newline: line breaks become spaces here, once, instead of at every raise.
+        super().__init__(" ".join(str(message).splitlines()), *args)
 
 
 class TargetError(UserError):

@@ -308,7 +308,12 @@ def preflight(run: DbSurgeRun) -> None:
     from .workloads import parse_workload_options
 
     opts = run.options
-    build_plan(run)  # a malformed plan fails first: it needs no network
+    from .validate import check_output, validate_locust_options, validate_options
+
+    # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
+    validate_options(opts)
+    validate_locust_options(opts, shape=run.environment.shape_class is not None)
+    build_plan(run)
     workload_options = parse_workload_options(opts.workload_option or [])
     target_options = parse_key_values(opts.target_option, "--target-option")
     requested_ops = parse_operation_weights(opts.operation)
@@ -318,9 +323,10 @@ def preflight(run: DbSurgeRun) -> None:
     op_timeout = parse_duration(opts.op_timeout)
     if not (0 < op_timeout < math.inf):
         raise UserError(f"bad --op-timeout '{opts.op_timeout}': expected a positive duration such as 30s or 500ms")
-    from .checks import parse_checks
+    from .checks import check_operations, parse_checks
 
-    parse_checks(opts.check)
+    checks = parse_checks(opts.check)
+    check_output(opts)  # --results-dir writable, --run-id new: else the load would run and record nothing
     if not opts.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
     uri, handle = resolve_embedded(opts.target)
@@ -330,6 +336,8 @@ def preflight(run: DbSurgeRun) -> None:
     for name in names:
         wl = run.workload(name)
         run.operation_weights = resolve_operations(wl, requested_ops)
+    # a check on an operation the workload lacks could only fail, after the whole load
+    check_operations(checks, [op for name in names for op in run.workload(name).operations])
     run.target.check()
     from .side import preflight_side
 

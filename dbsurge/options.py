@@ -6,9 +6,14 @@ or a container can be configured without a long command line. Defaults live here
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 
-from .errors import UserError
+from .errors import UserError, clip
+
+# ASCII digits only: float() alone also takes "nan", "inf", "1_0" and Arabic-Indic or fullwidth digits.
+_WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 DEFAULTS = {
     "target": None,
@@ -109,7 +114,7 @@ def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserErr
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise error(f"bad {flag} '{pair}': expected key=value")
+            raise error(f"bad {flag} '{clip(pair)}': expected key=value")
         out[key.strip()] = value.strip()
     return out
 
@@ -120,12 +125,12 @@ def parse_operation_weights(items: Iterable[str] | None) -> dict[str, float]:
     for item in (part.strip() for entry in items or [] for part in entry.split(",")):
         if not item:
             continue
-        name, _, weight = item.partition("=")
-        try:
-            value = float(weight) if weight else 1.0
-        except ValueError:
-            value = -1.0
-        if not name or value < 0:
-            raise UserError(f"bad --operation '{item}': expected NAME or NAME=WEIGHT")
+        name, _, weight = (x.strip() for x in item.partition("="))
+        if not name or (weight and not _WEIGHT.fullmatch(weight)):
+            raise UserError(f"bad --operation '{clip(item)}': expected NAME or NAME=WEIGHT with a weight of 0 or more, "
+                            f"e.g. product_lookup=3")
+        value = float(weight) if weight else 1.0
+        if not math.isfinite(value):  # 1e400, a 400-digit weight
+            raise UserError(f"bad --operation '{clip(item)}': the weight is too large")
         out[name] = value
     return out

@@ -24,12 +24,19 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from .errors import PlanError
+from .errors import PlanError, clip
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(%|tps)$")
-_RAMP = re.compile(r"^ramp\((.+)\.\.(.+)\)$")
+# Digits are ASCII [0-9], never \d: Python's \d and float() also read Arabic-Indic or fullwidth
+# digits, which a user did not mean as a number on a command line.
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_BARE_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(%|tps)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+#: The longest duration dbsurge takes (a year): beyond it no test ends, and timers overflow.
+MAX_DURATION_S = 365 * 86400.0
+#: The highest rate a plan may ask for: far beyond any load generator, short of float trouble.
+MAX_TPS = 1e9
 
 #: Study 001's spike: 20% -> 200% -> 100% -> 5% of a 1,000 TPS baseline, 2/1/2/1 minutes.
 SPIKE_PLAN = "2m@20%,1m@200%,2m@100%,1m@5%"
@@ -37,18 +44,32 @@ SPIKE_BASELINE_TPS = 1000.0
 
 
 def parse_duration(text: str) -> float:
-    """Parse ``90s``, ``2m``, ``1.5h``, ``250ms`` or a bare number of seconds into seconds."""
-    text = text.strip()
-    try:
+    """Parse ``90s``, ``2m``, ``1.5h``, ``250ms`` or a bare number of seconds into seconds.
+
+    Raises `PlanError` for anything else, a negative or non-finite value (nan, inf, 1e400) and
+    durations longer than `MAX_DURATION_S`.
+    """
+    value, problem = _read_duration(text)
+    if problem:
+        raise PlanError(f"bad duration '{clip(str(text).strip())}': {problem}")
+    return value
+
+
+def _read_duration(text: str) -> tuple[float, str]:
+    """(seconds, "") or (0, what is wrong)."""
+    text = str(text).strip()
+    if _BARE_NUMBER.fullmatch(text):
         value = float(text)
-    except ValueError:
-        m = _DURATION.match(text)
+    else:
+        m = _DURATION.fullmatch(text)
         if not m:
-            raise PlanError(f"bad duration '{text}': expected e.g. 30s, 2m, 1h or 250ms") from None
+            return 0.0, "expected e.g. 30s, 2m, 1h or 250ms"
         value = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
     if value < 0:
-        raise PlanError(f"bad duration '{text}': must not be negative")
-    return value
+        return 0.0, "must not be negative"
+    if not value <= MAX_DURATION_S:  # also inf, from 1e400 or a 400-digit number
+        return 0.0, f"longer than a year (at most {format_duration(MAX_DURATION_S)})"
+    return value, ""
 
 
 def format_duration(seconds: float) -> str:
@@ -69,6 +90,15 @@ def _format_number(x: float) -> str:
     return f"{int(x)}" if x == int(x) else f"{x:g}"
 
 
+def _ramp_ends(text: str) -> tuple[str, str] | None:
+    """``ramp(A..B)`` -> (A, B); None for any other text. Plain string work: no regex backtracking on huge input."""
+    if not (text.startswith("ramp(") and text.endswith(")")):
+        return None
+    inner = text[5:-1]
+    a, sep, b = inner.rpartition("..")
+    return (a, b) if sep and a and b else None
+
+
 @dataclass(frozen=True)
 class Rate:
     """A rate as written: ``20%`` of the baseline or ``500tps``."""
@@ -78,17 +108,27 @@ class Rate:
 
     @classmethod
     def parse(cls, text: str, *, where: str) -> Rate:
-        m = _RATE.match(text.strip())
+        m = _RATE.fullmatch(text.strip())
         if not m:
-            raise PlanError(f"bad rate '{text}' in stage '{where}': expected e.g. 20% or 500tps")
-        return cls(float(m.group(1)), m.group(2))
+            raise PlanError(f"bad rate '{clip(text)}' in stage '{clip(where)}': expected e.g. 20% or 500tps")
+        value = float(m.group(1))
+        if not math.isfinite(value):  # a 400-digit number reads as inf
+            raise PlanError(f"bad rate '{clip(text)}' in stage '{clip(where)}': too large, "
+                            f"at most {MAX_TPS:,.0f} TPS")
+        return cls(value, m.group(2))
 
     def tps(self, baseline_tps: float | None, *, where: str) -> float:
         if self.unit == "tps":
-            return self.value
-        if baseline_tps is None:
-            raise PlanError(f"stage '{where}' gives a percentage but no baseline rate was set (use --baseline-tps)")
-        return baseline_tps * self.value / 100.0
+            tps = self.value
+        elif baseline_tps is None:
+            raise PlanError(
+                f"stage '{clip(where)}' gives a percentage but no baseline rate was set (use --baseline-tps)")
+        else:
+            tps = baseline_tps * self.value / 100.0
+        if not tps <= MAX_TPS:  # a 400-digit rate reads as inf
+            raise PlanError(f"bad rate '{clip(self)}' in stage '{clip(where)}': too large, "
+                            f"at most {MAX_TPS:,.0f} TPS")
+        return tps
 
     def __str__(self) -> str:
         return f"{_format_number(self.value)}{self.unit}"
@@ -137,25 +177,25 @@ class StagePlan:
     @classmethod
     def parse(cls, text: str, baseline_tps: float | None = None) -> StagePlan:
         """Parse ``DURATION@RATE[,DURATION@RATE...]`` where RATE is ``N%``, ``Ntps`` or ``ramp(A..B)``."""
-        if baseline_tps is not None and not (baseline_tps > 0 and math.isfinite(baseline_tps)):
-            raise PlanError(f"bad baseline rate {baseline_tps}: must be a positive number of TPS")
+        if baseline_tps is not None and not (0 < baseline_tps <= MAX_TPS):
+            raise PlanError(f"bad baseline rate {baseline_tps}: must be a positive number of TPS, "
+                            f"at most {MAX_TPS:,.0f}")
         stages = []
-        for part in (p.strip() for p in text.split(",")):
+        for part in (p.strip() for p in str(text).split(",")):
             if not part:
-                raise PlanError(f"empty stage in plan '{text}'")
+                raise PlanError(f"empty stage in plan '{clip(text)}': remove the extra comma")
             if "@" not in part:
-                raise PlanError(f"bad stage '{part}': expected DURATION@RATE, e.g. 2m@20% or 30s@500tps")
+                raise PlanError(f"bad stage '{clip(part)}': expected DURATION@RATE, e.g. 2m@20% or 30s@500tps")
             dur_text, rate_text = (x.strip() for x in part.split("@", 1))
-            try:
-                duration = parse_duration(dur_text)
-            except PlanError:
-                raise PlanError(f"bad duration '{dur_text}' in stage '{part}': expected e.g. 30s, 2m or 1h") from None
+            duration, problem = _read_duration(dur_text)
+            if problem:
+                raise PlanError(f"bad duration '{clip(dur_text)}' in stage '{clip(part)}': {problem}")
             if duration <= 0:
-                raise PlanError(f"stage '{part}' has no duration")
-            ramp = _RAMP.match(rate_text)
+                raise PlanError(f"stage '{clip(part)}' has no duration: give e.g. 30s")
+            ramp = _ramp_ends(rate_text)
             if ramp:
-                a = Rate.parse(ramp.group(1), where=part)
-                b = Rate.parse(ramp.group(2), where=part)
+                a = Rate.parse(ramp[0], where=part)
+                b = Rate.parse(ramp[1], where=part)
                 start, end = a.tps(baseline_tps, where=part), b.tps(baseline_tps, where=part)
                 name, norm_rate = f"{a}..{b}", f"ramp({a}..{b})"
             else:

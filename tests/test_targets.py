@@ -70,7 +70,7 @@ def test_flavor_defaults():
 
 def test_docdb_defaults(tmp_path):
     ca = tmp_path / "global-bundle.pem"
-    ca.write_text("not checked before connecting\n")
+    ca.write_bytes((Path(__file__).parent / "fixtures" / "test-ca.pem").read_bytes())  # a real PEM: it is loaded
     docdb = open_target("mongodb://u:pw@d.cluster-x.us-east-1.docdb.amazonaws.com:27017/", {"tls_ca_file": str(ca)})
     info = docdb.describe()
     assert (info["tls"], info["replica_set"], info["read_preference"], info["retry_writes"]) == (

@@ -17,11 +17,14 @@ so that a MongoDB run never imports psycopg and the CLI starts fast.
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import ssl
 import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.errors import TargetError
+from dbsurge.errors import TargetError, clip
 from dbsurge.redact import redact_text, redact_uri
 
 __all__ = [
@@ -44,6 +47,9 @@ FAILURE_KINDS = ("connect", "timeout", "server:<code>", "occ", "disconnect", "ot
 
 # Modules that register the built-in bindings when imported.
 _BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo")
+
+#: How much of a target's URI `Target.display` shows (it starts every one-line error about the target).
+DISPLAY_LIMIT = 120
 
 _bindings: dict[str, type[Target]] = {}
 _schemes: dict[str, str] = {}  # URI scheme -> binding name
@@ -222,10 +228,10 @@ def open_target(
         hint = ""
         if uri.startswith("embedded-"):
             hint = " (embedded targets are started by `dbsurge run`/`dbsurge embedded start`)"
-        raise TargetError(f"bad target URI {redact_uri(uri)!r}: scheme must be {_scheme_list()}{hint}")
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}{hint}")
     name = _schemes.get(scheme.lower())
     if name is None:
-        raise TargetError(f"bad target URI {redact_uri(uri)!r}: scheme must be {_scheme_list()}")
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}")
     if not op_timeout_s or op_timeout_s <= 0:
         raise ValueError(f"op_timeout_s must be positive, not {op_timeout_s!r}")
     return _bindings[name](uri, dict(options or {}), op_timeout_s=float(op_timeout_s), **binding_kwargs)
@@ -239,7 +245,7 @@ def check_options(kind: str, options: dict[str, str], known: frozenset[str]) -> 
     unknown = sorted(set(options) - known)
     if unknown:
         raise TargetError(
-            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {clip(', '.join(unknown))}: "
             f"known are {', '.join(sorted(known))}"
         )
 
@@ -249,16 +255,25 @@ def option_int(options: dict[str, str], name: str, default: int | None, minimum:
     raw = options.get(name)
     if raw is None or str(raw).strip() == "":
         return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise TargetError(f"target option {name}={raw!r}: expected an integer") from None
+    text = str(raw).strip()
+    # ASCII digits only (int() also takes "1_0" and Arabic-Indic digits), and short enough to mean something
+    if not _INT.fullmatch(text):
+        raise TargetError(f"target option {name}='{clip(raw)}': expected an integer")
+    # a bound on the digits before int(): Python refuses to convert more than 4,300 of them, zeros included
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    value = (int(digits) if len(digits) <= 12 else _MAX_INT + 1) * (-1 if text.startswith("-") else 1)
+    if abs(value) > _MAX_INT:
+        raise TargetError(f"target option {name}='{clip(raw)}': too large, at most {_MAX_INT}")
     if value < minimum:
-        raise TargetError(f"target option {name}={raw!r}: must be at least {minimum}")
+        raise TargetError(f"target option {name}='{clip(raw)}': must be at least {minimum}")
     return value
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_INT = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_MAX_INT = 2**31 - 1  # the drivers' options (pool sizes, timeouts in ms) are 32-bit
+_MAX_SECONDS = 365 * 86400.0
 
 
 def option_seconds(options: dict[str, str], name: str, default: float | None) -> float | None:
@@ -274,12 +289,13 @@ def option_seconds(options: dict[str, str], name: str, default: float | None) ->
         if text.endswith(suffix):
             number, unit = text[: -len(suffix)], suffix
             break
-    try:
-        value = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        raise TargetError(f"target option {name}={raw!r}: expected a duration such as 30s, 500ms or 55m") from None
+    if not _NUMBER.fullmatch(number.strip()):  # float() would also take nan, inf and non-ASCII digits
+        raise TargetError(f"target option {name}='{clip(raw)}': expected a duration such as 30s, 500ms or 55m")
+    value = float(number) * _DURATION_UNITS[unit]
     if value <= 0:
-        raise TargetError(f"target option {name}={raw!r}: must be positive")
+        raise TargetError(f"target option {name}='{clip(raw)}': must be positive")
+    if not value <= _MAX_SECONDS:  # inf from a 400-digit number
+        raise TargetError(f"target option {name}='{clip(raw)}': too long, at most a year")
     return value
 
 
@@ -302,7 +318,29 @@ def option_bool(options: dict[str, str], name: str, default: bool | None) -> boo
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise TargetError(f"target option {name}={raw!r}: expected true or false")
+    raise TargetError(f"target option {name}='{clip(raw)}': expected true or false")
+
+
+def check_ca_file(display: str, name: str, path: str) -> str:
+    """The expanded path of a CA bundle option, after loading it once; `TargetError` naming the file if not.
+
+    A missing file, a directory or a file without PEM certificates would otherwise surface as a
+    driver's ssl traceback on the first connection.
+    """
+    full = os.path.expanduser(path)
+    if not os.path.isfile(full):
+        raise TargetError(f"target {display}: missing CA file {name}='{clip(path)}' (no such file): "
+                          f"pass the path of a PEM CA bundle")
+    try:
+        ssl.create_default_context(cafile=full)
+    except ssl.SSLError as exc:
+        raise TargetError(f"target {display}: CA file {name}='{clip(path)}' is not a PEM certificate bundle "
+                          f"({one_line(exc.reason or str(exc), 80)}): pass a PEM CA bundle such as global-bundle.pem"
+                          ) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TargetError(f"target {display}: cannot read CA file {name}='{clip(path)}': {reason}") from None
+    return full
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -16,7 +16,7 @@ itself after a failure. `MongoTarget.classify` names the kind of each failure.
 
 from __future__ import annotations
 
-import os
+import ssl
 from typing import Any
 
 import pymongo
@@ -36,12 +36,14 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from dbsurge.errors import TargetError
+from dbsurge.errors import TargetError, clip
 from dbsurge.redact import redact_text, redact_uri, register_secret
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
+    DISPLAY_LIMIT,
     Session,
     Target,
+    check_ca_file,
     check_options,
     generic_kind,
     one_line,
@@ -124,7 +126,7 @@ class MongoTarget(Target):
     def __init__(
         self, uri: str, options: dict[str, str] | None = None, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
     ) -> None:
-        self.display = redact_uri(uri)
+        self.display = clip(redact_uri(uri), DISPLAY_LIMIT)  # it starts every error message: keep those short
         self._uri = uri
         options = {k: str(v) for k, v in (options or {}).items()}
         check_options(self.kind, options, KNOWN_OPTIONS)
@@ -143,12 +145,7 @@ class MongoTarget(Target):
         self.tls = option_bool(options, "tls", uri_options.get("tls", uri_options.get("ssl")))
         self.tls_ca_file = options.get("tls_ca_file") or uri_options.get("tlscafile")
         if self.tls_ca_file:
-            path = os.path.expanduser(self.tls_ca_file)
-            if not os.path.isfile(path):
-                raise TargetError(
-                    f"target {self.display}: missing CA file tls_ca_file={self.tls_ca_file!r} (no such file)"
-                )
-            kwargs["tlsCAFile"] = path
+            kwargs["tlsCAFile"] = check_ca_file(self.display, "tls_ca_file", self.tls_ca_file)
             if self.tls is None:
                 self.tls = True
         if docdb and self.tls is None:
@@ -196,7 +193,8 @@ class MongoTarget(Target):
             ("replicaSet", self.replica_set),
             ("readPreference", self.read_preference),
             ("readConcernLevel", self.read_concern),
-            ("w", int(self.w) if isinstance(self.w, str) and self.w.isdigit() else self.w),
+            ("w", int(self.w) if isinstance(self.w, str) and self.w.isascii() and self.w.isdigit() and len(self.w) < 10
+             else self.w),
             ("journal", self.j),
             ("retryWrites", self.retry_writes),
             ("maxPoolSize", self.max_pool_size),
@@ -212,7 +210,8 @@ class MongoTarget(Target):
             try:
                 common.validate(name, value)
             except (ValueError, TypeError, ConfigurationError) as exc:
-                raise TargetError(f"target {self.display}: bad option {name}={value!r}: {one_line(str(exc))}") from None
+                raise TargetError(f"target {self.display}: bad option {name}='{clip(value)}': "
+                                  f"{one_line(str(exc), 150)}") from None
         self._client_kwargs = kwargs
 
     def _parse(self, uri: str) -> dict[str, Any]:
@@ -228,7 +227,7 @@ class MongoTarget(Target):
         except FileNotFoundError:
             raise TargetError(f"target {self.display}: missing CA file named by tlsCAFile in the URI") from None
         except (InvalidURI, ConfigurationError, ValueError, TypeError, ImportError) as exc:
-            raise TargetError(f"bad target URI {self.display!r}: {one_line(str(exc))}") from None
+            raise TargetError(f"bad target URI '{clip(self.display)}': {one_line(str(exc), 150)}") from None
 
     def _client(self, **overrides: Any) -> MongoClient[Any]:
         return MongoClient(self._uri, **{**self._client_kwargs, **overrides})
@@ -249,6 +248,8 @@ class MongoTarget(Target):
             client.admin.command("ping")
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+        except (ssl.SSLError, OSError) as exc:  # the CA file changed since open_target, or another TLS file
+            raise TargetError(f"target {self.display}: TLS setup failed: {one_line(str(exc), 120)}") from None
         finally:
             if client is not None:
                 client.close()
@@ -323,7 +324,7 @@ def _choose_flavor(host: str, option: str | None) -> str:
     if option:
         flavor = option.strip().lower()
         if flavor not in MongoTarget.flavors:
-            raise TargetError(f"target option flavor={option!r}: expected mongo or docdb")
+            raise TargetError(f"target option flavor='{clip(option)}': expected mongo or docdb")
         return flavor
     return "docdb" if host.rstrip(".").endswith(".docdb.amazonaws.com") else "mongo"
 
@@ -334,7 +335,8 @@ def _parse_version(raw: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(int(part) for part in raw.strip().split("."))
     except ValueError:
-        raise TargetError(f"target option engine_version={raw!r}: expected a version such as 5.0.0 or 8.0.2") from None
+        raise TargetError(
+            f"target option engine_version='{clip(raw)}': expected a version such as 5.0.0 or 8.0.2") from None
 
 
 def explain_mongo_error(exc: BaseException, target: MongoTarget) -> str:

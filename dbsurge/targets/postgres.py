@@ -42,13 +42,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 
-from dbsurge.errors import TargetError
+from dbsurge.errors import TargetError, clip
 from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     ConnectError,
+    DISPLAY_LIMIT,
     Session,
     Target,
+    check_ca_file,
     check_options,
     generic_kind,
     gevent_wait,
@@ -596,7 +598,7 @@ class PostgresTarget(Target):
         op_timeout_s: float = DEFAULT_OP_TIMEOUT_S,
         token_provider: TokenProvider | None = None,
     ) -> None:
-        self.display = redact_uri(uri)
+        self.display = clip(redact_uri(uri), DISPLAY_LIMIT)  # it starts every error message: keep those short
         scheme, _, rest = uri.partition("://")
         scheme = scheme.lower()
         libpq_uri, uri_options = _split_dbsurge_query("postgresql://" + rest)
@@ -604,8 +606,8 @@ class PostgresTarget(Target):
         check_options(self.kind, options, KNOWN_OPTIONS)
         try:
             params: dict[str, Any] = conninfo_to_dict(libpq_uri)
-        except psycopg.Error as exc:
-            raise TargetError(f"bad target URI {self.display!r}: {one_line(str(exc))}") from None
+        except (psycopg.Error, ValueError) as exc:  # ValueError: e.g. %80, a percent-escape that is not UTF-8
+            raise TargetError(f"bad target URI '{clip(self.display)}': {one_line(str(exc), 150)}") from None
         self._secrets: list[str] = []
         if params.get("password"):
             self._secrets.append(params["password"])
@@ -631,12 +633,14 @@ class PostgresTarget(Target):
         elif self.flavor == "aurora" and is_aws:
             params.setdefault("sslmode", "require")
         ca_file = params.get("sslrootcert")
-        if ca_file and ca_file != "system" and not os.path.isfile(os.path.expanduser(ca_file)):
-            raise TargetError(f"target {self.display}: missing CA file sslrootcert={ca_file!r} (no such file)")
+        if ca_file and ca_file != "system":
+            check_ca_file(self.display, "sslrootcert", ca_file)
 
         self.connect_timeout_s = option_seconds(options, "connect_timeout", None)
         if self.connect_timeout_s is None:
-            self.connect_timeout_s = float(params.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT_S)
+            # the URI's own connect_timeout, read like the option (float() would take nan and inf)
+            in_uri = {"connect_timeout": str(params.get("connect_timeout") or "")}
+            self.connect_timeout_s = option_seconds(in_uri, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT_S
         # libpq takes whole seconds; psycopg enforces at least 2 like libpq does.
         params["connect_timeout"] = str(max(1, int(-(-self.connect_timeout_s // 1))))
         self._set_time_bounds(params, options, op_timeout_s)
@@ -833,7 +837,7 @@ def _choose_flavor(scheme: str, host: str, option: str | None, display: str) -> 
     if option:
         flavor = option.strip().lower()
         if flavor not in PostgresTarget.flavors:
-            raise TargetError(f"target option flavor={option!r}: expected postgres, aurora or dsql")
+            raise TargetError(f"target option flavor='{clip(option)}': expected postgres, aurora or dsql")
         if scheme == "dsql" and flavor != "dsql":
             raise TargetError(f"target {display}: a dsql:// URI cannot have flavor={flavor}")
         return flavor
@@ -845,7 +849,8 @@ def _isolation(raw: str | None) -> IsolationLevel | None:
         return None
     key = raw.strip().lower().replace(" ", "_").replace("-", "_")
     if key not in _ISOLATION_LEVELS:
-        raise TargetError(f"target option isolation={raw!r}: expected read_committed, repeatable_read or serializable")
+        raise TargetError(
+            f"target option isolation='{clip(raw)}': expected read_committed, repeatable_read or serializable")
     return _ISOLATION_LEVELS[key]
 
 
@@ -895,18 +900,18 @@ def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: f
             "temporary failure in name resolution",
         )
     ):
-        return f"unknown host {target.host!r}: the DNS lookup failed"
+        return f"unknown host '{clip(target.host)}': the DNS lookup failed"
     if any(s in low for s in ("no route to host", "network is unreachable", "host is unreachable")):
         return f"unreachable host {where}: no network route to it"
     if sqlstate == "28P01" or "password authentication failed" in low or "pam authentication failed" in low:
         if target.flavor == "dsql":
             return (
-                f"authentication failed for user {target.user!r}: the IAM token was rejected "
+                f"authentication failed for user '{clip(target.user)}': the IAM token was rejected "
                 "(check the region, the IAM policy's dsql:DbConnect/DbConnectAdmin and the clock)"
             )
-        return f"authentication failed for user {target.user!r} (wrong password)"
+        return f"authentication failed for user '{clip(target.user)}' (wrong password)"
     if "no password supplied" in low or "fe_sendauth" in low:
-        return f"authentication failed for user {target.user!r}: the server wants a password and none was given"
+        return f"authentication failed for user '{clip(target.user)}': the server wants a password and none was given"
     if sqlstate == "28000" or ("role" in low and "does not exist" in low):
         return f"authentication failed: {one_line(message)}"
     if "root certificate file" in low and ("does not exist" in low or "no such file" in low):

@@ -1,0 +1,227 @@
+"""Checks of dbsurge's options that cut across modules, all before any load and any run directory.
+
+Every bad value ends in one `UserError` line (exit 2) that names the flag and says what it takes:
+
+    >>> finite_positive(float("nan"), "--rate")
+    Traceback (most recent call last):
+    ...
+    dbsurge.errors.UserError: --rate must be a positive number, not nan
+    >>> positive_int(0, "--users")
+    Traceback (most recent call last):
+    ...
+    dbsurge.errors.UserError: --users must be a whole number of at least 1, not 0
+
+Two callers: `locust_plugin.preflight` (what ``locust -f ...`` users hit, on the master or the
+local runner) and `cli.run_main` / `cli._preflight`, so that ``dbsurge run`` fails before it starts an
+embedded server or the Locust child. Parsers of one syntax (plans, checks, weights) live with the
+syntax; this module checks numbers, names and places.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError, clip
+from .stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
+
+# A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
+# Explicit ASCII classes, not \w, which takes any Unicode letter.
+RUN_ID_MAX = 100
+_RUN_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")
+
+
+def _number(value: Any, flag: str, what: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{flag} must be {what}, not '{clip(value)}'") from None
+    if not math.isfinite(x):  # nan compares false to everything: reject it before any comparison
+        raise UserError(f"{flag} must be {what}, not {clip(value)}")
+    return x
+
+
+def finite_positive(value: Any, flag: str, *, zero_ok: bool = False, maximum: float | None = None,
+                    what: str | None = None) -> float:
+    """`value` as a finite float > 0 (>= 0 with `zero_ok`, <= `maximum` if given), else `UserError` naming `flag`."""
+    what = what or ("a number of 0 or more" if zero_ok else "a positive number")
+    x = _number(value, flag, what)
+    if x < 0 or (x == 0 and not zero_ok):
+        raise UserError(f"{flag} must be {what}, not {clip(value)}")
+    if maximum is not None and x > maximum:
+        raise UserError(f"{flag} must be {what}, at most {maximum:g}, not {clip(value)}")
+    return x
+
+
+def seconds_option(value: Any, flag: str, *, zero_ok: bool = False) -> float:
+    """A number of seconds (already a float from the parser): finite, positive (or 0), at most a year."""
+    what = "a number of seconds of 0 or more" if zero_ok else "a positive number of seconds"
+    x = finite_positive(value, flag, zero_ok=zero_ok, what=what)
+    if x > MAX_DURATION_S:
+        raise UserError(f"{flag} must be at most a year ({format_duration(MAX_DURATION_S)}), not {clip(value)}")
+    return x
+
+
+def duration_option(text: str, flag: str, *, zero_ok: bool = True) -> float:
+    """A duration as text (``100ms``, ``2m``, a bare number of seconds) with the flag in any error."""
+    try:
+        value = parse_duration(text)
+    except UserError as e:
+        raise UserError(f"{flag}: {e}") from None
+    if value == 0 and not zero_ok:
+        raise UserError(f"{flag} must be a positive duration such as 100ms or 1s, not '{clip(text)}'")
+    return value
+
+
+def positive_int(value: Any, flag: str, *, minimum: int = 1) -> int:
+    """`value` as an int >= `minimum`, else `UserError` naming `flag`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value).strip())
+        except ValueError:
+            raise UserError(f"{flag} must be a whole number of at least {minimum}, not '{clip(value)}'") from None
+    if value < minimum:
+        raise UserError(f"{flag} must be a whole number of at least {minimum}, not {value}")
+    return value
+
+
+def validate_options(opts: argparse.Namespace) -> None:
+    """Check dbsurge's own options (`dbsurge.options`) on a parsed namespace; no network, no files.
+
+    Missing attributes are skipped, so a partial namespace (a test's, an old config's) works too.
+    """
+    def get(name: str) -> Any:
+        return getattr(opts, name, None)
+
+    if get("baseline_tps") is not None:
+        finite_positive(opts.baseline_tps, "--baseline-tps", maximum=MAX_TPS, what="a positive number of TPS")
+    if get("rate") is not None:
+        finite_positive(opts.rate, "--rate", maximum=MAX_TPS, what="a positive number of TPS")
+    if get("stage_seconds") is not None:
+        # 0 used to mean "not given" and ran the study's full 2/1/2/1-minute plan
+        seconds_option(opts.stage_seconds, "--stage-seconds")
+    if get("drain") is not None:
+        seconds_option(opts.drain, "--drain", zero_ok=True)
+    if get("start_delay") is not None:
+        seconds_option(opts.start_delay, "--start-delay", zero_ok=True)
+    if get("align_start") is not None:
+        seconds_option(opts.align_start, "--align-start")
+    if get("cloudwatch_interval") is not None:
+        seconds_option(opts.cloudwatch_interval, "--cloudwatch-interval")
+    if get("cost_cap") is not None:
+        finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
+    if get("max_users") is not None:
+        positive_int(opts.max_users, "--max-users")
+    if get("max_lag"):
+        # 0 would turn the limit off without a word (the pacer reads it as "no limit")
+        duration_option(opts.max_lag, "--max-lag", zero_ok=False)
+    if get("lag_warn"):
+        duration_option(opts.lag_warn, "--lag-warn")
+
+
+def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
+    """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
+    users = getattr(opts, "num_users", None)
+    if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
+        positive_int(users, "-u/--users")
+    run_time = getattr(opts, "run_time", None)
+    if run_time is not None and run_time <= 0:
+        # Locust reads a run time of 0 as "no limit": the test would never end
+        raise UserError(f"-t/--run-time must be positive, e.g. 30s or 2m, not {run_time}: leave it out to run "
+                        f"until stopped")
+
+
+def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
+    """``dbsurge run``'s own --users, --duration and --processes."""
+    if users is not None:
+        positive_int(users, "--users")
+    if duration is not None:
+        duration_option(duration, "--duration", zero_ok=False)
+    if processes is not None and processes != -1:  # -1: one per CPU, as in Locust
+        positive_int(processes, "--processes")
+
+
+def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:
+    """A given run id must be a plain name (see `_RUN_ID`) and must not exist yet under `results_dir`.
+
+    None or "" means "make one up" (`rundir.new_run_id`), which is always new.
+    """
+    if not run_id:
+        return
+    if not _RUN_ID.fullmatch(run_id):
+        raise UserError(f"bad --run-id '{clip(run_id)}': a run id is a name, not a path: use letters, digits, "
+                        f"'.', '_' and '-' (at most {RUN_ID_MAX}, not starting with '.')")
+    if os.path.lexists(Path(results_dir).expanduser() / run_id):
+        # appending to an old run would mix two runs' timelines and overwrite its run.json
+        raise UserError(f"run id {run_id} already exists in {clip(results_dir)}: choose another --run-id "
+                        f"or leave it out")
+
+
+def check_results_dir(path: str | os.PathLike) -> None:
+    """Make sure run directories can be made under `path`: create it, write and remove a probe file.
+
+    Directories this creates are removed again, so that a run that fails later in its checks
+    leaves nothing behind; the run creates them for real when it starts.
+    """
+    root = Path(path).expanduser()
+    missing: list[Path] = []
+    try:
+        p = root
+        while not os.path.lexists(p) and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        if os.path.lexists(root) and not root.is_dir():
+            raise NotADirectoryError(20, "not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".dbsurge-probe-{os.getpid()}"
+        probe.write_text("probe\n")
+        probe.unlink()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UserError(f"cannot write run directories under --results-dir {clip(path)}: {reason}: "
+                        f"choose a writable directory") from None
+    finally:
+        for d in missing:  # deepest first
+            try:
+                d.rmdir()
+            except OSError:  # not empty (someone else's now) or never made: leave it
+                break
+
+
+def check_output(opts: argparse.Namespace) -> None:
+    """--results-dir writable and --run-id new and a name, before any load."""
+    results_dir = getattr(opts, "results_dir", None) or "results"
+    validate_run_id(getattr(opts, "run_id", None), results_dir)
+    check_results_dir(results_dir)
+
+
+class _PlainParser(argparse.ArgumentParser):
+    """An argparse parser that takes Locust's extra `add_argument` keywords, reads env vars, raises `UserError`.
+
+    `dbsurge run` must not import Locust (it monkey-patches the process with gevent) to read the
+    options it passes through; this parser reads the same definitions (`options.add_options`).
+    """
+
+    def add_argument(self, *args: Any, env_var: str | None = None, is_secret: bool = False,
+                     include_in_web_ui: bool = True, **kwargs: Any) -> argparse.Action:
+        if env_var and os.environ.get(env_var) and kwargs.get("action") in (None, "store"):
+            kwargs["default"] = os.environ[env_var]  # argparse applies `type` to a string default
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(clip(message, 200))
+
+
+def dbsurge_options(argv: Sequence[str]) -> argparse.Namespace:
+    """dbsurge's plugin options (`dbsurge.options`) parsed from `argv`, ignoring anything else (Locust's)."""
+    from .options import add_options
+
+    parser = _PlainParser(add_help=False, allow_abbrev=False)
+    add_options(parser)
+    ns, _ = parser.parse_known_args(list(argv))
+    return ns

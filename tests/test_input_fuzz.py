@@ -1,0 +1,141 @@
+"""Any text a user can type into a parser either parses or ends in one short `UserError` line.
+
+Property-based (hypothesis): arbitrary Unicode, huge strings, numbers in odd spellings (nan, inf,
+1e400, 400 digits, Arabic-Indic and fullwidth digits). No other exception type may escape: the
+CLI turns only `UserError` into ``dbsurge: <one line>`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dbsurge.checks import parse_checks
+from dbsurge.errors import UserError
+from dbsurge.options import parse_key_values, parse_operation_weights
+from dbsurge.stage_plan import StagePlan, parse_duration
+from dbsurge.targets import open_target
+from dbsurge.workloads import parse_workload_options
+
+MAX_MESSAGE = 300
+
+FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Pieces that make the parsers' own syntax likely, so the fuzz gets past the first character.
+NUMBERS = st.sampled_from(["0", "1", "10", "2.5", "nan", "inf", "-inf", "1e400", "9" * 400, "-1", "١٢", "１２",
+                           "1_000", "0x10", ".5", "5.", "1e3", "𝟗"])
+UNITS = st.sampled_from(["", "s", "m", "h", "ms", "%", "tps", "us", " ", "\n", "S"])
+WORDS = st.sampled_from(["@", ",", "..", "ramp(", ")", "=", "<", ">", "<=", ".", "p99", "failure_rate", "ALL",
+                         "order_create", "product_lookup", "://", "mongodb", "postgresql", "?", "&", "/", ":", "@"])
+TOKENS = st.one_of(NUMBERS, UNITS, WORDS, st.text(max_size=8))
+SYNTAXY = st.lists(TOKENS, max_size=30).map("".join)
+# Huge inputs are few and made by repetition: generating 100,000 random characters is slow.
+TEXT = st.one_of(st.text(), SYNTAXY, SYNTAXY, SYNTAXY.map(lambda s: s * 500),
+                 st.text(max_size=20).map(lambda s: s * 5000))
+
+
+def assert_clean(fn, *args) -> None:
+    """`fn(*args)` returns, or raises a `UserError` whose message is one line of at most MAX_MESSAGE characters."""
+    try:
+        fn(*args)
+    except UserError as e:
+        msg = str(e)
+        assert "\n" not in msg and "\r" not in msg, repr(msg)
+        assert len(msg) <= MAX_MESSAGE, f"{len(msg)} characters: {msg[:400]!r}"
+        assert msg.strip(), "an empty message says nothing"
+
+
+@FUZZ
+@given(TEXT, st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+def test_stage_plan(text, baseline):
+    assert_clean(StagePlan.parse, text, baseline)
+
+
+@FUZZ
+@given(TEXT)
+def test_stage_plan_result_is_sane(text):
+    """What parses is finite and positive: no nan or inf slips through into a schedule."""
+    try:
+        plan = StagePlan.parse(text, 1000.0)
+    except UserError:
+        return
+    for s in plan.stages:
+        assert math.isfinite(s.duration_s) and s.duration_s > 0
+        assert math.isfinite(s.start_tps) and math.isfinite(s.end_tps) and s.start_tps >= 0 and s.end_tps >= 0
+    assert str(plan)  # printable again
+
+
+@FUZZ
+@given(TEXT)
+def test_parse_duration(text):
+    assert_clean(parse_duration, text)
+    try:
+        value = parse_duration(text)
+    except UserError:
+        return
+    assert math.isfinite(value) and value >= 0
+
+
+@FUZZ
+@given(TEXT)
+def test_parse_checks(text):
+    assert_clean(parse_checks, text)
+    try:
+        checks = parse_checks(text)
+    except UserError:
+        return
+    assert all(math.isfinite(c.limit) for c in checks)
+
+
+@FUZZ
+@given(st.lists(TEXT, max_size=4))
+def test_parse_operation_weights(items):
+    assert_clean(parse_operation_weights, items)
+    try:
+        weights = parse_operation_weights(items)
+    except UserError:
+        return
+    assert all(math.isfinite(w) and w >= 0 for w in weights.values())
+
+
+@FUZZ
+@given(st.lists(TEXT, max_size=4))
+def test_parse_workload_options(pairs):
+    assert_clean(parse_workload_options, pairs)
+
+
+@FUZZ
+@given(st.lists(TEXT, max_size=4))
+def test_parse_key_values(pairs):
+    assert_clean(parse_key_values, pairs, "--target-option")
+
+
+URI_PREFIX = st.sampled_from(["", "postgresql://", "postgres://", "dsql://", "mongodb://", "mongodb+srv://",
+                              "ftp://", "embedded-", "postgresql://u:pw@", "mongodb://u:p@h/?"])
+
+
+@FUZZ
+@given(URI_PREFIX, TEXT)
+def test_open_target(prefix, rest):
+    """No network: open_target only parses. A bad URI is one line, never a driver's traceback."""
+    assert_clean(open_target, prefix + rest)
+
+
+@FUZZ
+@given(st.sampled_from(["postgresql://u@127.0.0.1:1/x", "mongodb://127.0.0.1:1/"]),
+       st.dictionaries(st.sampled_from(["tls", "tls_ca_file", "sslrootcert", "sslmode", "connect_timeout",
+                                        "max_pool_size", "isolation", "retry_attempts", "flavor", "w", "nosuch"]),
+                       TEXT, max_size=3))
+def test_open_target_options(uri, options):
+    assert_clean(open_target, uri, options)
+
+
+@pytest.mark.parametrize("text", ["nan@10%", "inf@10%", "1e400@10%", "1m@" + "9" * 400 + "tps", "1m@١٠tps",
+                                  "１m@10%", "1m@10%,,", "x" * 100_000])
+def test_known_bad_plans(text):
+    with pytest.raises(UserError) as e:
+        StagePlan.parse(text, 1000.0)
+    assert len(str(e.value)) < 200 and "\n" not in str(e.value)
