@@ -145,7 +145,7 @@ def finish_run(run, hurry: bool = False) -> None:
     failed = [(c, v) for c, ok, v in results if not ok]
 
     dropped = int(total.get("dropped") or 0)
-    generator_behind = any(cause == "generator" for cause, _ in lag)
+    generator_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
     code = 0
     target_short = (not_sent["users_exhausted"] or not_sent["in_flight"]) and "users_exhausted" not in tool_reasons
     if failed or (dropped and not generator_behind) or (opts.fail_on_lag and lag) or target_short:
@@ -212,6 +212,9 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
             3: "INCOMPLETE: the tool lost arrivals (not sent, or dropped while the generator fell behind) "
                "or results were not written",
             130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
+    if code == 0 and int(total.get("failures") or 0):
+        head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {total.get('failures')} operations failed "
+                f"(no --check judged them)")
     if run.stop_reason:
         head = f"STOPPED: {run.stop_reason}"
     if planned in ("", None):

@@ -98,7 +98,9 @@ def test_plan_beyond_the_machine_states_the_shortfall(tmp_path, pg_uri):
     assert meta["results"]["dropped"] > 0
     behind = " ".join(meta["results"]["behind_plan"])
     assert "100000tps" in behind and "dropped" in behind
-    assert "generator fell behind the plan in stage 100000tps" in proc.stdout
+    # the event loop stalls or the 4 users are all busy: either way the tool is the limit, never the target
+    assert ("generator fell behind the plan in stage 100000tps" in proc.stdout
+            or "capped by --max-users 4 in stage 100000tps" in proc.stdout)
     stages = {r["stage"]: r for r in read_csv(run / "stages.csv") if r["operation"] == "ALL"}
     assert int(stages["100000tps"]["dropped"]) > 0
     assert float(stages["100000tps"]["achieved_tps"]) < 100000

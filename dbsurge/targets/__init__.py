@@ -244,9 +244,13 @@ def check_options(kind: str, options: dict[str, str], known: frozenset[str]) -> 
     """Raise `TargetError` for an option name the binding does not know."""
     unknown = sorted(set(options) - known)
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise TargetError(
-            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {clip(', '.join(unknown))}: "
-            f"known are {', '.join(sorted(known))}"
+            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {clip(', '.join(unknown))}: {hint}"
+            f"known are {clip(', '.join(sorted(known)), 160)} (docs/architecture.md, Targets, lists them all)"
         )
 
 
