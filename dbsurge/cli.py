@@ -77,7 +77,12 @@ def run_main(argv: list[str]) -> int:
         from .options import parse_key_values
         from .targets import open_target
 
-        open_target(uri, parse_key_values(_passthrough(rest).target_option, "--target-option")).check()
+        ns = _passthrough(rest)
+        target = open_target(uri, parse_key_values(ns.target_option, "--target-option"))
+        target.check()
+        from .validate import check_workload_checks
+
+        check_workload_checks(args.workload, target, ns)  # --check names real operations: before the child
         cmd = [sys.executable, "-m", "locust", "-f", files, "--target", uri]
         if not args.web:
             cmd.append("--headless")

@@ -36,13 +36,18 @@ RUN_ID_MAX = 100
 _RUN_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")
 
 
+def _shown(value: Any) -> str:
+    """A value as the user would have typed it: 0 rather than 0.0."""
+    return f"{value:g}" if isinstance(value, float) else clip(value)
+
+
 def _number(value: Any, flag: str, what: str) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         raise UserError(f"{flag} must be {what}, not '{clip(value)}'") from None
     if not math.isfinite(x):  # nan compares false to everything: reject it before any comparison
-        raise UserError(f"{flag} must be {what}, not {clip(value)}")
+        raise UserError(f"{flag} must be {what}, not {_shown(value)}")
     return x
 
 
@@ -52,9 +57,9 @@ def finite_positive(value: Any, flag: str, *, zero_ok: bool = False, maximum: fl
     what = what or ("a number of 0 or more" if zero_ok else "a positive number")
     x = _number(value, flag, what)
     if x < 0 or (x == 0 and not zero_ok):
-        raise UserError(f"{flag} must be {what}, not {clip(value)}")
+        raise UserError(f"{flag} must be {what}, not {_shown(value)}")
     if maximum is not None and x > maximum:
-        raise UserError(f"{flag} must be {what}, at most {maximum:g}, not {clip(value)}")
+        raise UserError(f"{flag} must be {what}, at most {maximum:g}, not {_shown(value)}")
     return x
 
 
@@ -63,7 +68,7 @@ def seconds_option(value: Any, flag: str, *, zero_ok: bool = False) -> float:
     what = "a number of seconds of 0 or more" if zero_ok else "a positive number of seconds"
     x = finite_positive(value, flag, zero_ok=zero_ok, what=what)
     if x > MAX_DURATION_S:
-        raise UserError(f"{flag} must be at most a year ({format_duration(MAX_DURATION_S)}), not {clip(value)}")
+        raise UserError(f"{flag} must be at most a year ({format_duration(MAX_DURATION_S)}), not {_shown(value)}")
     return x
 
 
@@ -142,8 +147,22 @@ def validate_run_args(users: int | None, duration: str | None, processes: int | 
         positive_int(users, "--users")
     if duration is not None:
         duration_option(duration, "--duration", zero_ok=False)
-    if processes is not None and processes != -1:  # -1: one per CPU, as in Locust
-        positive_int(processes, "--processes")
+    if processes is not None and processes != -1 and processes < 1:  # -1: one per CPU, as in Locust
+        raise UserError(f"--processes must be a whole number of at least 1 (or -1 for one per CPU), not {processes}")
+
+
+def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) -> None:
+    """--check on `workload` over `target` names only operations the workload has (no network).
+
+    ``dbsurge run`` calls this before it starts Locust; the plugin checks the same in its preflight.
+    """
+    from .checks import check_operations, parse_checks
+    from .workloads import get_workload, parse_workload_options
+
+    checks = parse_checks(getattr(opts, "check", None))
+    if checks:
+        wl = get_workload(workload, target, parse_workload_options(getattr(opts, "workload_option", None) or []))
+        check_operations(checks, wl.operations)
 
 
 def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:

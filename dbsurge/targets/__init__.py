@@ -333,17 +333,17 @@ def check_ca_file(display: str, name: str, path: str) -> str:
     """
     full = os.path.expanduser(path)
     if not os.path.isfile(full):
-        raise TargetError(f"target {display}: missing CA file {name}='{clip(path)}' (no such file): "
+        raise TargetError(f"target {display}: missing CA file {name}='{clip(path, 160)}' (no such file): "
                           f"pass the path of a PEM CA bundle")
     try:
         ssl.create_default_context(cafile=full)
     except ssl.SSLError as exc:
-        raise TargetError(f"target {display}: CA file {name}='{clip(path)}' is not a PEM certificate bundle "
+        raise TargetError(f"target {display}: CA file {name}='{clip(path, 160)}' is not a PEM certificate bundle "
                           f"({one_line(exc.reason or str(exc), 80)}): pass a PEM CA bundle such as global-bundle.pem"
                           ) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise TargetError(f"target {display}: cannot read CA file {name}='{clip(path)}': {reason}") from None
+        raise TargetError(f"target {display}: cannot read CA file {name}='{clip(path, 160)}': {reason}") from None
     return full
 
 
