@@ -247,11 +247,10 @@ def check_options(kind: str, options: dict[str, str], known: frozenset[str]) -> 
         import difflib
 
         close = difflib.get_close_matches(unknown[0], sorted(known), n=3)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise TargetError(
-            f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} {clip(', '.join(unknown))}: {hint}"
-            f"known are {clip(', '.join(sorted(known)), 160)} (docs/architecture.md, Targets, lists them all)"
-        )
+        hint = (f"did you mean {' or '.join(close)}?" if close
+                else f"known are {clip(', '.join(sorted(known)), 160)}")
+        raise TargetError(f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} "
+                          f"{clip(', '.join(unknown), 40)}: {hint} (docs/architecture.md, Targets, lists them all)")
 
 
 def option_int(options: dict[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
