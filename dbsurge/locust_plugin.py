@@ -285,6 +285,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         runner.register_message("dbsurge:share", _on_share_message)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         gevent.spawn(stopping.master_watchdog, run)
+        stopping.install_worker_signal_handlers(run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         return
     runner.register_message("dbsurge:final", stopping.on_final_message)

@@ -166,6 +166,20 @@ def install_signal_handlers(run) -> None:
         signal.signal(sig, handler)
 
 
+def install_worker_signal_handlers(run) -> None:
+    """Worker: a terminal's Ctrl-C reaches every process of its group, workers too; the master stops
+    the run for all of them (and sends the final ``dbsurge:close``), so a worker ignores the first
+    SIGINT and only a second one ends it at once."""
+    def handler(signum, _frame):
+        run.signals += 1
+        if run.signals > 1:
+            import os
+
+            os._exit(EXIT_SIGNAL.get(signum, 128 + signum))
+
+    signal.signal(signal.SIGINT, handler)
+
+
 def _on_signal(run, signum: int) -> None:
     from .finish import finish_run
 
