@@ -41,6 +41,10 @@ class ArrivalRateShape(LoadTestShape):
             return None
         opts = run.options
         workers = max(1, self.runner.worker_count) if hasattr(self.runner, "worker_count") else 1
+        # Locust spreads users over every connected worker, refused ones too (dbsurge.membership):
+        # ask for enough that the members alone hold the pool
+        members = len(run.shares) if run.shares else workers
+        inflate = workers / max(1, min(members, workers))
         elapsed = run.elapsed_s()
         schedule = run.schedule
         if elapsed is not None and schedule is not None and elapsed > schedule.end_s + float(opts.drain):
@@ -54,7 +58,7 @@ class ArrivalRateShape(LoadTestShape):
         if run.aggregator is not None:
             service = run.aggregator.recent_service_s()
         service = max(service or ASSUMED_SERVICE_S, 0.0005)
-        wanted = math.ceil(rate * service * HEADROOM) + MIN_USERS_PER_WORKER * workers
+        wanted = math.ceil((rate * service * HEADROOM + MIN_USERS_PER_WORKER * members) * inflate)
         users = min(max(wanted, getattr(self, "_users", 0)), int(opts.max_users))
         if wanted > int(opts.max_users) and schedule is not None and t < schedule.end_s:
             run.capped_stages.add(schedule.stage_at(t))

@@ -75,7 +75,8 @@ def _book_ledger(run) -> dict[str, int]:
     mix = run.operation_mix()
     counts = planned_counts(run.schedule, ArrivalSequence(run.options.arrivals, run.options.seed), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
-    return balance(agg.stage_cells, agg.planned, run.lost_workers)
+    had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
+    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers)
 
 
 def finish_run(run, hurry: bool = False) -> None:
@@ -134,6 +135,10 @@ def finish_run(run, hurry: bool = False) -> None:
     for reason, n in not_sent.items():
         if n and reason != "unaccounted":
             findings.append(f"{n} planned arrivals were not sent: {_REASON_TEXT[reason]}")
+    refused = getattr(run.membership, "refused", None) if getattr(run, "membership", None) else None
+    if refused:
+        findings.append("workers refused, with no share and no load: " + ", ".join(
+            f"{w} ({why})" for w, why in sorted(refused.items())))
     if run.lost_workers:
         findings.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
@@ -179,6 +184,7 @@ def finish_run(run, hurry: bool = False) -> None:
                 "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
+                "refused_workers": dict(refused or {}),
                 "problems": dict(run.problems), "verdict": verdict,
             },
         )
@@ -198,7 +204,7 @@ def finish_run(run, hurry: bool = False) -> None:
 
 _REASON_TEXT = {
     "worker_lost": "a worker was lost before reporting them",
-    "no_connect": "a worker could not connect to the target",
+    "no_connect": "no worker took them (none connected, none proved the join token, or none could be set up)",
     "interrupted": "the run was interrupted before they were due",
     "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",
     "users_exhausted": "every user was busy until the end of the plan (+ --drain)",

@@ -39,6 +39,7 @@ from . import finish, latency_buckets, stopping
 from .arrivals import OperationMix
 from .aggregator import Aggregator
 from .errors import UserError
+from .membership import Membership, is_loopback, proof
 from .options import add_options, parse_key_values, parse_operation_weights
 from .pacer import Pacer
 from .recorder import Recorder
@@ -124,7 +125,8 @@ class DbSurgeRun:
         self.until_position: float | None = None
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
-        self.capped_stages: set[int] = set()  # stages in which the shape wanted more than --max-users
+        self.capped_stages: set[int] = set()
+        self.membership: Membership | None = None  # stages in which the shape wanted more than --max-users
 
     # -- keeping going when something goes wrong ----------------------------------------------------
 
@@ -233,7 +235,10 @@ class DbSurgeRun:
         self.schedule = self.schedule.changed(at_s, rate_tps=rate_tps, scale=scale)
         self.changes.append([at_s, rate_tps, scale])
         if self.pacer is not None:
-            self.pacer.set_schedule(self.schedule)
+            skipped = self.pacer.set_schedule(self.schedule, at_s)
+            if skipped:
+                log.warning("rate change: %d late slots of the old rate were dropped (this worker was more than "
+                            "%.0f s behind)", skipped, 1.0)
         if self.aggregator is not None:
             self.aggregator.schedule = self.schedule
 
@@ -284,11 +289,19 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         runner.register_message("dbsurge:rate", _on_rate_message)
         runner.register_message("dbsurge:share", _on_share_message)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
+        runner.register_message("dbsurge:challenge", _on_challenge_message)
+        # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
+        # "client_ready" could arrive before them and be dropped as an unknown message)
+        runner.send_message("dbsurge:hello", {})
         gevent.spawn(stopping.master_watchdog, run)
         stopping.install_worker_signal_handlers(run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         return
     runner.register_message("dbsurge:final", stopping.on_final_message)
+    if run.role == "master":
+        run.membership = Membership(run.options.join_token)
+        runner.register_message("dbsurge:proof", _on_proof_message)
+        runner.register_message("dbsurge:hello", _on_hello_message)
     if run.role == "local":
         runner.register_message("dbsurge:close", stopping.on_close_message)
         gevent.spawn(stopping.loop_lag_monitor, run)
@@ -309,6 +322,11 @@ def preflight(run: DbSurgeRun) -> None:
     from .workloads import parse_workload_options
 
     opts = run.options
+    if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
+            and not opts.join_token and not opts.insecure_join:
+        raise UserError(f"this master listens on {opts.master_bind_host}, so workers on other hosts can join and "
+                        f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
+                        f"and its workers, or pass --insecure-join")
     from .validate import check_output, validate_locust_options, validate_options
 
     # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
@@ -411,18 +429,22 @@ def begin_run(run: DbSurgeRun) -> None:
         options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
+    for cid, why in (run.membership.refused.items() if run.membership else []):
+        run.rundir.event("worker_refused", worker=cid, reason=why, host=_worker_address(env, cid))
     if run.plan:
         for st, stage in zip(run.plan.starts, run.plan.stages):
             if math.isfinite(st):
                 run.rundir.event("stage", at=start_s + st, stage=stage.name, target_tps=stage.mean_tps)
     max_lag_s = parse_duration(opts.max_lag) if opts.max_lag else None
     if run.role == "master":
-        workers = _worker_ids(env.runner)
+        _await_proofs(run)
+        workers = _worker_ids(env.runner, run)
         run.shares = {cid: i for i, cid in enumerate(workers)}
         for cid, i in run.shares.items():
             s = _setup_for(run, i, len(workers), max_lag_s)
             env.runner.send_message("dbsurge:setup", s.__dict__, client_id=cid)
-            run.rundir.event("worker_join", worker=cid, index=i, count=len(workers))
+            run.rundir.event("worker_join", worker=cid, index=i, count=len(workers),
+                             host=_worker_address(env, cid))
     else:
         run.make_pacer(_setup_for(run, 0, 1, max_lag_s))
         run.ready.set()
@@ -477,9 +499,41 @@ def _versions() -> dict:
     return out
 
 
-def _worker_ids(runner) -> list[str]:
-    nodes = [c for c in runner.clients.values() if c.state != "missing"]
-    return sorted(c.id for c in nodes)
+def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
+    """Connected workers that may take a share: not missing, and proven when a join token is required."""
+    ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
+    if run is not None and run.membership is not None:
+        ids = run.membership.members(ids)
+    return ids
+
+
+def _worker_address(env, cid: str) -> str | None:
+    """The worker's host as Locust knows it (its id starts with the hostname), for events and the summary."""
+    return cid.rsplit("_", 1)[0] if "_" in cid else None
+
+
+def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
+    """Give connected workers a moment to answer their challenge before the plan is shared."""
+    if run.membership is None or run.membership.token is None:
+        return
+    m = run.membership
+
+    def undecided() -> list[str]:
+        ids = [c.id for c in run.environment.runner.clients.values() if c.state != "missing"]
+        return [w for w in ids if w not in m.proven and w not in m.refused]
+
+    deadline = time.monotonic() + timeout_s
+    while undecided() and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    for cid in undecided():
+        _refuse(run, cid, "did not answer the join challenge")
+
+
+def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
+    run.membership.refused[cid] = why
+    run.membership.nonces.pop(cid, None)
+    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", cid, why)
+    run.safe_event("worker_refused", worker=cid, reason=why, host=_worker_address(run.environment, cid))
 
 
 def _master_loop(run: DbSurgeRun) -> None:
@@ -506,7 +560,7 @@ def _master_loop(run: DbSurgeRun) -> None:
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
     env = run.environment
-    workers = _worker_ids(env.runner)
+    workers = _worker_ids(env.runner, run)
     if set(workers) == set(run.shares) or not workers:
         return
     elapsed = run.elapsed_s() or 0.0
@@ -523,6 +577,31 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
                                                   "setup": _setup_for(run, i, len(workers), max_lag_s).__dict__},
                                 client_id=cid)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+# -- membership: the join challenge (see dbsurge.membership) ----------------------------------------------
+
+
+def _on_hello_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    nonce = run.membership.challenge(msg.node_id)
+    if nonce is not None:
+        environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
+
+
+def _on_proof_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    if run.membership.answer(msg.node_id, (msg.data or {}).get("proof")):
+        log.info("worker %s proved the join token", msg.node_id)
+    else:
+        _refuse(run, msg.node_id, run.membership.refused.get(msg.node_id, "refused"))
+
+
+def _on_challenge_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    token = getattr(run.options, "join_token", None)
+    answer = proof(token, msg.data["nonce"], environment.runner.client_id) if token else None
+    environment.runner.send_message("dbsurge:proof", {"proof": answer})
 
 
 # -- worker side messages --------------------------------------------------------------------------------

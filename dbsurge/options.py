@@ -100,8 +100,16 @@ def add_options(parser) -> None:
                    include_in_web_ui=False, help="do not sample pg_stat_database / serverStatus during the run")
     g.add_argument("--no-load", env_var="DBSURGE_NO_LOAD", action="store_true", default=False, include_in_web_ui=False,
                    help="do not load the default data set when the target has none")
-    # The web UI binds to loopback unless told otherwise: a load generator's UI can start load.
-    parser.set_defaults(web_host="127.0.0.1")
+    g.add_argument("--join-token", env_var="DBSURGE_JOIN_TOKEN", default=None, is_secret=True,
+                   include_in_web_ui=False,
+                   help="shared secret a worker must prove to get a share of the plan (required on a master that "
+                        "listens beyond loopback; prefer the environment variable: it does not show in ps)")
+    g.add_argument("--insecure-join", env_var="DBSURGE_INSECURE_JOIN", action="store_true", default=False,
+                   include_in_web_ui=False,
+                   help="let any worker that reaches a non-loopback master join without a token")
+    # The web UI and the master's port bind to loopback unless told otherwise: a load generator's UI
+    # can start load, and its master hands out the plan and the target.
+    parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
 
 
 def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserError] = UserError) -> dict[str, str]:

@@ -204,9 +204,25 @@ class Pacer:
             self._assign(*self._pending)
             self._pending = None
 
-    def set_schedule(self, schedule: Schedule) -> None:
-        """Apply a live rate change; slots already taken keep their numbers and are re-timed."""
+    def set_schedule(self, schedule: Schedule, at_s: float | None = None) -> int:
+        """Apply a live rate change at plan time ``at_s``; slots already taken keep their numbers and are re-timed.
+
+        A change must not leave a backlog behind that outlives it: when this worker is more than
+        `BACKLOG_S` behind, the untaken arrivals due before the change are written off as dropped
+        (counted, never silent) instead of being sent flat out under the new rate. Returns how many.
+        """
         self.schedule = schedule
+        if at_s is None or self.closed is not None:
+            return 0
+        behind_s = (self.clock_ns() - self.start_ns) / NS - schedule.time_of(self.sequence.position(self.next_number))
+        if not (behind_s > BACKLOG_S):
+            return 0
+        cutoff = self.sequence.first_at_or_after(schedule.cumulative(at_s))
+        if self._pending is not None:
+            cutoff = min(cutoff, self._pending[2])
+        n = self._write_off(self.next_number, cutoff, self.count, "dropped")
+        self.next_number = max(self.next_number, _first_of_share(self.index, self.count, cutoff))
+        return n
 
     # -- taking slots ---------------------------------------------------------------------------
 
@@ -318,26 +334,29 @@ class Pacer:
             n += 1
         self.returned.clear()
         stop_k = self.sequence.first_at_or_after(end)
-        ranges = []
         if self._pending is not None:
             index, count, from_number = self._pending
-            ranges.append((self.next_number, min(from_number, stop_k), self.count))
-            ranges.append((_first_of_share(index, count, from_number), stop_k, count))
+            n += self._write_off(self.next_number, min(from_number, stop_k), self.count, column)
+            n += self._write_off(_first_of_share(index, count, from_number), stop_k, count, column)
         else:
-            ranges.append((self.next_number, stop_k, self.count))
+            n += self._write_off(self.next_number, stop_k, self.count, column)
+        return n
+
+    def _write_off(self, k0: int, k1: int, step: int, column: str) -> int:
+        """Count arrivals ``k0, k0+step, ... < k1`` in the ledger under ``column``, by stage and operation."""
+        n = 0
         starts = np.array(self.schedule.stage_starts())
-        for k0, k1, step in ranges:
-            for a in range(k0, k1, step * CHUNK):
-                ks = np.arange(a, min(k1, a + step * CHUNK), step, dtype=np.int64)
-                if ks.size == 0:
-                    continue
-                pos = self.sequence.positions(int(ks[0]), int(ks[-1]) + 1)[ks - ks[0]]
-                stages = np.clip(np.searchsorted(starts, pos, side="right") - 1, 0, len(starts) - 2)
-                ops = self.mix.of_many(ks)
-                keys, counts = np.unique(stages * 1024 + ops, return_counts=True)
-                for key, c in zip(keys.tolist(), counts.tolist()):
-                    self.sink.count(key // 1024, self.op_ids[key % 1024], column, c)
-                    n += c
+        for a in range(k0, k1, step * CHUNK):
+            ks = np.arange(a, min(k1, a + step * CHUNK), step, dtype=np.int64)
+            if ks.size == 0:
+                continue
+            pos = self.sequence.positions(int(ks[0]), int(ks[-1]) + 1)[ks - ks[0]]
+            stages = np.clip(np.searchsorted(starts, pos, side="right") - 1, 0, len(starts) - 2)
+            ops = self.mix.of_many(ks)
+            keys, counts = np.unique(stages * 1024 + ops, return_counts=True)
+            for key, c in zip(keys.tolist(), counts.tolist()):
+                self.sink.count(key // 1024, self.op_ids[key % 1024], column, c)
+                n += c
         return n
 
     def write_off_in_flight(self, reason: str = "in_flight") -> tuple[int, float]:
@@ -353,6 +372,8 @@ class Pacer:
 
 
 CHUNK = 1 << 20  # arrivals counted per numpy pass when closing
+#: How far behind the plan a worker may be when the rate changes before the old backlog is dropped.
+BACKLOG_S = 1.0
 
 
 def _first_of_share(index: int, count: int, from_number: int) -> int:

@@ -116,3 +116,27 @@ def test_close_writes_off_the_untaken_rest_by_stage():
     ledger = {(st, col): n for st, _, col, n in sink.drain()["ledger"]}
     assert ledger == {(0, "not_sent:interrupted"): 50 - 8, (1, "not_sent:interrupted"): 25}
     assert p.next_slot() is None
+
+
+def test_a_rate_change_leaves_no_backlog_behind():
+    """1,000x the rate for 2 s, then back: the slots of the spike a worker could not reach are dropped at the
+    change (counted), not sent flat out afterwards."""
+    base = Schedule.from_plan(StagePlan.parse("20s@100tps"))
+    sink = Recorder()
+    p, clock = _pacer(base, sink=sink, max_lag_s=None)
+    spike = base.changed(2.0, rate_tps=100_000)
+    p.set_schedule(spike, 2.0)
+    clock.now = int(2.0e9)
+    for _ in range(50):  # a few slots taken at the start of the spike
+        assert p.done(p.next_slot())
+    clock.now = int(4.0e9)  # the worker is far behind: ~200,000 slots of the spike untaken
+    back = spike.changed(4.0, rate_tps=100)
+    dropped = p.set_schedule(back, 4.0)
+    assert dropped > 100_000
+    nxt = p.next_slot()
+    assert nxt.intended_ns >= int(4.0e9)  # the next slot belongs to the new rate, not the old backlog
+    ledger = {col: n for _, _, col, n in sink.drain()["ledger"]}
+    assert ledger["dropped"] == dropped
+    # and the plan still adds up: taken + dropped + the rest
+    planned = planned_counts(back, ArrivalSequence("uniform", 1), OperationMix([("op", 1.0)], 1))
+    assert sum(planned.values()) == int(round(back.total()))

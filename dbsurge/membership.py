@@ -1,0 +1,79 @@
+"""Who gets a share of the plan: only workers that prove the join token.
+
+A master that listens beyond loopback (``--master-bind-host 0.0.0.0``, workers on other hosts)
+must be started with a join token (``--join-token`` or, better, ``DBSURGE_JOIN_TOKEN``: an
+environment variable does not show in ``ps``), or with ``--insecure-join``. Locust's own
+protocol lets any process that reaches the port join, so dbsurge adds a challenge: when a worker
+connects, the master sends it a fresh random nonce (``dbsurge:challenge``) and the worker answers
+``HMAC-SHA256(token, nonce || worker id)`` (``dbsurge:proof``). The token itself never crosses the
+wire, and a recorded answer is useless for the next nonce. A worker that answers wrong or not at
+all gets no ``dbsurge:setup`` (no plan, no target), so its users stay idle and send nothing; it is
+named in ``events.jsonl`` (``worker_refused``) and in the summary.
+
+A master bound to loopback (the default, and every ``--processes`` run) takes every worker:
+only processes on the same host can reach it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def proof(token: str, nonce_hex: str, worker_id: str) -> str:
+    """The worker's answer to a challenge."""
+    return hmac.new(token.encode(), bytes.fromhex(nonce_hex) + worker_id.encode(), hashlib.sha256).hexdigest()
+
+
+def is_loopback(bind_host: str | None) -> bool:
+    return (bind_host or "").strip().lower() in LOOPBACK_HOSTS or (bind_host or "").startswith("127.")
+
+
+class Membership:
+    """The master's record of challenges, proven workers and refused ones.
+
+    With ``token=None`` every worker is a member (a loopback master, or ``--insecure-join``).
+    """
+
+    def __init__(self, token: str | None):
+        self.token = token or None
+        self.nonces: dict[str, str] = {}
+        self.proven: set[str] = set()
+        self.refused: dict[str, str] = {}  # worker id -> why
+
+    def challenge(self, worker_id: str) -> str | None:
+        """A new nonce for a worker that just connected (None when no token is required)."""
+        if self.token is None or worker_id in self.proven:
+            return None  # Locust says "ready" again after every stop: a proven worker stays proven
+        nonce = secrets.token_hex(16)
+        self.nonces[worker_id] = nonce
+        self.proven.discard(worker_id)
+        return nonce
+
+    def answer(self, worker_id: str, answer: str | None) -> bool:
+        """Check a worker's proof; True when it is now a member."""
+        nonce = self.nonces.pop(worker_id, None)
+        if self.token is None:
+            return True
+        if nonce is None:
+            self.refused[worker_id] = "answered no challenge"
+        elif not answer:
+            self.refused[worker_id] = "no join token (set DBSURGE_JOIN_TOKEN on the worker)"
+        elif not hmac.compare_digest(proof(self.token, nonce, worker_id), str(answer)):
+            self.refused[worker_id] = "wrong join token"
+        else:
+            self.proven.add(worker_id)
+            self.refused.pop(worker_id, None)
+            return True
+        return False
+
+    def pending(self, worker_ids: list[str]) -> list[str]:
+        return [w for w in worker_ids if w in self.nonces]
+
+    def members(self, worker_ids: list[str]) -> list[str]:
+        if self.token is None:
+            return list(worker_ids)
+        return [w for w in worker_ids if w in self.proven]

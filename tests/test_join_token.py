@@ -1,0 +1,98 @@
+"""Who may join a master: loopback by default; beyond it, only workers that prove the join token.
+
+The database and one worker host live in a network namespace made for the test; the master
+listens on the namespace's veth address on the root side, so a worker inside the namespace is
+"another host". A worker without the token gets no share and sends nothing; with it, it gets its
+share. The ledger balances either way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ledger_checks import ledger
+from runs import REPO, explain, locust, only_run_dir
+
+from dbsurge.embedded import free_port
+from dbsurge.membership import Membership, proof
+
+FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
+
+
+def test_membership_challenge_and_proof():
+    m = Membership("s3cret-token")
+    nonce = m.challenge("w1")
+    assert m.members(["w1"]) == []
+    assert not m.answer("w1", proof("wrong", nonce, "w1")) and "wrong join token" in m.refused["w1"]
+    nonce = m.challenge("w1")
+    assert m.answer("w1", proof("s3cret-token", nonce, "w1")) and m.members(["w1", "w2"]) == ["w1"]
+    assert m.challenge("w1") is None  # proven stays proven across Locust's "ready again"
+    assert Membership(None).members(["a", "b"]) == ["a", "b"]
+
+
+def test_non_loopback_master_needs_a_token(tmp_path, pg_uri):
+    proc = locust("-f", FILES, "--master", "--headless", "--master-bind-host", "0.0.0.0", "--master-bind-port",
+                  str(free_port()), "--target", pg_uri, "--rate", "10", "-t", "2s", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, explain(proc)
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("dbsurge:")]
+    assert len(lines) == 1 and "DBSURGE_JOIN_TOKEN" in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_processes_master_binds_loopback(tmp_path, pg_uri):
+    from dbsurge.options import add_options
+    from locust.argument_parser import get_parser
+
+    parser = get_parser()
+    add_options(parser)
+    assert parser.parse_args(["-f", FILES]).master_bind_host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("ns_worker_has_token", [False, True])
+def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
+    token = "join-" + os.urandom(8).hex()
+    port = str(free_port())
+    common = ["--target", netns_db.uri, "--operation", "product_lookup", "--workload-option", "products=300",
+              "--no-db-sampler"]
+    env = {**os.environ, "DBSURGE_JOIN_TOKEN": token}
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers", "2",
+         "--master-bind-host", netns_db.netns.host_ip, "--master-bind-port", port, "--rate", "60", "-t", "6s",
+         "--results-dir", str(tmp_path / "results"), *common],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    worker_cmd = [sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-host", netns_db.netns.host_ip,
+                  "--master-port", port, *common]
+    local = subprocess.Popen(worker_cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    ns_env = {k: v for k, v in env.items() if k != "DBSURGE_JOIN_TOKEN" or ns_worker_has_token}
+    remote = subprocess.Popen(netns_db.netns.cmd("env", *[f"{k}={v}" for k, v in ns_env.items()
+                                                          if k in ("PATH", "DBSURGE_JOIN_TOKEN", "DBSURGE_HOME")],
+                                                 *worker_cmd),
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        out, _ = master.communicate(timeout=120)
+    finally:
+        for p in (master, local, remote):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 360 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
+    meta = json.loads((run / "run.json").read_text())
+    per_worker = meta["results"]["operations_per_worker"]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    if ns_worker_has_token:
+        assert len([w for w, n in per_worker.items() if n > 0]) == 2, per_worker
+        assert not meta["results"]["refused_workers"]
+        assert master.returncode == 0, out[-3000:]
+    else:
+        refused = meta["results"]["refused_workers"]
+        assert len(refused) == 1 and "no join token" in next(iter(refused.values())), meta["results"]
+        assert any(e["kind"] == "worker_refused" for e in events)
+        assert list(refused)[0] not in per_worker  # it reported nothing: it sent nothing
+        assert total["ok"] == 360, total  # the member carried the whole plan
+        assert "workers refused" in out
