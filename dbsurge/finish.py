@@ -139,6 +139,9 @@ def finish_run(run, hurry: bool = False) -> None:
     if refused:
         findings.append("workers refused, with no share and no load: " + ", ".join(
             f"{w} ({why})" for w, why in sorted(refused.items())))
+    clocks = getattr(run, "clocks", None)
+    if clocks is not None:
+        findings += clocks.warnings()
     if run.lost_workers:
         findings.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
@@ -185,6 +188,7 @@ def finish_run(run, hurry: bool = False) -> None:
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
                 "refused_workers": dict(refused or {}),
+                "clock_offsets": clocks.describe() if clocks is not None else {},
                 "problems": dict(run.problems), "verdict": verdict,
             },
         )

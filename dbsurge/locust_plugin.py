@@ -39,6 +39,7 @@ from . import finish, latency_buckets, stopping
 from .arrivals import OperationMix
 from .aggregator import Aggregator
 from .errors import UserError
+from .clocks import ClockBook, wall_ns
 from .membership import Membership, is_loopback, proof
 from .options import add_options, parse_key_values, parse_operation_weights
 from .pacer import Pacer
@@ -73,6 +74,7 @@ class Setup:
     max_lag_s: float | None
     changes: list  # live rate changes so far: [at_s, rate_tps, scale]
     op_timeout_s: float = 30.0
+    clock_offset_ns: int = 0  # this worker's clock minus the master's (dbsurge.clocks)
 
 
 def fail(message: str) -> None:
@@ -92,7 +94,7 @@ class DbSurgeRun:
                      else "master" if isinstance(environment.runner, MasterRunner) else "local")
         raw_dir = os.environ.get("DBSURGE_RAW_SAMPLES_DIR")  # tests: every sample, to check the merge
         raw_path = os.path.join(raw_dir, f"samples-{os.getpid()}.bin") if raw_dir else None
-        self.recorder = Recorder(raw_samples_path=raw_path)
+        self.recorder = Recorder(raw_samples_path=raw_path, wall_ns=wall_ns)
         self.pacer: Pacer | None = None
         self.schedule: Schedule | None = None
         self.plan: StagePlan | None = None
@@ -126,7 +128,14 @@ class DbSurgeRun:
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
         self.capped_stages: set[int] = set()
-        self.membership: Membership | None = None  # stages in which the shape wanted more than --max-users
+        self.membership: Membership | None = None
+        self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
+        self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
+        self.sequence = None  # master: the numbered arrivals, for reshare points
+        self.clocks = ClockBook()  # master: each worker's clock offset
+        self.departed: set[str] = set()  # master: workers that left gracefully
+        self.leaving: str | None = None  # worker: why it is leaving
+        self.leave_until: int | None = None  # stages in which the shape wanted more than --max-users
 
     # -- keeping going when something goes wrong ----------------------------------------------------
 
@@ -225,7 +234,10 @@ class DbSurgeRun:
             sched = sched.changed(at_s, rate_tps=rate, scale=scale)
         self.schedule = sched
         mix = self.operation_mix()
-        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns, mix=mix, sink=self.recorder,
+        # the master's time zero in this worker's clock; and completion seconds back in the master's
+        self.recorder.wall_offset_ns = wall_ns() - time.perf_counter_ns() - s.clock_offset_ns
+        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns + s.clock_offset_ns, wall_ns=wall_ns,
+                           mix=mix, sink=self.recorder,
                            op_ids=[self.recorder.op_id(n) for n in mix.names], worker_index=s.index,
                            worker_count=s.count, arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
 
@@ -290,6 +302,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         runner.register_message("dbsurge:share", _on_share_message)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         runner.register_message("dbsurge:challenge", _on_challenge_message)
+        runner.register_message("dbsurge:clock", _on_clock_ping)
+        runner.register_message("dbsurge:leave_ok", _on_leave_ok)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
         # "client_ready" could arrive before them and be dropped as an unknown message)
         runner.send_message("dbsurge:hello", {})
@@ -302,6 +316,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         run.membership = Membership(run.options.join_token)
         runner.register_message("dbsurge:proof", _on_proof_message)
         runner.register_message("dbsurge:hello", _on_hello_message)
+        runner.register_message("dbsurge:clock", _on_clock_answer)
+        runner.register_message("dbsurge:leave", _on_leave_message)
     if run.role == "local":
         runner.register_message("dbsurge:close", stopping.on_close_message)
         gevent.spawn(stopping.loop_lag_monitor, run)
@@ -439,9 +455,10 @@ def begin_run(run: DbSurgeRun) -> None:
     if run.role == "master":
         _await_proofs(run)
         workers = _worker_ids(env.runner, run)
+        _measure_clocks(run, workers)
         run.shares = {cid: i for i, cid in enumerate(workers)}
         for cid, i in run.shares.items():
-            s = _setup_for(run, i, len(workers), max_lag_s)
+            s = _setup_for(run, i, len(workers), max_lag_s, cid)
             env.runner.send_message("dbsurge:setup", s.__dict__, client_id=cid)
             run.rundir.event("worker_join", worker=cid, index=i, count=len(workers),
                              host=_worker_address(env, cid))
@@ -449,17 +466,20 @@ def begin_run(run: DbSurgeRun) -> None:
         run.make_pacer(_setup_for(run, 0, 1, max_lag_s))
         run.ready.set()
     run.side_tasks = [gevent.spawn(_master_loop, run)]
+    if run.role == "master":
+        run.side_tasks.append(gevent.spawn(_membership_loop, run))
     from .side import start_side_collectors
 
     run.side_tasks += start_side_collectors(run)
 
 
-def _setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None) -> Setup:
+def _setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None, worker: str | None = None) -> Setup:
     return Setup(
         target_uri=run.target_uri, target_options=run.target_options, workload_options=run.workload_options,
         operations=run.operation_weights, plan=run.plan.to_dict() if run.plan else None,
         start_epoch_ns=run.start_epoch_ns, index=index, count=count, arrivals=run.options.arrivals,
         seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes), op_timeout_s=run.op_timeout_s,
+        clock_offset_ns=run.clocks.offset_ns(worker) if worker else 0,
     )
 
 
@@ -499,12 +519,55 @@ def _versions() -> dict:
     return out
 
 
+#: A worker whose last heartbeat is older than this is lost: its share moves to the others. A worker
+#: pauses after `stopping.MASTER_SILENCE_S` (shorter) without the master's answers, so both never send.
+LOST_AFTER_S = 2.0
+
+
 def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
-    """Connected workers that may take a share: not missing, and proven when a join token is required."""
+    """Workers that may take a share: connected, heard from within `LOST_AFTER_S`, proven when a token is required."""
     ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
-    if run is not None and run.membership is not None:
-        ids = run.membership.members(ids)
+    if run is not None:
+        now = time.time()
+        ids = [c for c in ids if now - run.last_seen.get(c, now) <= LOST_AFTER_S and c not in run.departed]
+        if run.membership is not None:
+            ids = run.membership.members(ids)
     return ids
+
+
+@events.heartbeat_sent.add_listener
+def _on_heartbeat_sent(client_id, timestamp, **_kw):
+    """Master: Locust answers each worker heartbeat; that answer dates the worker's last sign of life."""
+    run = _active["run"]
+    if run is not None and run.role == "master":
+        run.last_seen[client_id] = timestamp
+
+
+def _membership_loop(run: DbSurgeRun) -> None:
+    """Master: every 0.25 s, move shares when a worker is lost or joins (detection within `LOST_AFTER_S`);
+    every 10 s, measure the workers' clocks again."""
+    next_clock = time.monotonic() + 10.0
+    while not run.finished:
+        gevent.sleep(0.25)
+        if time.monotonic() >= next_clock:
+            next_clock = time.monotonic() + 10.0
+            for cid in list(run.shares):
+                run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+        if run.closing is not None or run.plan is None:
+            continue
+        try:
+            _reshare_if_needed(run)
+        except Exception as e:
+            run.note_problem("re-sharing the plan", e)
+
+
+def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
+    """The first arrival number due at or after plan time ``elapsed_s``."""
+    from .arrivals import ArrivalSequence
+
+    if run.sequence is None:
+        run.sequence = ArrivalSequence(run.options.arrivals, run.options.seed)
+    return run.sequence.first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
 
 
 def _worker_address(env, cid: str) -> str | None:
@@ -551,11 +614,6 @@ def _master_loop(run: DbSurgeRun) -> None:
             run.aggregator.flush()
         except Exception as e:
             run.note_problem("writing the timeline", e)
-        if run.role == "master" and run.plan is not None and run.closing is None:
-            try:
-                _reshare_if_needed(run)
-            except Exception as e:
-                run.note_problem("re-sharing the plan", e)
 
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
@@ -564,19 +622,95 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
     if set(workers) == set(run.shares) or not workers:
         return
     elapsed = run.elapsed_s() or 0.0
-    from_number = run.schedule.cumulative(max(0.0, elapsed + 0.5))
+    from_number = number_at(run, elapsed + 0.5)
     for cid in sorted(set(run.shares) - set(workers)):
         run.lost_workers.append(cid)
-        run.safe_event("worker_lost", worker=cid, from_arrival=from_number)
+        run.lost_from[cid] = from_number
+        silent = time.time() - run.last_seen.get(cid, time.time())
+        run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
+                       host=_worker_address(env, cid))
         log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
                     "are booked as not sent (worker_lost)", cid)
     run.shares = {cid: i for i, cid in enumerate(workers)}
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for cid, i in run.shares.items():
         env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                                                  "setup": _setup_for(run, i, len(workers), max_lag_s).__dict__},
+                                                  "write_off_until": run.lost_from.pop(cid, from_number),
+                                                  "setup": _setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
                                 client_id=cid)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+def _on_leave_message(environment, msg, **_kw):
+    """Master: a worker leaves gracefully: the others take its share from just ahead, at once."""
+    run: DbSurgeRun = environment.dbsurge
+    cid = msg.node_id
+    if run.plan is None or cid not in run.shares or run.closing is not None:
+        environment.runner.send_message("dbsurge:leave_ok", {"until_number": None}, client_id=cid)
+        return
+    run.departed.add(cid)
+    from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
+    run.safe_event("worker_leaving", worker=cid, why=(msg.data or {}).get("why"), from_arrival=from_number)
+    log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", cid,
+                (msg.data or {}).get("why"), from_number)
+    environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
+    workers = _worker_ids(environment.runner, run)
+    run.shares = {w: i for i, w in enumerate(workers)}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    for w, i in run.shares.items():
+        environment.runner.send_message(
+            "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                              "setup": _setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
+    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+def _on_leave_ok(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    until = (msg.data or {}).get("until_number")
+    run.leave_until = int(until) if until is not None else (run.pacer.next_number if run.pacer else 0)
+
+
+def _resume_share(run: DbSurgeRun, cid: str) -> None:
+    """A worker that paused (it lost sight of the master) but was never given up gets its own share back."""
+    if run.closing is not None or run.plan is None or cid not in run.shares:
+        return
+    from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
+    i, n = run.shares[cid], len(run.shares)
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    run.environment.runner.send_message(
+        "dbsurge:share", {"index": i, "count": n, "from_number": from_number, "write_off_until": from_number,
+                          "setup": _setup_for(run, i, n, max_lag_s, cid).__dict__}, client_id=cid)
+    run.safe_event("worker_resumed", worker=cid, from_arrival=from_number)
+
+
+# -- clocks (see dbsurge.clocks) ---------------------------------------------------------------------------
+
+
+def _measure_clocks(run: DbSurgeRun, workers: list[str], exchanges: int = 5, timeout_s: float = 1.0) -> None:
+    """Master, before the plan is shared: a few NTP-style exchanges with each worker."""
+    runner = run.environment.runner
+    for _ in range(exchanges):
+        for cid in workers:
+            runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+        gevent.sleep(0.02)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(c not in run.clocks.best for c in workers):
+        gevent.sleep(0.02)
+    for cid, d in run.clocks.describe().items():
+        if cid in workers:
+            run.safe_event("clock", worker=cid, **d)
+
+
+def _on_clock_ping(environment, msg, **_kw):
+    """Worker: answer the master's clock exchange with its own receive and send times."""
+    t2 = wall_ns()
+    environment.runner.send_message("dbsurge:clock", {"t1": msg.data["t1"], "t2": t2, "t3": wall_ns()})
+
+
+def _on_clock_answer(environment, msg, **_kw):
+    t4 = wall_ns()
+    d = msg.data
+    environment.dbsurge.clocks.add(msg.node_id, d["t1"], d["t2"], d["t3"], t4)
 
 
 # -- membership: the join challenge (see dbsurge.membership) ----------------------------------------------
@@ -584,6 +718,9 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
 
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
+    run.last_seen[msg.node_id] = time.time()
+    if (msg.data or {}).get("rejoin"):
+        _resume_share(run, msg.node_id)
     nonce = run.membership.challenge(msg.node_id)
     if nonce is not None:
         environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
@@ -634,6 +771,11 @@ def _on_share_message(environment, msg, **_kw):
         run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
         run.make_pacer(s)
         run.ready.set()
+    if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
+        n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
+        log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
+                    "(worker_lost); sending again", n)
+        return
     run.pacer.reshare(d["index"], d["count"], d["from_number"])
 
 

@@ -175,6 +175,7 @@ class Pacer:
         self.returned: deque[Slot] = deque()
         self.in_flight: dict[int, Slot] = {}
         self.closed: str | None = None  # the not-sent reason once closed
+        self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
         self._pending: tuple[int, int, int] | None = None  # (index, count, from_number) of a reshare
         # Precise waits need the real monotonic clock (tests pass their own clocks).
         self._alarm = Alarm.create() if clock_ns is time.perf_counter_ns else None
@@ -231,7 +232,7 @@ class Pacer:
 
         Slots later than ``max_lag_s`` are skipped and counted as dropped.
         """
-        if self.closed is not None:
+        if self.closed is not None or self.paused:
             return None
         sched = self.schedule
         while True:
@@ -287,7 +288,7 @@ class Pacer:
         schedule = self.schedule
         alarm = self._alarm
         while True:
-            if self.closed is not None:
+            if self.closed is not None or self.paused:
                 return None
             remaining = slot.intended_ns - clock()
             if remaining <= 0:
@@ -308,6 +309,38 @@ class Pacer:
                             slot.position)
                 if slot.number in self.in_flight:
                     self.in_flight[slot.number] = slot
+
+    # -- losing the master, and coming back ------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop issuing slots: this worker lost sight of the master, which may give its share away."""
+        self.paused = True
+
+    def rejoin(self, index: int, count: int, from_number: float, write_off_until: float) -> int:
+        """Resume after a pause with share ``index`` of ``count`` from ``from_number``.
+
+        This worker's own untaken arrivals before ``write_off_until`` (where the master gave its share
+        away, or ``from_number`` if it never did) are booked as not sent (``worker_lost``); any after
+        that belong to the workers that took the share over. Returns how many were booked.
+        """
+        until = math.ceil(write_off_until)
+        column = "not_sent:worker_lost"
+        n = 0
+        for slot in self.returned:
+            if slot.number < until:
+                self.sink.count(slot.stage, self.op_ids[slot.op], column)
+                n += 1
+        self.returned.clear()
+        if self._pending is not None:
+            index0, count0, f0 = self._pending
+            n += self._write_off(self.next_number, min(f0, until), self.count, column)
+            n += self._write_off(_first_of_share(index0, count0, f0), until, count0, column)
+            self._pending = None
+        else:
+            n += self._write_off(self.next_number, until, self.count, column)
+        self._assign(index, count, math.ceil(from_number))
+        self.paused = False
+        return n
 
     # -- the end: what was not sent -------------------------------------------------------------
 

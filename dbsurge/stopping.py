@@ -36,8 +36,12 @@ log = logging.getLogger("dbsurge")
 EXIT_OK, EXIT_CHECKS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
-#: A worker that has not heard from its master for this long stops sending load.
-MASTER_SILENCE_S = 2.5
+#: A worker that has not heard from its master for this long stops sending (pauses), before the
+#: master, which waits `locust_plugin.LOST_AFTER_S`, gives its share away: the database never gets
+#: more than the plan. Back in touch, it asks for its share again (``dbsurge:hello`` with ``rejoin``).
+MASTER_SILENCE_S = 1.5
+#: ... and after this long it gives up and exits 3.
+MASTER_GONE_S = 5.0
 #: Extra time the master waits for final accounts after the drain.
 FINAL_WAIT_S = 3.0
 
@@ -119,21 +123,31 @@ def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
 
 
 def master_watchdog(run) -> None:
-    """Worker: stop sending load when the master has been silent for `MASTER_SILENCE_S`, then exit 3."""
+    """Worker: pause after `MASTER_SILENCE_S` without the master, ask to rejoin when it answers again,
+    and exit 3 after `MASTER_GONE_S`."""
     runner = run.environment.runner
+    asked = 0.0
     while True:
-        gevent.sleep(0.25)
+        gevent.sleep(0.1)
         last = getattr(runner, "last_heartbeat_timestamp", None)
-        if run.pacer is None or last is None:
+        pacer = run.pacer
+        if pacer is None or last is None or pacer.closed is not None:
             continue
         silent = time.time() - last
-        if silent > MASTER_SILENCE_S and run.pacer.closed is None:
-            run.pacer.close("worker_lost")
-            log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stopped sending load", silent)
-            gevent.sleep(0.5)
+        if silent > MASTER_GONE_S:
+            pacer.close("worker_lost")
+            log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stops and exits", silent)
+            gevent.sleep(0.3)
             run.environment.process_exit_code = EXIT_INCOMPLETE
             runner.quit()
             return
+        if silent > MASTER_SILENCE_S and not pacer.paused:
+            pacer.pause()
+            log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stopped sending load "
+                      "until the master answers again", silent)
+        elif silent <= MASTER_SILENCE_S and pacer.paused and time.time() - asked > 1.0:
+            asked = time.time()
+            runner.send_message("dbsurge:hello", {"rejoin": True})
 
 
 def loop_lag_monitor(run, period_s: float = 0.05) -> None:
@@ -169,15 +183,50 @@ def install_signal_handlers(run) -> None:
 def install_worker_signal_handlers(run) -> None:
     """Worker: a terminal's Ctrl-C reaches every process of its group, workers too; the master stops
     the run for all of them (and sends the final ``dbsurge:close``), so a worker ignores the first
-    SIGINT and only a second one ends it at once."""
-    def handler(signum, _frame):
+    SIGINT and only a second one ends it at once. SIGTERM (what a Spot interruption or
+    ``docker stop`` sends) makes the worker leave gracefully (`leave`)."""
+    def on_int(signum, _frame):
         run.signals += 1
         if run.signals > 1:
             import os
 
             os._exit(EXIT_SIGNAL.get(signum, 128 + signum))
 
-    signal.signal(signal.SIGINT, handler)
+    def on_term(signum, _frame):
+        gevent.spawn(leave, run, "SIGTERM")
+
+    signal.signal(signal.SIGINT, on_int)
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def leave(run, why: str) -> None:
+    """Worker: leave the run gracefully (SIGTERM, a Spot interruption notice).
+
+    Stop taking slots, ask the master to move this worker's share at once (``dbsurge:leave``); the
+    master answers with the arrival from which the others take over (``dbsurge:leave_ok``); the
+    untaken rest before it is booked as ``worker_lost``, in-flight operations get ``--drain`` to
+    finish, and the final account goes to the master before the process exits.
+    """
+    pacer = run.pacer
+    if run.leaving or pacer is None or pacer.closed is not None:
+        if pacer is None:
+            run.environment.runner.quit()
+        return
+    run.leaving = why
+    pacer.pause()
+    log.warning("dbsurge: %s: leaving the run (in-flight operations get %g s)", why, float(run.options.drain))
+    run.leave_until = None
+    run.environment.runner.send_message("dbsurge:leave", {"why": why})
+    deadline = time.monotonic() + 3.0
+    while run.leave_until is None and time.monotonic() < deadline:
+        gevent.sleep(0.02)
+    until = run.leave_until if run.leave_until is not None else pacer.next_number
+    pacer.rejoin(pacer.index, pacer.count, until, until)  # books [next, until) as worker_lost
+    pacer.close("worker_lost", until_position=-1.0)  # nothing more of the plan is this worker's
+    final_account(run, "worker_lost", drain_s=float(run.options.drain), in_flight_reason="in_flight",
+                  until_position=-1.0)
+    gevent.sleep(0.3)
+    run.environment.runner.quit()
 
 
 def _on_signal(run, signum: int) -> None:

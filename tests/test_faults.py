@@ -217,9 +217,9 @@ def test_master_sigkilled(tmp_path, pg_uri):
     workers = master.children()
     killed_at = time.time()
     master.kill()
-    gone, alive = psutil.wait_procs(workers, timeout=6)
+    gone, alive = psutil.wait_procs(workers, timeout=9)
     assert not alive, "workers outlived their master"
-    assert time.time() - killed_at < 6
+    assert time.time() - killed_at < 9  # they pause after 1.5 s of silence and exit after 5 s
     _finish(proc, tmp_path)
     seconds = timeline_seconds(run)
     last = datetime.fromisoformat(seconds[-1].replace("Z", "+00:00")).timestamp()
