@@ -57,6 +57,9 @@ def add_options(parser) -> None:
                    help="spike shape: make every stage this long (keeps the rates)")
     g.add_argument("--rate", env_var="DBSURGE_RATE", type=float, default=None,
                    help="constant shape: the arrival rate in TPS")
+    g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=float, default=None, include_in_web_ui=False,
+                   help="highest rate a live change (web UI, POST /dbsurge/rate) may ask for, in TPS "
+                        "(default: 10 times the plan's peak)")
     g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=int, default=DEFAULTS["max_users"],
                    help="most concurrent users (connections) the shapes may start (default 200)")
     g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],

@@ -107,6 +107,8 @@ def validate_options(opts: argparse.Namespace) -> None:
         finite_positive(opts.baseline_tps, "--baseline-tps", maximum=MAX_TPS, what="a positive number of TPS")
     if get("rate") is not None:
         finite_positive(opts.rate, "--rate", maximum=MAX_TPS, what="a positive number of TPS")
+    if get("max_rate") is not None:
+        finite_positive(opts.max_rate, "--max-rate", maximum=MAX_TPS, what="a positive number of TPS")
     if get("stage_seconds") is not None:
         # 0 used to mean "not given" and ran the study's full 2/1/2/1-minute plan
         seconds_option(opts.stage_seconds, "--stage-seconds")

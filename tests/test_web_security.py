@@ -1,0 +1,448 @@
+"""The web UI answers its own origin only and shows no secret (docs/web-ui.md).
+
+- Unit tests: `parse_rate_request` (what ``POST /dbsurge/rate`` accepts) and `refusal` (which
+  requests the same-origin guard turns away).
+- A real Locust master and worker run orders against the session's PostgreSQL as a role with a
+  password, started from Locust's own page in Chromium. A second HTTP server serves an attacker
+  page, opened from a foreign site (``attacker.test``, cross-site) and from another port of
+  127.0.0.1 (same-site): it tries to read the UI, change the rate, start a swarm and stop the test.
+  Every attempt gets 403 or stays unreadable, and the run goes on at its rate; the password is in
+  no page, endpoint or download; the panel on the UI's own page still sets the rate.
+- ``--web-login``: pages still need a login, and a same-origin login form still works.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from runs import REPO
+
+from dbsurge.embedded import free_port
+from dbsurge.errors import UserError
+from dbsurge.web import parse_rate_request, refusal
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--host-resolver-rules=MAP attacker.test 127.0.0.1"]
+HAVE_CHROMIUM = bool(shutil.which("chromium")) or os.path.exists(CHROMIUM)
+PASSWORD = "Xq7wzDbsurgeWebSecret93"
+ROLE = "dbsurge_web_t"
+FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
+
+
+# -- the rate a request may ask for -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [
+    {"rate_tps": True}, {"rate_tps": False}, {"rate_tps": "1_000"}, {"rate_tps": [1]}, {"rate_tps": {}},
+    {"rate_tps": "nan"}, {"rate_tps": "inf"}, {"rate_tps": float("nan")}, {"rate_tps": float("inf")},
+    {"rate_tps": 1e300}, {"rate_tps": 10**400}, {"rate_tps": -1}, {"rate_tps": "-1"}, {"rate_tps": "0x10"},
+    {"rate_tps": "１２"}, {"rate_tps": "12 TPS"}, {"scale": True}, {"scale": "nan"}, {"scale": 11},
+    {"rate_tps": 1, "scale": 1}, {}, {"rate_tps": None}, {"rate_tps": ""}, {"rate": 5}, {"rate_tps": 5, "x": 1},
+    [1], [], "12", 12, None, True,
+])
+def test_rate_request_refused(data):
+    with pytest.raises(UserError) as e:
+        parse_rate_request(data, max_rate=1000.0, scale_peak=100.0)
+    assert "\n" not in str(e.value) and str(e.value)
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"rate_tps": "12"}, (12.0, None)), ({"rate_tps": 12.5}, (12.5, None)), ({"rate_tps": 0}, (0.0, None)),
+    ({"rate_tps": " 800 "}, (800.0, None)), ({"rate_tps": "1e3"}, (1000.0, None)), ({"rate_tps": 1000}, (1000.0, None)),
+    ({"scale": "2"}, (None, 2.0)), ({"scale": 10}, (None, 10.0)), ({"scale": 0}, (None, 0.0)),
+    ({"rate_tps": "", "scale": "1.5"}, (None, 1.5)), ({"rate_tps": None, "scale": 0.5}, (None, 0.5)),
+])
+def test_rate_request_accepted(data, expected):
+    assert parse_rate_request(data, max_rate=1000.0, scale_peak=100.0) == expected
+
+
+def test_rate_above_max_rate_names_the_limit():
+    with pytest.raises(UserError, match="--max-rate 500"):
+        parse_rate_request({"rate_tps": 501}, max_rate=500.0)
+    with pytest.raises(UserError, match="peak to 600"):
+        parse_rate_request({"scale": 6}, max_rate=500.0, scale_peak=100.0)
+
+
+# -- which requests the guard turns away ------------------------------------------------------------------------
+
+def _environ(method="GET", path="/", **headers):
+    env = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.url_scheme": "http", "HTTP_HOST": "127.0.0.1:8089"}
+    env.update({"HTTP_" + k.upper(): v for k, v in headers.items()})
+    return env
+
+
+@pytest.mark.parametrize("env", [
+    _environ("POST", "/dbsurge/rate", origin="http://attacker.test"),
+    _environ("POST", "/dbsurge/rate", origin="null"),
+    _environ("POST", "/dbsurge/rate", sec_fetch_site="cross-site", sec_fetch_mode="no-cors"),
+    _environ("POST", "/swarm", sec_fetch_site="same-site", sec_fetch_mode="navigate", origin="http://127.0.0.1:9"),
+    _environ("POST", "/stop", referer="http://attacker.test/page"),
+    _environ("GET", "/stop", sec_fetch_site="cross-site", sec_fetch_mode="no-cors"),
+    _environ("GET", "/stats/reset", referer="http://attacker.test/"),
+    _environ("GET", "/dbsurge/plan", sec_fetch_site="cross-site", sec_fetch_mode="cors", origin="http://a.test"),
+    _environ("GET", "/dbsurge/panel.js", sec_fetch_site="cross-site", sec_fetch_mode="no-cors"),
+    _environ("GET", "/", sec_fetch_site="same-site", sec_fetch_mode="no-cors"),
+    _environ("OPTIONS", "/dbsurge/rate", origin="http://attacker.test"),
+    _environ("GET", "/", origin="http://127.0.0.1:8090"),
+    _environ("GET", "/", origin="https://127.0.0.1:8089"),
+])
+def test_guard_refuses(env):
+    assert refusal(env)
+
+
+@pytest.mark.parametrize("env", [
+    _environ("POST", "/dbsurge/rate"),  # curl
+    _environ("GET", "/stop"),
+    _environ("POST", "/dbsurge/rate", origin="http://127.0.0.1:8089", sec_fetch_site="same-origin"),
+    _environ("POST", "/swarm", referer="http://127.0.0.1:8089/"),
+    _environ("POST", "/swarm", sec_fetch_site="none"),
+    _environ("GET", "/", sec_fetch_site="cross-site", sec_fetch_mode="navigate"),  # a link from elsewhere
+    _environ("GET", "/", referer="http://attacker.test/"),  # a read without Sec-Fetch-*: no CORS, unreadable
+    _environ("GET", "/dbsurge/plan", sec_fetch_site="same-origin", sec_fetch_mode="cors"),
+    _environ("POST", "/dbsurge/rate", origin="http://127.0.0.1:80", HOST="127.0.0.1"),
+    _environ("POST", "/dbsurge/rate", origin="https://lg.example", HOST="lg.example", X_FORWARDED_PROTO="https"),
+])
+def test_guard_lets_through(env):
+    assert refusal(env) is None
+
+
+# -- a real run, a real browser, a foreign page -------------------------------------------------------------------
+
+def _http(url, data=None, headers=None, method=None):
+    """(status, body text) of a plain HTTP request: no Origin, no Sec-Fetch-* (like curl)."""
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+
+
+def _json(url):
+    status, body = _http(url)
+    assert status == 200, (url, status, body[:300])
+    return json.loads(body)
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = predicate()
+        except (OSError, ValueError, KeyError, AssertionError) as e:  # not up yet
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def password_uri(pg_uri):
+    import psycopg
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        try:
+            conn.execute(f"create role {ROLE} login superuser password '{PASSWORD}'")
+        except psycopg.errors.DuplicateObject:
+            conn.execute(f"alter role {ROLE} login superuser password '{PASSWORD}'")
+    # postgresql://postgres@127.0.0.1:PORT/postgres -> the new role, with its password
+    return pg_uri.replace("postgres@", f"{ROLE}:{PASSWORD}@", 1)
+
+
+def _stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def master_web(tmp_path, password_uri):
+    """A master (web UI on 127.0.0.1) and one worker; constant 50 TPS, not started yet."""
+    web_port, master_port = free_port(), free_port()
+    common = ["--operation", "product_lookup", "--workload-option", "products=2000"]
+    with open(tmp_path / "master.log", "w") as log:  # the child keeps writing to its copy
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", FILES, "--master", "--master-bind-host", "127.0.0.1",
+             "--master-bind-port", str(master_port), "--web-host", "127.0.0.1", "--web-port", str(web_port),
+             "--target", password_uri, "--rate", "50", "--no-db-sampler", "--results-dir", str(tmp_path / "results"),
+             *common], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-host", "127.0.0.1", "--master-port",
+         str(master_port), *common], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{web_port}"
+
+    def master_log():
+        return (tmp_path / "master.log").read_text()
+
+    try:
+        try:
+            _wait_for(lambda: _json(base + "/stats/requests").get("worker_count", 0) >= 1, 45, "the worker")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{master_log()[-3000:]}") from None
+        yield base, master_log
+    finally:
+        _stop(worker)
+        _stop(master)
+
+
+ATTACK_PAGE = """<!doctype html><html><body><h1>cat pictures</h1>
+<iframe name="sink1"></iframe><iframe name="sink2"></iframe><iframe name="sink3"></iframe>
+<form id="f-rate" method="POST" action="BASE/dbsurge/rate" target="sink1"><input name="rate_tps" value="999"></form>
+<form id="f-swarm" method="POST" action="BASE/swarm" target="sink2"><input name="user_count" value="7">
+<input name="spawn_rate" value="7"></form>
+<form id="f-stop" method="POST" action="BASE/stop" target="sink3"></form>
+<script>
+const B = "BASE";
+window.results = {};
+async function attempt(name, fn) {
+  try {
+    const r = await fn();
+    let text = "";
+    try { text = await r.text(); } catch (e) {}
+    window.results[name] = "response type=" + r.type + " status=" + r.status + " readable=" + text.length;
+  } catch (e) { window.results[name] = "error " + e.name; }
+}
+function load(name, tag, url) {
+  return new Promise(res => {
+    const el = document.createElement(tag);
+    el.onload = () => res(window.results[name] = "loaded");
+    el.onerror = () => res(window.results[name] = "error");
+    el.src = url;
+    document.body.appendChild(el);
+  });
+}
+(async () => {
+  await attempt("fetch GET /", () => fetch(B + "/", {credentials: "include"}));
+  await attempt("fetch GET /dbsurge/plan", () => fetch(B + "/dbsurge/plan", {credentials: "include"}));
+  await attempt("fetch GET /stats/requests", () => fetch(B + "/stats/requests"));
+  await attempt("fetch POST /dbsurge/rate no-cors", () => fetch(B + "/dbsurge/rate", {method: "POST", mode: "no-cors",
+    headers: {"Content-Type": "text/plain"}, body: JSON.stringify({rate_tps: 999})}));
+  await attempt("fetch POST /dbsurge/rate no-cors form", () => fetch(B + "/dbsurge/rate", {method: "POST",
+    mode: "no-cors", body: new URLSearchParams({rate_tps: "999"})}));
+  await attempt("fetch POST /dbsurge/rate json (preflight)", () => fetch(B + "/dbsurge/rate", {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({rate_tps: 999})}));
+  await attempt("fetch POST /swarm no-cors", () => fetch(B + "/swarm", {method: "POST", mode: "no-cors",
+    body: new URLSearchParams({user_count: "7", spawn_rate: "7"})}));
+  await attempt("fetch POST /stop no-cors", () => fetch(B + "/stop", {method: "POST", mode: "no-cors"}));
+  await attempt("fetch POST /stats/reset no-cors", () => fetch(B + "/stats/reset", {method: "POST", mode: "no-cors"}));
+  await load("img GET /stop", "img", B + "/stop");
+  await load("img GET /stats/reset", "img", B + "/stats/reset");
+  await load("script GET /dbsurge/panel.js", "script", B + "/dbsurge/panel.js");
+  await load("script GET /dbsurge/plan", "script", B + "/dbsurge/plan");
+  document.getElementById("f-rate").submit();
+  document.getElementById("f-swarm").submit();
+  document.getElementById("f-stop").submit();
+  await new Promise(r => setTimeout(r, 1500));
+  window.done = true;
+})();
+</script></body></html>
+"""
+
+
+@pytest.fixture
+def attacker_server():
+    pages: dict[str, bytes] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages.get(self.path, b"not found")
+            self.send_response(200 if self.path in pages else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], pages
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not HAVE_CHROMIUM, reason="Debian's chromium is not installed (make test installs it as root)")
+def test_foreign_page_can_neither_read_nor_steer(master_web, attacker_server, password_uri):
+    from playwright.sync_api import sync_playwright
+
+    base, master_log = master_web
+    port, pages = attacker_server
+    pages["/"] = ATTACK_PAGE.replace("BASE", base).encode()
+    seen: list[tuple[str, str, str, int]] = []  # (attacker origin, method, path, status) as the browser saw it
+    failed: list[tuple[str, str, str, str]] = []  # (attacker origin, method, path, the browser's error)
+    outcomes: dict[str, dict[str, str]] = {}
+
+    # the form's --target default is the redacted URI; the password is nowhere in the page
+    status, page_html = _http(base + "/")
+    assert status == 200 and PASSWORD not in page_html
+    assert f"{ROLE}:***@" in page_html
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        # start the run from Locust's own page (same origin), with the form as it is shown
+        own = browser.new_page()
+        own.goto(base + "/")
+        own.wait_for_selector("#dbsurge-panel")
+        own.get_by_role("button", name="Start").click()
+        _wait_for(lambda: _json(base + "/dbsurge/plan")["achieved_tps"] >= 45, 30, "50 TPS achieved")
+        assert _json(base + "/stats/requests")["state"] == "running"
+
+        for origin in (f"http://attacker.test:{port}", f"http://127.0.0.1:{port}"):
+            ctx = browser.new_context()
+            page = ctx.new_page()
+            page.on("response", lambda r, o=origin: seen.append((o, r.request.method, r.url[len(base):], r.status))
+                    if r.url.startswith(base) else None)
+            page.on("requestfailed", lambda r, o=origin: failed.append((o, r.method, r.url[len(base):], r.failure))
+                    if r.url.startswith(base) else None)
+            page.goto(origin + "/")
+            page.wait_for_function("window.done === true", timeout=20000)
+            outcomes[origin] = page.evaluate("window.results")
+            ctx.close()
+        print(json.dumps(outcomes, indent=1))
+        print("\n".join(f"{o} {m} {path} -> {s}" for o, m, path, s in seen + failed))
+
+        for origin, results in outcomes.items():
+            for name, result in results.items():
+                # nothing readable: a network error, an error event, or an opaque no-cors response
+                assert result.startswith("error") or result == "response type=opaque status=0 readable=0", \
+                    (origin, name, result)
+        assert seen, "the browser sent nothing to the UI"
+        assert all(s == 403 for *_x, s in seen), seen
+        # the UI refused each one itself (403), whatever the browser would have done with the answer
+        refused = [line for line in master_log().splitlines() if "web UI refused" in line]
+        print("\n".join(refused))
+        for method, path in [("POST", "/dbsurge/rate"), ("POST", "/swarm"), ("POST", "/stop"), ("GET", "/stop"),
+                             ("POST", "/stats/reset"), ("GET", "/stats/reset"), ("GET", "/dbsurge/plan"), ("GET", "/"),
+                             ("GET", "/stats/requests"), ("GET", "/dbsurge/panel.js"), ("OPTIONS", "/dbsurge/rate")]:
+            for kind in ("cross-origin request from http://attacker.test", "cross-origin request from http://127.0.0.1",
+                         "cross-site", "same-site"):
+                if any(f"refused {method} {path} (403)" in line and kind in line for line in refused):
+                    break
+            else:
+                raise AssertionError(f"no refusal of {method} {path} in the log: {refused}")
+
+        # the run went on untouched
+        state = _json(base + "/dbsurge/plan")
+        assert state["running"] and state["rate_changes"] == [] and state["target_tps"] == 50, state
+        stats = _json(base + "/stats/requests")
+        assert stats["state"] == "running" and stats["user_count"] > 0, stats
+
+        # the panel on the UI's own page still sets the rate (same origin works)
+        own.fill("#dbsurge-rate", "60")
+        own.click("#dbsurge-set-rate")
+        _wait_for(lambda: _json(base + "/dbsurge/plan")["rate_changes"], 10, "the panel's rate change")
+        assert own.inner_text("#dbsurge-msg") == ""
+        browser.close()
+    state = _json(base + "/dbsurge/plan")
+    assert [c[1] for c in state["rate_changes"]] == [60], state
+
+    # plain HTTP clients (curl) keep working; bad input is a 400 with one line, never a 500
+    def post(body, ctype="application/json", **headers):
+        return _http(base + "/dbsurge/rate", data=body.encode(), headers={"Content-Type": ctype, **headers},
+                     method="POST")
+
+    for body in ['{"rate_tps": true}', '[1]', '{"rate_tps": "1_000"}', '{"rate_tps": "nan"}', '{rate_tps: 5',
+                 '{"rate_tps": 501}', '{"scale": 11}', 'null', '"12"', '{"rate_tps": 1e999}']:
+        status, text = post(body)
+        assert status == 400 and "\n" not in json.loads(text)["error"], (body, status, text)
+    assert post("rate_tps=true", "application/x-www-form-urlencoded")[0] == 400
+    assert post('{"rate_tps": 70}', Origin="http://attacker.test")[0] == 403
+    assert post('{"rate_tps": 70}')[0] == 200
+    assert post("rate_tps=80", "application/x-www-form-urlencoded")[0] == 200
+    assert [c[1] for c in _json(base + "/dbsurge/plan")["rate_changes"]] == [60, 70, 80]
+
+    # no secret in any page, endpoint or download
+    for path in ["/", "/dbsurge/plan", "/stats/requests", "/stats/report", "/stats/report?download=1",
+                 "/stats/requests/csv", "/stats/failures/csv", "/exceptions", "/exceptions/csv", "/tasks",
+                 "/logs", "/worker-count", "/stats/requests_full_history/csv", "/dbsurge/panel.js"]:
+        status, body = _http(base + path)
+        assert status in (200, 404), (path, status)
+        assert PASSWORD not in body, path
+    assert _json(base + "/stats/requests")["state"] == "running"
+
+
+AUTH_LOCUSTFILE = '''
+from flask import redirect, request, session, url_for
+from flask_login import UserMixin, login_user
+from locust import events
+
+
+class AuthUser(UserMixin):
+    def __init__(self, name):
+        self.id = name
+
+
+@events.init.add_listener
+def _auth(environment, **_kw):
+    if environment.web_ui:
+        environment.web_ui.app.config["SECRET_KEY"] = "test-only-key"
+        environment.web_ui.auth_args = {"username_password_callback": "/login_submit"}
+        environment.web_ui.login_manager.user_loader(AuthUser)
+
+        @environment.web_ui.app.route("/login_submit", methods=["POST"])
+        def login_submit():
+            if request.form.get("password") == "letmein":
+                login_user(AuthUser(request.form.get("username")))
+                return redirect(url_for("locust.index"))
+            session["auth_error"] = "Invalid username or password"
+            return redirect(url_for("locust.login"))
+'''
+
+
+def test_web_login_still_works(tmp_path, password_uri):
+    import requests
+
+    (tmp_path / "auth.py").write_text(AUTH_LOCUSTFILE)
+    port = free_port()
+    with open(tmp_path / "locust.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", f"{FILES},{tmp_path / 'auth.py'}", "--web-login", "--web-port",
+             str(port), "--target", password_uri, "--rate", "20", "--operation", "product_lookup", "--no-db-sampler",
+             "--workload-option", "products=2000", "--results-dir", str(tmp_path / "results")],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: requests.get(base + "/login", timeout=5).status_code == 200, 30,
+                  "the login page" + (tmp_path / "locust.log").read_text()[-2000:])
+        s = requests.Session()
+        for path in ["/", "/dbsurge/plan", "/stats/requests"]:
+            r = s.get(base + path, allow_redirects=False, timeout=5)
+            assert r.status_code == 302 and "/login" in r.headers["Location"], (path, r.status_code)
+        assert s.post(base + "/dbsurge/rate", json={"rate_tps": 5}, allow_redirects=False).status_code == 302
+        # a login form on a foreign page is refused (no login CSRF); a wrong password is not let in
+        r = s.post(base + "/login_submit", data={"username": "a", "password": "letmein"}, allow_redirects=False,
+                   headers={"Origin": "http://attacker.test", "Sec-Fetch-Site": "cross-site"})
+        assert r.status_code == 403
+        r = s.post(base + "/login_submit", data={"username": "a", "password": "nope"}, allow_redirects=False,
+                   headers={"Origin": base, "Sec-Fetch-Site": "same-origin"})
+        assert s.get(base + "/", allow_redirects=False).status_code == 302
+        # the UI's own login form logs in
+        r = s.post(base + "/login_submit", data={"username": "a", "password": "letmein"}, allow_redirects=False,
+                   headers={"Origin": base, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate"})
+        assert r.status_code == 302, r.text[:300]
+        page = s.get(base + "/", allow_redirects=False)
+        assert page.status_code == 200 and "dbsurge/panel.js" in page.text and PASSWORD not in page.text
+        assert f"{ROLE}:***@" in page.text
+        assert s.get(base + "/dbsurge/plan").json()["running"] is False
+        assert "error" in s.post(base + "/dbsurge/rate", json={"rate_tps": True}).json()
+    finally:
+        _stop(proc)
