@@ -53,6 +53,10 @@ log = logging.getLogger("dbsurge")
 # Workers report once a second instead of every three: the timeline is per second, and a crash
 # loses at most one interval.
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
+# Heartbeats twice a second (Locust: once), so that a lost worker is known within 2 s (LOST_AFTER_S)
+# while a worker pauses after 1.5 s without the master (three missed answers), well before that.
+locust.runners.HEARTBEAT_INTERVAL = 0.5
+locust.runners.HEARTBEAT_LIVENESS = 5
 # Sub-millisecond response times in Locust's own statistics and web UI.
 locust.stats.bucket_response_time = latency_buckets.bucket_response_time
 
@@ -308,7 +312,6 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         # "client_ready" could arrive before them and be dropped as an unknown message)
         runner.send_message("dbsurge:hello", {})
         gevent.spawn(stopping.master_watchdog, run)
-        stopping.install_worker_signal_handlers(run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         return
     runner.register_message("dbsurge:final", stopping.on_final_message)
@@ -402,7 +405,11 @@ def build_plan(run: DbSurgeRun) -> None:
 @events.test_start.add_listener
 def _on_test_start(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
-    if run is None or run.role == "worker":
+    if run is None:
+        return
+    if run.role == "worker":
+        # now, not at init: Locust installs its own SIGTERM handler after init, and the last one wins
+        stopping.install_worker_signal_handlers(run)
         return
     begin_run(run)
 
@@ -671,16 +678,12 @@ def _on_leave_ok(environment, msg, **_kw):
 
 
 def _resume_share(run: DbSurgeRun, cid: str) -> None:
-    """A worker that paused (it lost sight of the master) but was never given up gets its own share back."""
+    """A worker that paused (it lost sight of the master) but was never given up keeps its share:
+    nobody else took its slots, so it sends them, late (the lag says so), instead of writing them off."""
     if run.closing is not None or run.plan is None or cid not in run.shares:
         return
-    from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
-    i, n = run.shares[cid], len(run.shares)
-    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    run.environment.runner.send_message(
-        "dbsurge:share", {"index": i, "count": n, "from_number": from_number, "write_off_until": from_number,
-                          "setup": _setup_for(run, i, n, max_lag_s, cid).__dict__}, client_id=cid)
-    run.safe_event("worker_resumed", worker=cid, from_arrival=from_number)
+    run.environment.runner.send_message("dbsurge:share", {"resume": True}, client_id=cid)
+    run.safe_event("worker_resumed", worker=cid)
 
 
 # -- clocks (see dbsurge.clocks) ---------------------------------------------------------------------------
@@ -766,6 +769,11 @@ def _on_rate_message(environment, msg, **_kw):
 def _on_share_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     d = msg.data
+    if d.get("resume"):
+        if run.pacer is not None and run.pacer.paused:
+            run.pacer.paused = False
+            log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
+        return
     if run.pacer is None:  # a worker that joined mid-run
         s = Setup(**d["setup"])
         run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)

@@ -176,6 +176,7 @@ class Pacer:
         self.in_flight: dict[int, Slot] = {}
         self.closed: str | None = None  # the not-sent reason once closed
         self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
+        self.stop_number: int | None = None  # leaving: arrivals from here on are the others' (`stop_at`)
         self._pending: tuple[int, int, int] | None = None  # (index, count, from_number) of a reshare
         # Precise waits need the real monotonic clock (tests pass their own clocks).
         self._alarm = Alarm.create() if clock_ns is time.perf_counter_ns else None
@@ -241,6 +242,8 @@ class Pacer:
             else:
                 self._maybe_switch()
                 k = self.next_number
+                if self.stop_number is not None and k >= self.stop_number:
+                    return None
                 e = self.sequence.position(k)
                 t = sched.time_of(e)
                 if t == math.inf:
@@ -311,6 +314,11 @@ class Pacer:
                     self.in_flight[slot.number] = slot
 
     # -- losing the master, and coming back ------------------------------------------------------
+
+    def stop_at(self, number: int) -> None:
+        """Leaving: keep taking this share's arrivals below ``number``, none from it on."""
+        self.stop_number = int(number)
+        self._pending = None
 
     def pause(self) -> None:
         """Stop issuing slots: this worker lost sight of the master, which may give its share away."""

@@ -127,8 +127,16 @@ def master_watchdog(run) -> None:
     and exit 3 after `MASTER_GONE_S`."""
     runner = run.environment.runner
     asked = 0.0
+    tick = time.monotonic()
+    grace_until = 0.0
     while True:
         gevent.sleep(0.1)
+        now = time.monotonic()
+        if now - tick > 0.5:
+            # this worker's own loop was blocked (a full GC, a slow disk): the master's answers are
+            # queued, not missing; give them a second to be read before judging the silence
+            grace_until = now + 1.0
+        tick = now
         last = getattr(runner, "last_heartbeat_timestamp", None)
         pacer = run.pacer
         if pacer is None or last is None or pacer.closed is not None:
@@ -141,7 +149,7 @@ def master_watchdog(run) -> None:
             run.environment.process_exit_code = EXIT_INCOMPLETE
             runner.quit()
             return
-        if silent > MASTER_SILENCE_S and not pacer.paused:
+        if silent > MASTER_SILENCE_S and not pacer.paused and now >= grace_until:
             pacer.pause()
             log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stopped sending load "
                       "until the master answers again", silent)
@@ -213,16 +221,27 @@ def leave(run, why: str) -> None:
             run.environment.runner.quit()
         return
     run.leaving = why
-    pacer.pause()
     log.warning("dbsurge: %s: leaving the run (in-flight operations get %g s)", why, float(run.options.drain))
     run.leave_until = None
     run.environment.runner.send_message("dbsurge:leave", {"why": why})
     deadline = time.monotonic() + 3.0
     while run.leave_until is None and time.monotonic() < deadline:
         gevent.sleep(0.02)
-    until = run.leave_until if run.leave_until is not None else pacer.next_number
-    pacer.rejoin(pacer.index, pacer.count, until, until)  # books [next, until) as worker_lost
-    pacer.close("worker_lost", until_position=-1.0)  # nothing more of the plan is this worker's
+    if run.leave_until is None:  # no answer: the others may take over any time; stop now
+        pacer.pause()
+        until = pacer.next_number
+    else:  # send our own arrivals up to the hand-over point, then stop: nothing falls between
+        until = run.leave_until
+        pacer.stop_at(until)
+        t_until = pacer.schedule.time_of(pacer.sequence.position(until))
+        deadline = time.monotonic() + max(0.0, min(t_until - (pacer.clock_ns() - pacer.start_ns) / 1e9, 5.0)) + 1.0
+        def sent_up_to_until() -> bool:  # every slot before the hand-over is due (taken and started)
+            due = (pacer.clock_ns() - pacer.start_ns) / 1e9 >= t_until
+            return pacer.next_number >= until and due and not pacer.returned
+
+        while not sent_up_to_until() and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+    pacer.close("worker_lost", until_position=-1.0)  # only slots it still held back: the rest is the others'
     final_account(run, "worker_lost", drain_s=float(run.options.drain), in_flight_reason="in_flight",
                   until_position=-1.0)
     gevent.sleep(0.3)

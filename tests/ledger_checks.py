@@ -41,7 +41,7 @@ def ledger(run_dir: Path) -> dict:
     assert results["planned_operations"] == (_i(total["planned"]) if total["planned"] != "" else None)
     assert results["operations"] == _i(total["count"])
     assert results["not_sent"] == _i(total["not_sent"])
-    return {k: (_i(v) if k in ("planned", "count", "ok", "failures", "dropped", "not_sent", *FAILED, *NOT_SENT)
+    return {k: (_i(v) if k in ("planned", "count", "ok", "failures", "dropped", "not_sent", "over_plan", *FAILED, *NOT_SENT)
                 else v) for k, v in total.items()}
 
 
