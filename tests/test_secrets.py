@@ -137,7 +137,7 @@ class FakeSecrets:
     def __init__(self, value):
         self.value, self.calls = value, 0
 
-    def get_secret_value(self, SecretId):  # noqa: N803 - boto3's name
+    def get_secret_value(self, SecretId):
         self.calls += 1
         if isinstance(self.value, Exception):
             raise self.value
