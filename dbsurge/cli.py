@@ -74,22 +74,26 @@ def run_main(argv: list[str]) -> int:
     _preflight(args, rest)
     uri, handle = resolve_embedded(args.target)
     try:
+        from .credentials import for_master
         from .options import parse_key_values
         from .targets import open_target
 
         ns = _passthrough(rest)
-        target = open_target(uri, parse_key_values(ns.target_option, "--target-option"))
+        checked = for_master(uri, ns.target_secret, ns.target_secret_endpoint_url)  # --target-secret, if any
+        target = open_target(checked, parse_key_values(ns.target_option, "--target-option"))
         target.check()
         from .validate import check_workload_checks
 
         check_workload_checks(args.workload, target, ns)  # --check names real operations: before the child
-        cmd = [sys.executable, "-m", "locust", "-f", files, "--target", uri]
+        # The target goes in the environment, never on a command line (/proc/PID/cmdline is world-readable);
+        # the plugin's --target reads DBSURGE_TARGET, and --processes workers inherit it.
+        cmd = [sys.executable, "-m", "locust", "-f", files]
+        env = {**os.environ, "DBSURGE_TARGET": uri}
         if not args.web:
             cmd.append("--headless")
-        env = None
         if args.quiet:
             cmd.append("--only-summary")
-            env = {**os.environ, "DBSURGE_QUIET": "1"}  # dbsurge's tables only, not Locust's as well
+            env["DBSURGE_QUIET"] = "1"  # dbsurge's tables only, not Locust's as well
         if args.shape:
             if args.users:
                 cmd += ["--max-users", str(args.users)]
@@ -175,11 +179,18 @@ def _run_child(cmd: list[str], env: dict | None = None) -> int:
 def load_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).")
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
-    p.add_argument("--target", required=True, help="database URI or embedded-postgres / embedded-mongo")
+    p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
+                   help="database URI or embedded-postgres / embedded-mongo (default: $DBSURGE_TARGET)")
+    p.add_argument("--target-secret", default=os.environ.get("DBSURGE_TARGET_SECRET"), metavar="ARN",
+                   help="AWS Secrets Manager secret with the password (RDS format)")
+    p.add_argument("--target-secret-endpoint-url", default=os.environ.get("DBSURGE_TARGET_SECRET_ENDPOINT_URL"))
     p.add_argument("--workload-option", action="append", default=None, metavar="KEY=VALUE")
     p.add_argument("--target-option", action="append", default=None, metavar="KEY=VALUE")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
+    if not args.target:
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
+    from .credentials import for_master
     from .embedded import resolve_embedded
     from .options import parse_key_values
     from .targets import open_target
@@ -190,7 +201,7 @@ def load_main(argv: list[str]) -> int:
     topts = parse_key_values(args.target_option, "--target-option")
     uri, handle = resolve_embedded(args.target)
     try:
-        target = open_target(uri, topts)
+        target = open_target(for_master(uri, args.target_secret, args.target_secret_endpoint_url), topts)
         target.check()
         wl = get_workload(args.workload, target, wopts)
         n = wl.load(progress=not args.quiet)
@@ -212,7 +223,47 @@ COMMANDS = {
 }
 
 
+def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI."""
+    out: list[str] = []
+    target = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            out += argv[i:]
+            break
+        if arg == "--target" and i + 1 < len(argv):
+            target = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--target="):
+            target = arg.partition("=")[2]
+        else:
+            out.append(arg)
+        i += 1
+    return out, target
+
+
+def hide_target_from_command_line(argv: list[str]) -> None:
+    """Re-execute this process with a password-bearing ``--target`` moved into ``DBSURGE_TARGET``.
+
+    Any user can read a process's command line (/proc/PID/cmdline), only its owner its environment:
+    a few milliseconds after start, no dbsurge process shows the password. No-op without one.
+    """
+    from .redact import uri_password
+
+    rest, target = move_target_to_env(argv)
+    if target is None or not uri_password(target):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = {**os.environ, "DBSURGE_TARGET": target}
+    os.execve(sys.executable, [sys.executable, "-m", "dbsurge.cli", *rest], env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -223,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dbsurge {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
+    if from_command_line and name in ("run", "load", "scenario"):
+        hide_target_from_command_line(argv)  # returns only when there is nothing to hide
     if name not in COMMANDS:
         sys.stderr.write(f"dbsurge: unknown command '{name}' (commands: {', '.join(COMMANDS)})\n")
         return 2

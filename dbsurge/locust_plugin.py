@@ -25,7 +25,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gevent
 import gevent.event
@@ -35,7 +35,7 @@ import locust.stats
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import finish, latency_buckets, stopping
+from . import credentials, finish, latency_buckets, stopping
 from .arrivals import OperationMix
 from .aggregator import Aggregator
 from .errors import UserError
@@ -79,6 +79,7 @@ class Setup:
     changes: list  # live rate changes so far: [at_s, rate_tps, scale]
     op_timeout_s: float = 30.0
     clock_offset_ns: int = 0  # this worker's clock minus the master's (dbsurge.clocks)
+    credentials: dict = field(default_factory=dict)  # no password: whether one is needed, where (dbsurge.credentials)
 
 
 def fail(message: str) -> None:
@@ -107,6 +108,9 @@ class DbSurgeRun:
         self.ready = gevent.event.Event()
         self.target = None
         self.target_uri: str | None = None
+        # this process's own ways to the password, read now: Locust overwrites the options with the master's
+        self.own_credentials = credentials.Sources.from_options(self.options)
+        self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
         self.target_options: dict = {}
         self.workload_options: dict = {}
         self.workloads: dict = {}
@@ -369,7 +373,11 @@ def preflight(run: DbSurgeRun) -> None:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
     uri, handle = resolve_embedded(opts.target)
     run.embedded_handle = handle
+    uri = credentials.for_master(uri, opts.target_secret, opts.target_secret_endpoint_url)
     run.configure_target(uri, target_options, workload_options, [])
+    run.credentials = credentials.setup_fields(uri, getattr(run.target, "flavor", None), opts.target_secret,
+                                               opts.target_secret_endpoint_url)
+    opts.target = credentials.strip_password(uri)  # Locust sends the options to every worker with each spawn
     names = sorted({u.workload for u in dbsurge_user_classes(run.environment)})
     for name in names:
         wl = run.workload(name)
@@ -482,11 +490,12 @@ def begin_run(run: DbSurgeRun) -> None:
 
 def _setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None, worker: str | None = None) -> Setup:
     return Setup(
-        target_uri=run.target_uri, target_options=run.target_options, workload_options=run.workload_options,
+        target_uri=credentials.strip_password(run.target_uri), target_options=run.target_options, workload_options=run.workload_options,
         operations=run.operation_weights, plan=run.plan.to_dict() if run.plan else None,
         start_epoch_ns=run.start_epoch_ns, index=index, count=count, arrivals=run.options.arrivals,
         seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes), op_timeout_s=run.op_timeout_s,
         clock_offset_ns=run.clocks.offset_ns(worker) if worker else 0,
+        credentials=run.credentials,
     )
 
 
@@ -751,7 +760,7 @@ def _on_setup_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     s = Setup(**msg.data)
     try:
-        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
+        credentials.configure_worker(run, s)  # the password from this worker's own sources
     except UserError as e:
         log.error("dbsurge: %s", e)
         return
@@ -776,7 +785,7 @@ def _on_share_message(environment, msg, **_kw):
         return
     if run.pacer is None:  # a worker that joined mid-run
         s = Setup(**d["setup"])
-        run.configure_target(s.target_uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
+        credentials.configure_worker(run, s)
         run.make_pacer(s)
         run.ready.set()
     if run.pacer.paused:  # back after losing sight of the master: write off what it could not send

@@ -36,6 +36,11 @@ def add_options(parser) -> None:
     g = parser
     g.add_argument("--target", env_var="DBSURGE_TARGET", default=None, is_secret=True,
                    help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / embedded-mongo")
+    g.add_argument("--target-secret", env_var="DBSURGE_TARGET_SECRET", default=None, include_in_web_ui=False,
+                   metavar="ARN", help="AWS Secrets Manager secret with the target's password (RDS format: username, "
+                                       "password); read on the master and on every worker, never sent")
+    g.add_argument("--target-secret-endpoint-url", env_var="DBSURGE_TARGET_SECRET_ENDPOINT_URL", default=None,
+                   include_in_web_ui=False, help="Secrets Manager endpoint (default: AWS_ENDPOINT_URL or AWS's)")
     g.add_argument("--target-option", env_var="DBSURGE_TARGET_OPTION", action="append", default=None,
                    metavar="KEY=VALUE", include_in_web_ui=False,
                    help="binding option, e.g. sslrootcert=..., tls_ca_file=..., isolation=serializable (repeatable)")

@@ -2,7 +2,7 @@
 
 Three tools:
 
-- `redact_uri(uri)`: a connection URI (or a presigned URL such as a DSQL auth token) with the password
+- `redact_uri(uri)`: a connection URI (however its password is spelled, `userinfo_span`) (or a presigned URL such as a DSQL auth token) with the password
   in its userinfo and every sensitive query parameter replaced by ``***``.
 - `redact_text(text, secrets)`: any text with the given secret strings, and anything that looks like an
   AWS SigV4 signature, credential or session token, replaced by ``***``.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 MASK = "***"
 
@@ -50,6 +50,8 @@ MIN_SECRET_LENGTH = 4
 MAX_TRANSIENT_SECRETS = 64
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# After a userinfo's "@": a host list (names, IPv4/IPv6 literals, ports, commas, percent-escapes), then the end of it.
+_HOST_THEN_END = re.compile(r"[^/?#@&=\s]*(?:[/?#]|$)")
 _QUERY_PARAM = re.compile(r"(?P<sep>^|[?&;])(?P<key>[^=&;#?]+)=(?P<value>[^&;#]*)")
 # SigV4 presigned-URL parts, and MongoDB's authMechanismProperties=AWS_SESSION_TOKEN:<token>.
 _SIGV4_PATTERN = re.compile(
@@ -62,30 +64,80 @@ _transient: dict[str, None] = {}  # tokens: insertion-ordered, bounded
 _forms: list[str] | None = None  # the masked forms of all registered secrets, longest first (a cache)
 
 
+def userinfo_span(uri: str) -> tuple[int, int] | None:
+    """Where the userinfo (``user[:password]``) of ``scheme://userinfo@host...`` is in `uri`, as (start, end).
+
+    Written for redaction, whatever the spelling: the userinfo ends at the last ``@`` that is followed
+    by something host-like (no ``/ ? # @ & =`` or white space) and then ``/``, ``?``, ``#`` or the end,
+    so that unescaped ``@ / ? # :`` in a password are still inside it (``postgresql://app:pa?ss@h/db``,
+    ``mongodb://u:p@ss@h/``). Without such an ``@``, the last ``@`` of all. An ``@`` in the last query
+    value (``...?application_name=me@example.com``) makes it mask too much, never too little.
+    None: no ``scheme://`` or no ``@``.
+    """
+    match = _SCHEME.match(uri)
+    if not match:
+        return None
+    start = match.end()
+    rest = uri[start:]
+    ats = [i for i, c in enumerate(rest) if c == "@"]
+    if not ats:
+        return None
+    for at in reversed(ats):
+        if _HOST_THEN_END.match(rest, at + 1):
+            return start, start + at
+    return start, start + ats[-1]
+
+
+def uri_password(uri: str) -> str | None:
+    """The password of `uri`'s userinfo as written (not percent-decoded), by `userinfo_span`; None if none."""
+    span = userinfo_span(uri)
+    if span is None:
+        return None
+    _user, colon, password = uri[span[0] : span[1]].partition(":")
+    return password if colon else None
+
+
 def redact_uri(uri: str) -> str:
     """Return `uri` with the userinfo password and sensitive query parameter values replaced by ``***``.
 
-    Works on any ``scheme://user:password@host/...?...`` URI, on multi-host URIs and on a scheme-less
-    presigned URL such as a DSQL token (``host/?Action=DbConnect&X-Amz-Signature=...``).
+    Works on any ``scheme://user:password@host/...?...`` URI however the password is spelled
+    (unescaped ``@ / ? # :``, percent-encoded; see `userinfo_span`), on multi-host URIs and on a
+    scheme-less presigned URL such as a DSQL token (``host/?Action=DbConnect&X-Amz-Signature=...``).
     """
-    match = _SCHEME.match(uri)
-    if match:
-        scheme, rest = match.group(0), uri[match.end() :]
-        # The userinfo ends at the last "@" before the query, so that an unescaped "@" or "/" in a password
-        # is still masked as a whole.
-        query_at = rest.find("?")
-        head = rest if query_at < 0 else rest[:query_at]
-        at = head.rfind("@")
-        if at >= 0:
-            userinfo = head[:at]
-            user, colon, _password = userinfo.partition(":")
-            if colon:
-                rest = f"{user}:{MASK}{rest[at:]}"
-        uri = scheme + rest
+    span = userinfo_span(uri)
+    if span is not None:
+        user, colon, _password = uri[span[0] : span[1]].partition(":")
+        if colon:
+            uri = f"{uri[: span[0]]}{user}:{MASK}{uri[span[1] :]}"
     query_at = uri.find("?")
     if query_at >= 0:
         uri = uri[:query_at] + _QUERY_PARAM.sub(_mask_param, uri[query_at:])
     return _SIGV4_PATTERN.sub(_mask_sigv4, uri)
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """The secrets written in `uri`: the userinfo password and sensitive query values, as written and decoded."""
+    found: list[str] = []
+    password = uri_password(uri)
+    if password:
+        found.append(password)
+    query_at = uri.find("?")
+    if query_at >= 0:
+        for m in _QUERY_PARAM.finditer(uri, query_at):
+            if m.group("key").strip().lower() in SENSITIVE_PARAMS and m.group("value"):
+                found.append(m.group("value"))
+    out: dict[str, None] = {}
+    for raw in found:
+        for form in (raw, unquote(raw), unquote_plus(raw)):
+            out[form] = None
+    return list(out)
+
+
+def register_uri_secrets(uri: str | None) -> None:
+    """`register_secret` every secret written in `uri` (`uri_secrets`): call it before any message names `uri`."""
+    if isinstance(uri, str) and ("@" in uri or "?" in uri):
+        for secret in uri_secrets(uri):
+            register_secret(secret)
 
 
 def _mask_param(match: re.Match[str]) -> str:

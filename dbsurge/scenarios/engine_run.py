@@ -11,6 +11,7 @@ out of the ``dbsurge`` process.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,9 +23,13 @@ from dbsurge.rundir import RunDirectory
 
 def run_engine(run_args: list[str]) -> int:
     """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results)."""
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", *run_args]
+    from dbsurge.cli import move_target_to_env
+
+    args, target = move_target_to_env(list(run_args))
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
+    env = {**os.environ, "DBSURGE_TARGET": target} if target is not None else None  # never on a command line
     sys.stdout.flush()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
     try:
         return proc.wait()

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from dbsurge.errors import TargetError, clip
-from dbsurge.redact import redact_text, redact_uri
+from dbsurge.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 
 __all__ = [
     "FAILURE_KINDS",
@@ -223,6 +223,7 @@ def open_target(
     if not isinstance(uri, str) or not uri.strip():
         raise TargetError("no target given: pass a URI such as postgresql://user@host:5432/db or mongodb://host/")
     uri = uri.strip()
+    register_uri_secrets(uri)  # before any message names the URI: masked in drivers' messages and logs too
     scheme, sep, _rest = uri.partition("://")
     if not sep:
         hint = ""
@@ -251,6 +252,27 @@ def check_options(kind: str, options: dict[str, str], known: frozenset[str]) -> 
                 else f"known are {clip(', '.join(sorted(known)), 160)}")
         raise TargetError(f"unknown {kind} target option{'s' if len(unknown) > 1 else ''} "
                           f"{clip(', '.join(unknown), 40)}: {hint} (docs/architecture.md, Targets, lists them all)")
+
+
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def check_password_spelling(uri: str, display: str, reserved: str) -> None:
+    """`TargetError` if the URI's password has a character the driver would read as a delimiter.
+
+    libpq ends the userinfo at the first ``/`` or ``@``, pymongo at ``/ ? @ :`` too: the driver would
+    take part of the password for a host or a port and might quote it back in an error. ``%`` must
+    start a percent-escape.
+    """
+    password = uri_password(uri)
+    if not password:
+        return
+    bad = next((c for c in reserved if c in password), None)
+    if bad is None and _BAD_PERCENT.search(password):
+        bad = "%"
+    if bad is not None:
+        raise TargetError(f"bad target URI '{clip(display)}': the password has an unescaped '{bad}': "
+                          f"percent-encode it, e.g. urllib.parse.quote(password, safe='')")
 
 
 def option_int(options: dict[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:

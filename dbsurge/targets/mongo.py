@@ -37,7 +37,7 @@ from pymongo.errors import (
 )
 
 from dbsurge.errors import TargetError, clip
-from dbsurge.redact import redact_text, redact_uri, register_secret
+from dbsurge.redact import redact_text, redact_uri, register_secret, uri_secrets
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,
@@ -45,6 +45,7 @@ from dbsurge.targets import (
     Target,
     check_ca_file,
     check_options,
+    check_password_spelling,
     generic_kind,
     one_line,
     option_bool,
@@ -130,8 +131,10 @@ class MongoTarget(Target):
         self._uri = uri
         options = {k: str(v) for k, v in (options or {}).items()}
         check_options(self.kind, options, KNOWN_OPTIONS)
+        self._secrets: list[str] = uri_secrets(uri)  # as written, before any message
+        check_password_spelling(uri, self.display, "/?@:")
         parsed = self._parse(uri)
-        self._secrets = [p for p in (parsed.get("password"),) if p]
+        self._secrets += [p for p in (parsed.get("password"),) if p]
         for secret in self._secrets:
             register_secret(secret)
         uri_options = {k.lower(): v for k, v in parsed.get("options", {}).items()}
@@ -227,7 +230,8 @@ class MongoTarget(Target):
         except FileNotFoundError:
             raise TargetError(f"target {self.display}: missing CA file named by tlsCAFile in the URI") from None
         except (InvalidURI, ConfigurationError, ValueError, TypeError, ImportError) as exc:
-            raise TargetError(f"bad target URI '{clip(self.display)}': {one_line(str(exc), 150)}") from None
+            raise TargetError(f"bad target URI '{clip(self.display)}': "
+                              f"{redact_text(one_line(str(exc), 150), self._secrets)}") from None
 
     def _client(self, **overrides: Any) -> MongoClient[Any]:
         return MongoClient(self._uri, **{**self._client_kwargs, **overrides})

@@ -43,15 +43,16 @@ from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 
 from dbsurge.errors import TargetError, clip
-from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret
+from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret, uri_secrets, userinfo_span
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
-    ConnectError,
     DISPLAY_LIMIT,
+    ConnectError,
     Session,
     Target,
     check_ca_file,
     check_options,
+    check_password_spelling,
     generic_kind,
     gevent_wait,
     one_line,
@@ -599,6 +600,9 @@ class PostgresTarget(Target):
         token_provider: TokenProvider | None = None,
     ) -> None:
         self.display = clip(redact_uri(uri), DISPLAY_LIMIT)  # it starts every error message: keep those short
+        # the password as written, before any message (a short one is not registered, but masked here)
+        self._secrets: list[str] = uri_secrets(uri)
+        check_password_spelling(uri, self.display, "/@")
         scheme, _, rest = uri.partition("://")
         scheme = scheme.lower()
         libpq_uri, uri_options = _split_dbsurge_query("postgresql://" + rest)
@@ -607,8 +611,8 @@ class PostgresTarget(Target):
         try:
             params: dict[str, Any] = conninfo_to_dict(libpq_uri)
         except (psycopg.Error, ValueError) as exc:  # ValueError: e.g. %80, a percent-escape that is not UTF-8
-            raise TargetError(f"bad target URI '{clip(self.display)}': {one_line(str(exc), 150)}") from None
-        self._secrets: list[str] = []
+            raise TargetError(f"bad target URI '{clip(self.display)}': "
+                              f"{redact_text(one_line(str(exc), 150), self._secrets)}") from None
         if params.get("password"):
             self._secrets.append(params["password"])
             register_secret(params["password"])
@@ -816,9 +820,11 @@ def _split_dbsurge_query(uri: str) -> tuple[str, dict[str, str]]:
 
     The parameters libpq gets are passed on byte for byte (libpq does not read ``+`` as a space).
     """
-    base, sep, query = uri.partition("?")
-    if not sep:
+    span = userinfo_span(uri)
+    query_at = uri.find("?", span[1] if span else 0)  # a "?" in the password is not the query
+    if query_at < 0:
         return uri, {}
+    base, query = uri[:query_at], uri[query_at + 1 :]
     keep: list[str] = []
     ours: dict[str, str] = {}
     for part in query.split("&"):
