@@ -126,6 +126,7 @@ class DbSurgeRun:
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
         self.capped_stages: set[int] = set()
+        self.prometheus = None  # dbsurge.prometheus.PrometheusExporter with --prometheus-port
         self.membership: Membership | None = None  # stages in which the shape wanted more than --max-users
 
     # -- keeping going when something goes wrong ----------------------------------------------------
@@ -166,6 +167,8 @@ class DbSurgeRun:
             return
         try:
             self.aggregator.merge(payload, source=source)
+            if self.prometheus is not None:
+                self.prometheus.observe(payload, source)
         except Exception as e:
             self.note_problem(f"merging measurements from {source}", e)
 
@@ -307,6 +310,9 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         gevent.spawn(stopping.loop_lag_monitor, run)
     try:
         preflight(run)
+        from .prometheus import start_exporter
+
+        run.prometheus = start_exporter(run)  # --prometheus-port: listening before any load, or exit 2
     except UserError as e:
         fail(str(e))
     environment.host = run.target.display  # shown as Host in the web UI; secrets removed
