@@ -85,6 +85,15 @@ Locust options: give them on the command line or as DBSURGE_WORKLOAD / DBSURGE_S
 Any other option passes through to Locust (`locust --help`)."""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """At least 100 columns (a pipe reports 80): one line for most options."""
+
+    def __init__(self, prog: str) -> None:
+        import shutil
+
+        super().__init__(prog, max_help_position=34, width=min(max(100, shutil.get_terminal_size().columns), 140))
+
+
 class _HelpGroup:
     """An argparse group that takes Locust's add_argument keywords and puts default and env alias in the help."""
 
@@ -110,7 +119,7 @@ def help_parser() -> argparse.ArgumentParser:
     from .options import GROUPS, add_options
 
     p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=_RUN_EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False,
+                                formatter_class=_HelpFormatter, add_help=False,
                                 usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
     titles = {**GROUPS, "configuration": "configuration and help"}
     groups = {name: _HelpGroup(p.add_argument_group(title)) for name, title in titles.items()}
@@ -123,7 +132,7 @@ def help_parser() -> argparse.ArgumentParser:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    """``dbsurge run``'s own options; dbsurge's and Locust's stay in the rest, for the child (and `_locust_namespace`)."""
+    """``dbsurge run``'s own options; dbsurge's and Locust's stay in the rest (for the child, `_locust_namespace`)."""
     from .validate import _PlainParser
 
     p = _PlainParser(prog="dbsurge run", add_help=False, allow_abbrev=False)

@@ -61,7 +61,7 @@ HISTOGRAMS: tuple[tuple[int, str, str], ...] = (
 class _Buckets:
     """Non-cumulative counts per Prometheus bucket, plus sum (µs) and count, grown from wire histograms."""
 
-    __slots__ = ("counts", "sum_us", "count")
+    __slots__ = ("count", "counts", "sum_us")
 
     def __init__(self) -> None:
         self.counts = np.zeros(len(BUCKETS_S) + 1, dtype=np.int64)
@@ -262,4 +262,4 @@ def scrape_text(exporter: PrometheusExporter) -> str:
     return generate_latest(exporter.registry).decode()
 
 
-__all__ = ["BUCKETS_S", "PrometheusExporter", "start_exporter", "scrape_text"]
+__all__ = ["BUCKETS_S", "PrometheusExporter", "scrape_text", "start_exporter"]
