@@ -1,12 +1,12 @@
 # dbsurge: the commands a new user runs. Everything installs into .venv from PyPI (and, for the
 # browser tests, Debian's chromium through apt-get when run as root; for the fault-injection tests,
-# iptables and iproute2 the same way).
+# iptables and iproute2 the same way; for the Prometheus test, Debian's prometheus).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench browser netfaults lint clean
+.PHONY: demo test bench browser netfaults prometheus lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium)
-test: $(STAMP) browser netfaults
+test: $(STAMP) browser netfaults prometheus
 	$(BIN)/python -m pytest -q -ra
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
@@ -42,6 +42,14 @@ netfaults:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables iproute2 >/dev/null) \
 	      || echo "iptables/iproute2 could not be installed: network fault tests will be skipped"; \
 	  else echo "iptables or ip not found and not root: network fault tests will be skipped"; fi; }
+
+# A real Prometheus server for the exporter's end-to-end test (tests/test_prometheus.py): Debian's package.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
+	      || echo "prometheus could not be installed: the Prometheus scrape test will be skipped"; \
+	  else echo "prometheus not found and not root: the Prometheus scrape test will be skipped"; fi; }
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q ruff && $(BIN)/ruff check dbsurge locustfiles shapes collectors tests bench

@@ -42,43 +42,170 @@ def shape_path(shape: str) -> str:
     return str(importlib.resources.files("dbsurge.shapes") / f"{shape}.py")
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dbsurge run", description="Run a workload against a target (headless Locust).",
-                                epilog="Other options (--stages, --check, --max-lag, --workload-option, ...) "
-                                       "pass through to Locust and dbsurge's plugin; see `locust --help`.")
-    p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
-    p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI or embedded-postgres / embedded-mongo")
-    p.add_argument("--shape", default=None, help=f"arrival-rate shape: {', '.join(SHAPES)} (default: closed model)")
-    p.add_argument("--users", "-u", type=int, default=None,
-                   help="concurrent users (closed model), or the cap on users under a shape")
-    p.add_argument("--duration", "-t", default=None, help="run time, e.g. 30s or 2m (closed model and constant shape)")
-    p.add_argument("--processes", type=int, default=None, help="worker processes on this host (Locust --processes)")
-    p.add_argument("--web", action="store_true", help="start Locust's web UI (on 127.0.0.1:8089) instead of headless")
-    p.add_argument("--quiet", action="store_true", help="only print the final tables, not Locust's periodic stats")
+#: ``dbsurge run``'s own options (the rest are dbsurge's plugin options, `dbsurge.options`, and Locust's):
+#: group, flags, add_argument keywords.
+RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
+    ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
+                                   help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / "
+                                        "embedded-mongo (started and stopped for the run)")),
+    ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
+                                       help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
+    ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
+                                help=f"arrival-rate shape: {', '.join(SHAPES)} (default: none, the closed model)")),
+    ("plan", ("--users", "-u"), dict(type=int, default=None, env_var="LOCUST_USERS",
+                                     help="concurrent users (closed model, default 8), or the cap on users under a "
+                                          "shape (as --max-users)")),
+    ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
+                                        help="run time, e.g. 30s or 2m (closed model and constant shape; closed "
+                                             "model default 30s)")),
+    ("measurement", ("--quiet",), dict(action="store_true", help="only print the final tables")),
+    ("distribution", ("--processes",), dict(type=int, default=None, env_var="LOCUST_PROCESSES",
+                                            help="worker processes on this host (-1: one per CPU; Locust's "
+                                                 "--processes)")),
+    ("distribution", ("--web",), dict(action="store_true",
+                                      help="start Locust's web UI (on 127.0.0.1:8089) instead of headless")),
+]
+
+#: Locust options shown in ``dbsurge run --help`` because dbsurge's documentation uses them (they pass through).
+_LOCUST_SHOWN: list[tuple[str, tuple[str, ...], dict]] = [
+    ("configuration", ("--config",), dict(metavar="FILE", env_var="LOCUST_CONFIG",
+                                          help="a Locust config file with dbsurge's options too (`rate = 80`, "
+                                               "`target = ...`); ./locust.conf and ~/.locust.conf are read anyway")),
+    ("distribution", ("--web-host",), dict(default="127.0.0.1", env_var="LOCUST_WEB_HOST",
+                                           help="the web UI's address (Locust's option; dbsurge binds loopback)")),
+    ("distribution", ("--web-port",), dict(type=int, default=8089, env_var="LOCUST_WEB_PORT",
+                                           help="the web UI's port (Locust's option)")),
+]
+
+_RUN_DESCRIPTION = "Run a workload against a target: checks everything first, then runs Locust headless."
+_RUN_EPILOG = """Each option can also be set in the environment (the variable shown in brackets) or in a config file
+(--config FILE, ./locust.conf or ~/.locust.conf, one `name = value` a line, e.g. `rate = 80`): the command
+line wins over the environment, the environment over a file, as in Locust. --workload and --shape are not
+Locust options: give them on the command line or as DBSURGE_WORKLOAD / DBSURGE_SHAPE, not in a file.
+Any other option passes through to Locust (`locust --help`)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """At least 100 columns (a pipe reports 80): one line for most options."""
+
+    def __init__(self, prog: str) -> None:
+        import shutil
+
+        super().__init__(prog, max_help_position=34, width=min(max(100, shutil.get_terminal_size().columns), 140))
+
+
+class _HelpGroup:
+    """An argparse group that takes Locust's add_argument keywords and puts default and env alias in the help."""
+
+    def __init__(self, group) -> None:
+        self.group = group
+
+    def add_argument(self, *flags: str, env_var: str | None = None, is_secret: bool = False,
+                     include_in_web_ui: bool = True, **kwargs):
+        notes = []
+        default = kwargs.get("default")
+        text = kwargs.get("help") or ""
+        if default not in (None, False) and "default" not in text:
+            notes.append(f"default {default}")
+        if env_var:
+            notes.append(f"env {env_var}")
+        if notes:
+            kwargs["help"] = f"{text} [{'; '.join(notes)}]" if text else f"[{'; '.join(notes)}]"
+        return self.group.add_argument(*flags, **kwargs)
+
+
+def help_parser() -> argparse.ArgumentParser:
+    """The parser behind ``dbsurge run --help``: its own options, dbsurge's (`dbsurge.options`), grouped."""
+    from .options import GROUPS, add_options
+
+    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=_RUN_EPILOG,
+                                formatter_class=_HelpFormatter, add_help=False,
+                                usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
+    titles = {**GROUPS, "configuration": "configuration and help"}
+    groups = {name: _HelpGroup(p.add_argument_group(title)) for name, title in titles.items()}
+    groups["configuration"].add_argument("-h", "--help", action="help", help="show this help and exit")
+    for name, flags, kw in RUN_OPTIONS + _LOCUST_SHOWN:
+        if flags != ("--target",):  # the plugin's own definition (below) is the one shown
+            groups[name].add_argument(*flags, **kw)
+    add_options(p, group=lambda name: groups[name])
     return p
 
 
+def _run_parser() -> argparse.ArgumentParser:
+    """``dbsurge run``'s own options; dbsurge's and Locust's stay in the rest (for the child, `_locust_namespace`)."""
+    from .validate import _PlainParser
+
+    p = _PlainParser(prog="dbsurge run", add_help=False, allow_abbrev=False)
+    for _, flags, kw in RUN_OPTIONS:
+        kw = {k: v for k, v in kw.items() if k != "env_var"}  # the environment is read by `_locust_namespace`
+        p.add_argument(*flags, **kw)
+    return p
+
+
+def _locust_namespace(rest: list[str]) -> argparse.Namespace:
+    """Locust's and dbsurge's options as the Locust child will see them: config files < environment < ``rest``.
+
+    Parsed with Locust's own configargparse parser plus `dbsurge.options.add_options`, so --config,
+    locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to Locust. Locust is imported
+    without its gevent monkey-patching: this process only waits for the child and forwards signals.
+    """
+    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
+    if set_here:
+        os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
+    try:
+        from locust.argument_parser import get_parser
+    finally:
+        if set_here:
+            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
+    from .errors import clip
+    from .options import add_options
+
+    parser = get_parser()
+    add_options(parser)
+
+    def error(message: str) -> None:
+        raise UserError(clip(message, 200))
+
+    parser.error = error  # type: ignore[method-assign]
+    ns, _unknown = parser.parse_known_args(list(rest))
+    return ns
+
+
 def run_main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        help_parser().print_help()
+        return 0
     args, rest = _run_parser().parse_known_args(argv)
+    ns = _locust_namespace(rest)
+    args.workload = args.workload or os.environ.get("DBSURGE_WORKLOAD")
+    args.shape = args.shape or os.environ.get("DBSURGE_SHAPE")
+    if not args.workload:
+        raise UserError(f"no workload: pass --workload NAME ({', '.join(WORKLOADS)}), or set DBSURGE_WORKLOAD")
+    # what the Locust child would read from a file or the environment, unless given here
+    args.target = args.target or ns.target
+    if args.users is None and not args.shape and getattr(ns, "num_users", None):
+        args.users = ns.num_users
+    if args.processes is None and getattr(ns, "processes", None):
+        args.processes = ns.processes
+    run_time = getattr(ns, "run_time", None)
     from .embedded import resolve_embedded
 
     files = locustfile_path(args.workload)
     if args.shape:
         files += "," + shape_path(args.shape)
     if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo)")
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
+                        "or put `target = URI` in a config file")
     from .validate import validate_run_args
 
     validate_run_args(args.users, args.duration, args.processes)
-    _preflight(args, rest)
+    _preflight(args, ns)
     uri, handle = resolve_embedded(args.target)
     try:
         from .credentials import for_master
         from .options import parse_key_values
         from .targets import open_target
 
-        ns = _passthrough(rest)
         checked = for_master(uri, ns.target_secret, ns.target_secret_endpoint_url)  # --target-secret, if any
         target = open_target(checked, parse_key_values(ns.target_option, "--target-option"))
         target.check()
@@ -101,7 +228,7 @@ def run_main(argv: list[str]) -> int:
             cmd += ["-u", str(args.users or 8), "-r", str(max(args.users or 8, 10))]
         if args.duration:
             cmd += ["-t", args.duration]
-        elif not args.shape and not args.web:
+        elif not args.shape and not args.web and not run_time:
             cmd += ["-t", "30s"]
         if args.processes:
             # a private master port: two runs on one host must never pick up each other's workers
@@ -116,7 +243,7 @@ def run_main(argv: list[str]) -> int:
             handle.stop()
 
 
-def _preflight(args, rest: list[str]) -> None:
+def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server: plan, workload options, operations (the target is checked by Locust)."""
     from .checks import parse_checks
     from .options import parse_key_values, parse_operation_weights
@@ -125,7 +252,6 @@ def _preflight(args, rest: list[str]) -> None:
     from .workloads import WORKLOADS, parse_workload_options
     from .workloads.base import resolve_options
 
-    ns = _passthrough(rest)
     validate_options(ns)
     resolve_options(args.workload, WORKLOADS[args.workload].OPTIONS, parse_workload_options(ns.workload_option or []))
     parse_key_values(ns.target_option, "--target-option")
@@ -140,13 +266,6 @@ def _preflight(args, rest: list[str]) -> None:
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
     check_output(ns)  # last: the others need no file system
-
-
-def _passthrough(rest: list[str]) -> argparse.Namespace:
-    """The plugin's options among the pass-through arguments, parsed as the Locust child will (no Locust import)."""
-    from .validate import dbsurge_options
-
-    return dbsurge_options(rest)
 
 
 def _run_child(cmd: list[str], env: dict | None = None) -> int:
@@ -262,11 +381,34 @@ def hide_target_from_command_line(argv: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "dbsurge.cli", *rest], env)
 
 
+#: One line per command for ``dbsurge --help`` (plain text).
+COMMAND_HELP = {
+    "run": "run a workload against a target under a plan (checks first, then Locust)",
+    "load": "load a workload's data set into a target (idempotent)",
+    "embedded": "start, stop or show the embedded PostgreSQL and MongoDB-wire servers",
+    "scenario": "run one experiment of the studies and print its table (dbsurge scenario --help)",
+    "collect": "fetch a finished run's CloudWatch metrics (they arrive minutes late)",
+    "report": "rebuild a run's summary.md, merged.csv, report.html and timeline.png",
+    "cost": "rebuild a run's cost table",
+}
+
+
+def top_help() -> str:
+    """``dbsurge --help``: the commands, one line each."""
+    width = max(map(len, COMMAND_HELP))
+    lines = ["usage: dbsurge COMMAND [options]", "",
+             "Distributed, open-model load testing for databases, built on Locust.", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMAND_HELP.items()]
+    lines += ["", "dbsurge COMMAND --help gives each command's options (dbsurge run --help: every option, with "
+              "defaults and environment variables).", "dbsurge --version prints the version."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print(top_help())
         return 0 if argv else 2
     if argv[0] == "--version":
         from . import __version__

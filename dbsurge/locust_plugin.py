@@ -136,6 +136,7 @@ class DbSurgeRun:
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
         self.capped_stages: set[int] = set()
+        self.prometheus = None  # dbsurge.prometheus.PrometheusExporter with --prometheus-port
         self.membership: Membership | None = None
         self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
         self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
@@ -143,7 +144,7 @@ class DbSurgeRun:
         self.clocks = ClockBook()  # master: each worker's clock offset
         self.departed: set[str] = set()  # master: workers that left gracefully
         self.leaving: str | None = None  # worker: why it is leaving
-        self.leave_until: int | None = None  # stages in which the shape wanted more than --max-users
+        self.leave_until: int | None = None
 
     # -- keeping going when something goes wrong ----------------------------------------------------
 
@@ -183,6 +184,8 @@ class DbSurgeRun:
             return
         try:
             self.aggregator.merge(payload, source=source)
+            if self.prometheus is not None:
+                self.prometheus.observe(payload, source)
         except Exception as e:
             self.note_problem(f"merging measurements from {source}", e)
 
@@ -330,6 +333,9 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         gevent.spawn(stopping.loop_lag_monitor, run)
     try:
         preflight(run)
+        from .prometheus import start_exporter
+
+        run.prometheus = start_exporter(run)  # --prometheus-port: listening before any load, or exit 2
     except UserError as e:
         fail(str(e))
     environment.host = run.target.display  # shown as Host in the web UI; secrets removed

@@ -29,11 +29,31 @@ DEFAULTS = {
 }
 
 
-def add_options(parser) -> None:
-    """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``)."""
-    # Locust's own add_argument takes the web-UI keywords (include_in_web_ui, is_secret); argument
-    # groups do not, so the options go on the parser itself.
-    g = parser
+#: The groups of ``dbsurge run --help``, in order: name -> title.
+GROUPS = {
+    "target": "target: the database and how to reach it",
+    "workload": "workload: what each operation does",
+    "plan": "plan: the arrival rate over time (open model)",
+    "measurement": "measurement: what is recorded and where",
+    "checks": "checks: when the run fails",
+    "collectors": "collectors: the database's and the cloud's view",
+    "distribution": "distribution: masters and workers",
+}
+
+
+def add_options(parser, group=None) -> None:
+    """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``).
+
+    ``group(name)`` (optional) returns what the options of group ``name`` (one of `GROUPS`) are
+    added to: ``dbsurge run --help`` passes one that makes argparse groups (`help_groups`), so the
+    help is generated from these very definitions. Without it every option goes on ``parser``:
+    Locust's own add_argument takes the web-UI keywords (include_in_web_ui, is_secret), its
+    argument groups do not.
+    """
+    def section(name: str):
+        return group(name) if group is not None else parser
+
+    g = section("target")
     g.add_argument("--target", env_var="DBSURGE_TARGET", default=None, is_secret=True,
                    help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / embedded-mongo")
     g.add_argument("--target-secret", env_var="DBSURGE_TARGET_SECRET", default=None, include_in_web_ui=False,
@@ -44,16 +64,25 @@ def add_options(parser) -> None:
     g.add_argument("--target-option", env_var="DBSURGE_TARGET_OPTION", action="append", default=None,
                    metavar="KEY=VALUE", include_in_web_ui=False,
                    help="binding option, e.g. sslrootcert=..., tls_ca_file=..., isolation=serializable (repeatable)")
+    g = section("workload")
     g.add_argument("--workload-option", env_var="DBSURGE_WORKLOAD_OPTION", action="append", default=None,
                    metavar="KEY=VALUE", include_in_web_ui=False,
                    help="workload property, YCSB names accepted, e.g. recordcount=10000 (repeatable)")
     g.add_argument("--operation", env_var="DBSURGE_OPERATION", action="append", default=None,
                    metavar="NAME[=WEIGHT]", include_in_web_ui=False,
                    help="restrict or weight the workload's operations, e.g. product_lookup=3 (repeatable)")
+    g = section("measurement")
     g.add_argument("--results-dir", env_var="DBSURGE_RESULTS_DIR", default=DEFAULTS["results_dir"],
                    include_in_web_ui=False, help="where run directories go (default: results)")
     g.add_argument("--run-id", env_var="DBSURGE_RUN_ID", default=None, include_in_web_ui=False,
                    help="name of the run directory (default: UTC time, workload and a random suffix)")
+    g.add_argument("--prometheus-port", env_var="DBSURGE_PROMETHEUS_PORT", type=int, default=None,
+                   include_in_web_ui=False,
+                   help="serve Prometheus metrics on this port, on the master or local runner (default: off); "
+                        "see docs/prometheus.md")
+    g.add_argument("--prometheus-host", env_var="DBSURGE_PROMETHEUS_HOST", default="127.0.0.1",
+                   include_in_web_ui=False, help="address the Prometheus endpoint binds to (default 127.0.0.1)")
+    g = section("plan")
     g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")
     g.add_argument("--stages", env_var="DBSURGE_STAGES", default=None,
@@ -71,6 +100,7 @@ def add_options(parser) -> None:
                    default=DEFAULTS["arrivals"], help="arrival process: evenly spaced (default) or poisson (seeded)")
     g.add_argument("--max-lag", env_var="DBSURGE_MAX_LAG", default=None,
                    help="skip and count as dropped any slot later than this, e.g. 100ms or 1s")
+    g = section("checks")
     g.add_argument("--fail-on-lag", env_var="DBSURGE_FAIL_ON_LAG", action="store_true", default=False,
                    include_in_web_ui=False, help="exit 1 when the generator fell behind the plan or dropped slots")
     g.add_argument("--lag-warn", env_var="DBSURGE_LAG_WARN", default="5ms", include_in_web_ui=False,
@@ -78,12 +108,15 @@ def add_options(parser) -> None:
     g.add_argument("--check", env_var="DBSURGE_CHECK", default=None, include_in_web_ui=False,
                    help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; "
                         "exit 1 on failure")
+    g = section("plan")
     g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
                    help="seed for arrivals and operation choice (default 42)")
+    g = section("target")
     g.add_argument("--op-timeout", env_var="DBSURGE_OP_TIMEOUT", default=DEFAULTS["op_timeout"],
                    include_in_web_ui=False,
                    help="give up on an operation after this long, e.g. 5s (default 30s): it fails with kind "
                         "timeout; the target option op_timeout overrides it per target")
+    g = section("plan")
     g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,
                    help="seconds to let in-flight operations finish after the plan ends (default 2)")
     g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],
@@ -91,6 +124,7 @@ def add_options(parser) -> None:
     g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=float, default=None, include_in_web_ui=False,
                    help="put the plan's time zero on a multiple of this many wall-clock seconds, e.g. 60 to line "
                         "stages up with CloudWatch's one-minute periods")
+    g = section("collectors")
     g.add_argument("--cloudwatch", env_var="DBSURGE_CLOUDWATCH", action="append", default=None,
                    metavar="PRESET:ID", include_in_web_ui=False,
                    help="attach CloudWatch metrics during the run, e.g. aurora:my-cluster (repeatable)")
@@ -106,8 +140,10 @@ def add_options(parser) -> None:
                    help="stop the test when the cost estimate passes this many USD")
     g.add_argument("--no-db-sampler", env_var="DBSURGE_NO_DB_SAMPLER", action="store_true", default=False,
                    include_in_web_ui=False, help="do not sample pg_stat_database / serverStatus during the run")
+    g = section("workload")
     g.add_argument("--no-load", env_var="DBSURGE_NO_LOAD", action="store_true", default=False, include_in_web_ui=False,
                    help="do not load the default data set when the target has none")
+    g = section("distribution")
     g.add_argument("--join-token", env_var="DBSURGE_JOIN_TOKEN", default=None, is_secret=True,
                    include_in_web_ui=False,
                    help="shared secret a worker must prove to get a share of the plan (required on a master that "

@@ -124,6 +124,10 @@ def validate_options(opts: argparse.Namespace) -> None:
         finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
     if get("max_users") is not None:
         positive_int(opts.max_users, "--max-users")
+    if get("prometheus_port") is not None:
+        port = positive_int(opts.prometheus_port, "--prometheus-port")
+        if port > 65535:
+            raise UserError(f"--prometheus-port must be a port number from 1 to 65535, not {port}")
     if get("max_lag"):
         # 0 would turn the limit off without a word (the pacer reads it as "no limit")
         duration_option(opts.max_lag, "--max-lag", zero_ok=False)
