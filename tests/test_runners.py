@@ -15,7 +15,7 @@ import pytest
 
 from dbsurge import __version__
 from dbsurge.cli import main
-from dbsurge.runners import TAG_OWNER, TAG_RUN, runners_main, status_rows
+from dbsurge.runners import TAG_OWNER, TAG_RUN, status_rows
 from dbsurge.worker import fetch_secret, parse_secret_ref, worker_command
 
 REGION = "us-east-1"
@@ -132,7 +132,7 @@ def test_bad_input_is_one_line_before_any_call(ec2, moto_url, capsys, change, me
     args = {"--run-id": "bad-input", "--endpoint-url": moto_url, "--count": "1", "--instance-type": "c6g.large",
             "--image": "ami-12345678", "--master-host": "10.0.0.9", "--join-token-secret": TOKEN_ARN, **change}
     argv = [x for k, v in args.items() if v is not None for x in (k, v)]
-    code, out, err = _cli(capsys, "runners", "up", *argv)
+    code, _out, err = _cli(capsys, "runners", "up", *argv)
     assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert _tagged(ec2, "bad-input") == []
 
