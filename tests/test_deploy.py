@@ -151,8 +151,8 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install):
            for k, v in services["master"]["environment"].items()}
     env |= {"PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONPATH": str(image_install / "site"),
             "DBSURGE_HOME": os.environ["DBSURGE_HOME"]}
-    where = subprocess.run([sys.executable, "-c", "import dbsurge; print(dbsurge.__file__)"], env=env, check=True,
-                           capture_output=True, text=True).stdout
+    where = subprocess.run([sys.executable, "-c", "import dbsurge; print(dbsurge.__file__)"], env=env, cwd=tmp_path,
+                           check=True, capture_output=True, text=True).stdout
     assert where.startswith(str(image_install / "site")), where  # the image's install, not the editable one
     master = subprocess.Popen(_service_command(services["master"], image_install, port), cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
