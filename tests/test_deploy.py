@@ -81,13 +81,12 @@ def test_compose_shapes_targets_and_the_master_port():
     assert env["DBSURGE_STAGES"] == "30s@500tps" and env["DBSURGE_RATE"] == "" and worker["environment"] == env
     assert env["DBSURGE_JOIN_TOKEN_FILE"] == "/run/secrets/join_token" and "DBSURGE_JOIN_TOKEN" not in env
     assert master["secrets"] == worker["secrets"] == ["join_token"]
-    from locust.argument_parser import get_parser
-
-    from dbsurge.options import add_options
-
-    parser = get_parser()
-    add_options(parser)
-    known = {a.env_var for a in parser._actions if getattr(a, "env_var", None)}
+    # Locust's parser in a child: importing locust here would monkey-patch a process that already imported ssl
+    listing = ("from locust.argument_parser import get_parser; from dbsurge.options import add_options; "
+               "p = get_parser(); add_options(p); "
+               "print(*[a.env_var for a in p._actions if getattr(a, 'env_var', None)])")
+    known = set(subprocess.run([sys.executable, "-c", listing], check=True, capture_output=True, text=True,
+                               timeout=60).stdout.split())
     unknown = {k for k in env if k not in known and k != "DBSURGE_JOIN_TOKEN_FILE" and not k.startswith("LOCUST_")}
     assert unknown <= {"DBSURGE_SPOT_WATCH"}, unknown  # every other variable is an option's
 
