@@ -261,6 +261,27 @@ def runners_from_meta(meta: dict) -> list[tuple[str, int]]:
     return out
 
 
+def runners_from_csv(run_dir: str | Path) -> tuple[list[tuple[str, int]], dict[str, float]]:
+    """``metrics/runners.csv`` (written by ``dbsurge runners status --run-dir``): the runners and their hours.
+
+    Returns ``(instance type, count)`` per type and, for each type whose every instance has its
+    hours (launch to termination, or to the status call), the summed instance-hours.
+    """
+    path = Path(run_dir) / "metrics" / "runners.csv"
+    if not path.is_file():
+        return [], {}
+    frame = pd.read_csv(path, dtype={"instance_type": str})
+    if frame.empty or "instance_type" not in frame.columns:
+        return [], {}
+    counts = frame.groupby("instance_type", sort=True).size()
+    hours = {}
+    if "hours" in frame.columns:
+        for name, group in frame.groupby("instance_type", sort=True):
+            if group["hours"].notna().all():
+                hours[str(name)] = float(group["hours"].sum())
+    return [(str(t), int(n)) for t, n in counts.items()], hours
+
+
 def successful_operations(stages: pd.DataFrame | None, summary: pd.DataFrame | None, timeline: pd.DataFrame | None
                           ) -> tuple[int | None, dict[str, int]]:
     """Successful operations in the run and per stage (``count - failures``, from the ALL rows)."""
@@ -296,10 +317,15 @@ def cost_frames(
     summary_csv: pd.DataFrame | None = None,
     timeline: pd.DataFrame | None = None,
     runners: Iterable[tuple[str, int]] = (),
+    runner_hours: dict[str, float] | None = None,
     storage_gb: float | None = None,
     io_requests: float | None = None,
 ) -> CostReport:
-    """The cost report of a run from its frames. Pure."""
+    """The cost report of a run from its frames. Pure.
+
+    ``runner_hours`` (instance type -> instance-hours, from metrics/runners.csv) replaces the
+    window's hours times the count for the run's bill; the per-stage rows keep the window's share.
+    """
     window = run.window()
     if window is None:
         raise UserError(f"{run.path}: run.json has no start and end time (started_utc, ended_utc)")
@@ -331,8 +357,11 @@ def cost_frames(
                     f"no runner price for {instance_type!r} in {prices.region}: add it under "
                     f"[regions.{prices.region}.runner_hour] in a prices file (--prices)"
                 )
-            items.append(CostItem(f"runner {instance_type} x{count}", hours * count, "instance-hours", price,
-                                  hours * count * price))
+            usage = (runner_hours or {}).get(instance_type)
+            note = "launch to termination (metrics/runners.csv)" if usage is not None else ""
+            usage = hours * count if usage is None else usage
+            items.append(CostItem(f"runner {instance_type} x{count}", usage, "instance-hours", price,
+                                  usage * price, note))
     else:
         items.append(CostItem("runner (instance type not given)", hours, "instance-hours", None, 0.0,
                               "give --runner TYPE[:COUNT] to price the load generators"))
@@ -403,6 +432,9 @@ def estimate_cost(
     run = open_run(run_dir)
     prices = load_prices(prices_path, region_of(run, region))
     runner_list = [parse_runner(r) if isinstance(r, str) else r for r in runners] if runners else runners_from_meta(run.meta)
+    runner_hours: dict[str, float] = {}
+    if not runner_list:  # the runners `dbsurge runners status --run-dir` listed, with their real hours
+        runner_list, runner_hours = runners_from_csv(run.path)
     report = cost_frames(
         run,
         read_cloudwatch(run.path),
@@ -411,6 +443,7 @@ def estimate_cost(
         summary_csv=read_summary(run.path),
         timeline=read_timeline(run.path),
         runners=runner_list,
+        runner_hours=runner_hours,
         storage_gb=storage_gb,
         io_requests=io_requests,
     )

@@ -6,6 +6,8 @@
     dbsurge embedded start|stop|status [postgres|mongo|all]
     dbsurge scenario NAME [options]          (dbsurge scenario --help lists them)
     dbsurge collect|report|cost results/<run>
+    dbsurge runners up|status|down|verify --run-id ID [options]   (EC2 Spot hosts for workers)
+    dbsurge worker --master-host ADDR [--join-token-secret ARN]   (a Locust worker; secrets from AWS)
 
 ``dbsurge run`` is `locust -f locustfiles/<workload>.py[,shapes/<shape>.py] --headless ...` for
 people who do not think in Locust flags: it checks everything first (one line and exit 2 on any
@@ -339,6 +341,8 @@ COMMANDS = {
     "collect": "dbsurge.collectors:collect_main",
     "report": "dbsurge.collectors:report_main",
     "cost": "dbsurge.collectors:cost_main",
+    "runners": "dbsurge.runners:runners_main",
+    "worker": "dbsurge.worker:worker_main",
 }
 
 

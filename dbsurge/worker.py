@@ -1,0 +1,124 @@
+"""``dbsurge worker``: a Locust worker that takes its secrets from AWS, not from its command line.
+
+    dbsurge worker --master-host 10.0.0.5 --join-token-secret arn:aws:secretsmanager:us-east-1:1234:secret:dbsurge-join
+    dbsurge worker --master-host master --secret-env DBSURGE_TARGET=arn:aws:ssm:us-east-1:1234:parameter/dbsurge/target
+
+It reads each secret (AWS Secrets Manager's ``SecretString``, or an SSM parameter, decrypted) with
+the host's own credentials (an instance profile on EC2), puts it in the environment, and replaces
+itself with ``locust -f - --worker --master-host H --master-port P`` plus any other arguments. The
+locustfile and the plan come from the master; the token never appears in ``ps``, in user data or
+on disk. This is what a Spot runner's systemd unit starts (`dbsurge.runner_userdata`).
+
+A secret reference is a Secrets Manager ARN (``arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME``),
+an SSM parameter ARN (``arn:aws:ssm:REGION:ACCOUNT:parameter/NAME``), or ``secretsmanager:NAME`` /
+``ssm:NAME`` in the default region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from .errors import UserError, clip
+
+_ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):([a-z0-9-]+):\d{12}:(secret:.+|parameter/.+)")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def parse_secret_ref(ref: str) -> tuple[str, str | None, str]:
+    """``(service, region or None, id)`` of a secret reference; `UserError` for anything else.
+
+        >>> parse_secret_ref("arn:aws:ssm:eu-west-1:123456789012:parameter/dbsurge/token")
+        ('ssm', 'eu-west-1', '/dbsurge/token')
+        >>> parse_secret_ref("secretsmanager:dbsurge-join")
+        ('secretsmanager', None, 'dbsurge-join')
+    """
+    m = _ARN.fullmatch(ref.strip())
+    if m:
+        service, region, rest = m.groups()
+        if service == "ssm":
+            name = rest.removeprefix("parameter/")
+            return "ssm", region, ("/" + name) if "/" in name else name
+        return "secretsmanager", region, ref.strip()
+    service, sep, ident = ref.strip().partition(":")
+    if sep and service in ("ssm", "secretsmanager") and ident:
+        return service, None, ident
+    raise UserError(f"bad secret reference '{clip(ref)}': use a Secrets Manager or SSM parameter ARN, "
+                    f"or secretsmanager:NAME / ssm:NAME")
+
+
+def fetch_secret(ref: str, *, session: Any = None, endpoint_url: str | None = None) -> str:
+    """The secret's text, read from Secrets Manager or SSM Parameter Store (with decryption)."""
+    import boto3
+    import botocore.exceptions
+
+    service, region, ident = parse_secret_ref(ref)
+    session = session or boto3.Session()
+    kwargs = {"region_name": region} if region else {}
+    if endpoint_url:
+        kwargs["endpoint_url"] = endpoint_url
+    try:
+        client = session.client(service, **kwargs)
+        if service == "ssm":
+            return client.get_parameter(Name=ident, WithDecryption=True)["Parameter"]["Value"]
+        return client.get_secret_value(SecretId=ident)["SecretString"]
+    except botocore.exceptions.NoCredentialsError:
+        raise UserError(f"cannot read {clip(ref)}: no AWS credentials (an instance profile, or AWS_PROFILE)") from None
+    except botocore.exceptions.NoRegionError:
+        raise UserError(f"cannot read {clip(ref)}: no region (use an ARN, or set AWS_DEFAULT_REGION)") from None
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError, KeyError) as err:
+        raise UserError(f"cannot read {clip(ref)}: {clip(str(err), 160)}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dbsurge worker", description="A Locust worker that joins a dbsurge master.",
+                                epilog="Other arguments pass through to `locust --worker`.")
+    p.add_argument("--master-host", default=os.environ.get("DBSURGE_MASTER_HOST"),
+                   help="the master's address (or DBSURGE_MASTER_HOST)")
+    p.add_argument("--master-port", type=int, default=int(os.environ.get("DBSURGE_MASTER_PORT") or 5557))
+    p.add_argument("--join-token-secret", default=os.environ.get("DBSURGE_JOIN_TOKEN_SECRET"), metavar="ARN",
+                   help="read DBSURGE_JOIN_TOKEN from this Secrets Manager secret or SSM parameter")
+    p.add_argument("--secret-env", action="append", default=[], metavar="NAME=ARN",
+                   help="set the environment variable NAME from a secret, e.g. DBSURGE_TARGET=arn:... (repeatable)")
+    p.add_argument("--processes", type=int, default=None, help="worker processes on this host (Locust --processes)")
+    p.add_argument("--endpoint-url", default=None, help=argparse.SUPPRESS)  # tests: a local AWS endpoint
+    return p
+
+
+def worker_command(argv: list[str], environ: dict[str, str] | None = None, *, session: Any = None
+                   ) -> tuple[list[str], dict[str, str]]:
+    """The ``locust --worker`` command line and environment that ``dbsurge worker ARGS`` runs."""
+    args, rest = _parser().parse_known_args(argv)
+    if not args.master_host:
+        raise UserError("no master: pass --master-host ADDRESS (or set DBSURGE_MASTER_HOST)")
+    if not 0 < args.master_port < 65536:
+        raise UserError(f"bad --master-port {args.master_port}: a TCP port, 1 to 65535")
+    secrets: dict[str, str] = {}
+    for item in args.secret_env:
+        name, sep, ref = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise UserError(f"bad --secret-env '{clip(item)}': expected NAME=ARN with an upper-case variable name")
+        secrets[name] = ref
+    if args.join_token_secret:
+        secrets["DBSURGE_JOIN_TOKEN"] = args.join_token_secret
+    for ref in secrets.values():
+        parse_secret_ref(ref)  # every reference is well formed before any is read
+    env = dict(os.environ if environ is None else environ)
+    for name, ref in secrets.items():
+        env[name] = fetch_secret(ref, session=session, endpoint_url=args.endpoint_url)
+    cmd = [sys.executable, "-m", "locust", "-f", "-", "--worker", "--master-host", args.master_host,
+           "--master-port", str(args.master_port)]
+    if args.processes:
+        cmd += ["--processes", str(args.processes)]
+    return cmd + rest, env
+
+
+def worker_main(argv: list[str]) -> int:
+    """``dbsurge worker``: fetch the secrets, then become the Locust worker (exec: SIGTERM reaches Locust)."""
+    cmd, env = worker_command(argv)
+    sys.stdout.flush()
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached

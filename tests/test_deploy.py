@@ -1,0 +1,171 @@
+"""docker-compose.yml and deploy/k8s/: schema-valid, the same options, and the compose commands run for real.
+
+- The compose file against the compose-spec JSON schema that check-jsonschema ships
+  (``--builtin-schema vendor.compose-spec``; nothing is fetched), and a broken copy fails it.
+- The manifests with ``kubernetes-validate --strict`` (it ships the Kubernetes schemas).
+- The master's and a worker's command lines and environments, taken from docker-compose.yml with
+  Compose's ``${VAR:-default}`` interpolation, run through docker/entrypoint.sh against a
+  non-editable install of exactly what docker/Dockerfile copies, against the embedded PostgreSQL on
+  127.0.0.1 (container names and 0.0.0.0 become 127.0.0.1: a test never listens beyond loopback).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ledger_checks import ledger
+from runs import REPO, only_run_dir
+
+from dbsurge.embedded import free_port
+
+COMPOSE = REPO / "docker-compose.yml"
+K8S = REPO / "deploy" / "k8s"
+BIN = Path(sys.executable).parent
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` and ``${VAR:?message}`` (no nesting)."""
+    def one(m: re.Match) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
+        value = env.get(name)
+        if op == ":-":
+            return value if value else arg
+        if op == "-":
+            return arg if value is None else value
+        if op in (":?", "?") and not value:
+            raise AssertionError(f"{name}: {arg}")
+        return value or ""
+    return _VAR.sub(one, text.replace("$$", "\0")).replace("\0", "$")
+
+
+def _interpolate_values(node, env: dict[str, str]):
+    if isinstance(node, dict):
+        return {k: _interpolate_values(v, env) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate_values(v, env) for v in node]
+    return interpolate(node, env) if isinstance(node, str) else node
+
+
+def compose(env: dict[str, str] | None = None) -> dict:
+    """docker-compose.yml as Compose sees it: parsed, then each string value interpolated."""
+    return _interpolate_values(yaml.safe_load(COMPOSE.read_text()), env or {})
+
+
+def test_compose_matches_the_compose_spec(tmp_path):
+    cmd = [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec"]
+    proc = subprocess.run([*cmd, str(COMPOSE)], check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("    profiles: [postgres]", "    profiles: postgres\n    wat: 1"))
+    assert subprocess.run([*cmd, str(broken)], check=False, capture_output=True, timeout=60).returncode != 0
+
+
+def test_compose_shapes_targets_and_the_master_port():
+    spec = compose({"SHAPE": "stages", "STAGES": "30s@500tps", "RATE": "", "MASTER_PORT_PUBLISH": "0.0.0.0:5557"})
+    services = spec["services"]
+    assert services["postgres"]["profiles"] == ["postgres"] and services["mongo"]["profiles"] == ["mongo"]
+    master, worker = services["master"], services["worker"]
+    assert all(dep["required"] is False for dep in master["depends_on"].values())  # only the profile's target
+    assert "0.0.0.0:5557:5557" in master["ports"] and "/src/shapes/stages.py" in master["command"]
+    assert compose()["services"]["master"]["ports"][1] == "127.0.0.1:5557:5557"  # loopback unless asked
+    env = master["environment"]
+    assert env["DBSURGE_STAGES"] == "30s@500tps" and env["DBSURGE_RATE"] == "" and worker["environment"] == env
+    assert env["DBSURGE_JOIN_TOKEN_FILE"] == "/run/secrets/join_token" and "DBSURGE_JOIN_TOKEN" not in env
+    assert master["secrets"] == worker["secrets"] == ["join_token"]
+    # Locust's parser in a child: importing locust here would monkey-patch a process that already imported ssl
+    listing = ("from locust.argument_parser import get_parser; from dbsurge.options import add_options; "
+               "p = get_parser(); add_options(p); "
+               "print(*[a.env_var for a in p._actions if getattr(a, 'env_var', None)])")
+    known = set(subprocess.run([sys.executable, "-c", listing], check=True, capture_output=True, text=True,
+                               timeout=60).stdout.split())
+    unknown = {k for k in env if k not in known and k != "DBSURGE_JOIN_TOKEN_FILE" and not k.startswith("LOCUST_")}
+    assert unknown <= {"DBSURGE_SPOT_WATCH"}, unknown  # every other variable is an option's
+
+
+def test_k8s_manifests_validate_and_match_compose():
+    files = sorted(K8S.glob("*.yaml"))
+    proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", *map(str, files)], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "passed" in proc.stdout, proc.stdout + proc.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for f in files for d in yaml.safe_load_all(f.read_text()) if d}
+    assert {("Secret", "dbsurge-join-token"), ("Secret", "dbsurge-target"), ("Service", "dbsurge-master"),
+            ("Deployment", "dbsurge-master"), ("Deployment", "dbsurge-worker")} <= set(docs)
+    options = docs[("ConfigMap", "dbsurge-options")]["data"]
+    compose_env = compose()["services"]["master"]["environment"]
+    assert {k for k in options if k.startswith("DBSURGE_")} <= set(compose_env)
+    for name in ("dbsurge-master", "dbsurge-worker"):
+        (container,) = docs[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+        assert refs == {"DBSURGE_JOIN_TOKEN": "dbsurge-join-token", "DBSURGE_TARGET": "dbsurge-target"}
+    (worker,) = docs[("Deployment", "dbsurge-worker")]["spec"]["template"]["spec"]["containers"]
+    assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"
+
+
+@pytest.fixture(scope="session")
+def image_install(tmp_path_factory) -> Path:
+    """What docker/Dockerfile copies to /src, installed non-editable (``pip install --target``): the image's files."""
+    root = tmp_path_factory.mktemp("image")
+    src = root / "src"
+    src.mkdir()
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    copies = re.findall(r"^COPY ([^\n]+?) (\S+)$", dockerfile, re.MULTILINE)
+    workdir = "/src"
+    for sources, dest in copies:
+        if not dest.startswith(("./", ".")):
+            continue  # outside /src (the entrypoint): run from the repository below
+        for item in sources.split():
+            target = src / (item if dest in ("./", ".") else dest.removeprefix("./"))
+            (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, target)
+    assert workdir in dockerfile and (src / "locustfiles" / "orders.py").is_file()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(root / "site"), str(src)], check=True, timeout=300, capture_output=True)
+    return root
+
+
+def _service_command(service: dict, root: Path, port: int) -> list[str]:
+    text = service["command"].replace("/src/", f"{root / 'src'}/").replace("0.0.0.0", "127.0.0.1")
+    text = text.replace("--master-host master", "--master-host 127.0.0.1")
+    return [str(REPO / "docker" / "entrypoint.sh"), *shlex.split(text.replace("5557", str(port)))]
+
+
+def test_compose_services_run_for_real(tmp_path, pg_uri, image_install):
+    token = tmp_path / "join_token"
+    token.write_text("compose-token\n")
+    shell = {"TARGET": pg_uri, "SHAPE": "stages", "STAGES": "2s@40tps,2s@80tps", "WORKERS": "1",
+             "LOCUST_HEADLESS": "true", "DBSURGE_OPERATION": "product_lookup", "DBSURGE_NO_DB_SAMPLER": "true",
+             "DBSURGE_WORKLOAD_OPTION": "[products=2000]"}
+    services = compose(shell)["services"]
+    port = free_port()
+    env = {k: str(v).replace("/work/results", str(tmp_path / "results")).replace("/run/secrets/join_token",
+                                                                                 str(token))
+           for k, v in services["master"]["environment"].items()}
+    env |= {"PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONPATH": str(image_install / "site"),
+            "DBSURGE_HOME": os.environ["DBSURGE_HOME"]}
+    where = subprocess.run([sys.executable, "-c", "import dbsurge; print(dbsurge.__file__)"], env=env, cwd=tmp_path,
+                           check=True, capture_output=True, text=True).stdout
+    assert where.startswith(str(image_install / "site")), where  # the image's install, not the editable one
+    master = subprocess.Popen(_service_command(services["master"], image_install, port), cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(_service_command(services["worker"], image_install, port), cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = master.communicate(timeout=90)
+    finally:
+        for p in (master, worker):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+    assert master.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 240 and total["not_sent_unaccounted"] == 0, total  # 2 s x 40 + 2 s x 80: STAGES
