@@ -6,6 +6,9 @@
     dbsurge embedded start|stop|status [postgres|mongo|all]
     dbsurge scenario NAME [options]          (dbsurge scenario --help lists them)
     dbsurge collect|report|cost results/<run>
+    dbsurge rerun results/<run> [--target URI]        (the same plan, workload, options and seed again)
+    dbsurge compare results/<a> results/<b> [--labels A,B] [--html FILE]
+    dbsurge run ... --repeat 3                       (results/<run-id>/1..3 and their spread)
 
 ``dbsurge run`` is `locust -f locustfiles/<workload>.py[,shapes/<shape>.py] --headless ...` for
 people who do not think in Locust flags: it checks everything first (one line and exit 2 on any
@@ -56,10 +59,16 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=int, default=None, help="worker processes on this host (Locust --processes)")
     p.add_argument("--web", action="store_true", help="start Locust's web UI (on 127.0.0.1:8089) instead of headless")
     p.add_argument("--quiet", action="store_true", help="only print the final tables, not Locust's periodic stats")
+    p.add_argument("--repeat", default=None, metavar="N",
+                   help="run N times into <results>/<run-id>/1..N and print the spread (median, min, max)")
     return p
 
 
 def run_main(argv: list[str]) -> int:
+    if any(a == "--repeat" or a.startswith("--repeat=") for a in argv):
+        from .repeat import repeat_main  # N runs in one parent directory
+
+        return repeat_main(argv)
     args, rest = _run_parser().parse_known_args(argv)
     from .embedded import resolve_embedded
 
@@ -209,6 +218,8 @@ COMMANDS = {
     "collect": "dbsurge.collectors:collect_main",
     "report": "dbsurge.collectors:report_main",
     "cost": "dbsurge.collectors:cost_main",
+    "rerun": "dbsurge.rerun:rerun_main",
+    "compare": "dbsurge.collectors:compare_main",
 }
 
 
