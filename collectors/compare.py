@@ -153,7 +153,7 @@ def facts(side: Side) -> dict[str, str]:
             out["clients per process"] = str(m.get("users_per_process"))
             out["distribution"] = str(m.get("distribution"))
         for k, v in _workload_options(side).items():
-            if side.kind == "ycsb" and k == "requestdistribution":
+            if side.kind == "ycsb" and (k == "requestdistribution" or k.startswith("hotspot")):
                 continue  # a dimension of the table, not a difference
             out[f"workload option {k}"] = str(v)
     elif side.kind == "cache":
@@ -255,11 +255,12 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:
     ops = [op for op in dict.fromkeys(op for _, op in per_side[0][0]) if op != "ALL"]
     rows: list[Row] = []
     for stage in stages:
-        spec = [("ALL", "target_tps", "arrival rate TPS", "tps", False), ("ALL", "ok_tps", "successful TPS", "tps", True)]
+        spec = [("ALL", "target_tps", "arrival rate TPS", "tps", False),
+                ("ALL", "ok_tps", "successful TPS", "tps", True)]
         for op in ops:
             spec += [(op, "p95_ms", f"{op} p95 ms", "ms", True), (op, "p99_ms", f"{op} p99 ms", "ms", True)]
-        spec += [("ALL", "failure_rate", "failure rate", "rate", False), ("ALL", "lag_p99_ms", "lag p99 ms", "ms", False),
-                 ("ALL", "dropped", "dropped", "count", False)]
+        spec += [("ALL", "failure_rate", "failure rate", "rate", False),
+                 ("ALL", "lag_p99_ms", "lag p99 ms", "ms", False), ("ALL", "dropped", "dropped", "count", False)]
         for op, fig, label, unit, ratio in spec:
             cells = [Figure(values.get((stage, op, fig), [])) for _, values, _ in per_side]
             if any(c.values for c in cells):
@@ -389,7 +390,7 @@ def _fmt(unit: str, v: float | None) -> str:
     if unit == "usd":
         return f"${v:.4f}" if v < 100 else f"${v:,.2f}"
     if unit == "pct":
-        return f"{v:+.0f}%" if unit == "pct" and v < 0 else f"{v:.0f}%"
+        return f"{v:.0f}%"
     if unit in ("count", "ops"):
         return f"{v:,.0f}"
     return f"{v:,.1f}" if unit == "tps" else f"{v:g}"
@@ -424,7 +425,8 @@ def beyond_spread(a: Figure, b: Figure) -> bool | None:
 def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, display rows and the notes about spread."""
     first = sides[0]
-    headers = ["stage" if first.kind == "engine" else "", "figure"] + [s.label for s in sides]
+    first_column = {"engine": "stage", "cache": "percentile", "ycsb": "distribution", "scalability": "workers"}
+    headers = [first_column[first.kind], "figure"] + [s.label for s in sides]
     spread = all(s.repeated for s in sides)
     for s in sides[1:]:
         headers.append(f"{s.label} vs {first.label}")
@@ -462,8 +464,8 @@ def text_report(sides: Sequence[Side], rows: Sequence[Row], blocking: list[str],
     headers, lines, spread_notes = table(sides, rows)
     titles = {"engine": "Per stage", "cache": "Warm vs cold snapshots", "ycsb": "YCSB workload A",
               "scalability": "Throughput against the ideal line"}
-    parts = ["Runs: " + "; ".join(f"{s.label} = {s.path} ({s.target}{', %d repetitions' % len(s.runs) if s.repeated else ''})"
-                                  for s in sides)]
+    parts = ["Runs: " + "; ".join(f"{s.label} = {s.path} ({s.target}"
+                                  f"{f', {len(s.runs)} repetitions' if s.repeated else ''})" for s in sides)]
     if blocking:
         parts.append("Compared with --force although they differ:\n" + "\n".join(f"  - {b}" for b in blocking))
     parts.append(render(headers, lines, f"{titles[sides[0].kind]}: {' vs '.join(s.label for s in sides)}"))
@@ -663,7 +665,8 @@ def compare_main(argv: Sequence[str]) -> int:
                         " listed above): pass --force to compare them anyway")
     rows = comparison_rows(sides)
     print(text_report(sides, rows, blocking, notes), flush=True)
-    out = Path(args.html) if args.html else sides[0].path.parent / f"compare-{'-vs-'.join(_safe(s.label) for s in sides)}.html"
+    name = f"compare-{'-vs-'.join(_safe(s.label) for s in sides)}.html"
+    out = Path(args.html) if args.html else sides[0].path.parent / name
     title = f"dbsurge compare: {' vs '.join(s.label for s in sides)}"
     out.write_text(page_html(section_html(sides, rows, blocking, notes, render_plot(sides)), title))
     csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
