@@ -8,6 +8,7 @@ Installed as ``dbsurge.collectors``. Modules (see ``collectors/README.md``):
 - `merge`: `merge_run` (``merged.csv``, one row per second) and `stage_capacity`.
 - `cost`: `estimate_cost` (``cost.csv``), `load_prices` (``prices.toml``) and `CostGuard`.
 - `report`: `build_report` (``report.html``, ``timeline.png``, ``summary.md``).
+- `compare`: `compare_main` (``dbsurge compare``) and the comparison section of report.html.
 - `cli`: `collect_main`, `report_main`, `cost_main` for ``dbsurge collect|report|cost``.
 
 The three CLI entry points are also here (``dbsurge.collectors:collect_main``); they import their
@@ -34,5 +35,12 @@ def report_main(argv: list[str]) -> int:
 def cost_main(argv: list[str]) -> int:
     """``dbsurge cost``: see `dbsurge.collectors.cli.cost_main`."""
     from .cli import cost_main as main
+
+    return main(argv)
+
+
+def compare_main(argv: list[str]) -> int:
+    """``dbsurge compare``: see `dbsurge.collectors.compare.compare_main`."""
+    from .compare import compare_main as main
 
     return main(argv)

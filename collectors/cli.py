@@ -5,7 +5,7 @@ user can fix raises `UserError`, which the CLI prints as one line.
 
     dbsurge collect results/<run> [--cloudwatch PRESET:ID ...] [--region R] [--profile P]
                                   [--endpoint-url URL] [--margin 5m]
-    dbsurge report results/<run>
+    dbsurge report results/<run> [results/<other> ...]   (several: with a comparison section)
     dbsurge cost results/<run> [--prices FILE] [--region R] [--runner TYPE[:COUNT] ...]
                                [--storage-gb GB] [--io-requests N]
 """
@@ -17,6 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from dbsurge.errors import UserError
 
@@ -110,10 +111,23 @@ def report_main(argv: Sequence[str]) -> int:
     """Write report.html, timeline.png and summary.md (and merged.csv, cost.csv) for a run."""
     from .report import build_report
 
-    parser = _Parser(prog="dbsurge report", description="Build the run's report.")
-    parser.add_argument("run_dir", help="the run directory, results/<run-id>")
+    parser = _Parser(prog="dbsurge report", description="Build the run's report (several runs: with a comparison).")
+    parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="the run directory, results/<run-id>")
     args = parser.parse_args(list(argv))
-    path = build_report(args.run_dir)
+    if len(args.run_dirs) > 1:
+        from .compare import add_section, open_sides, report_section
+
+        open_sides(args.run_dirs)  # refuse kinds that cannot be compared before writing anything
+        section = report_section(args.run_dirs)
+        for run_dir in args.run_dirs:
+            path = build_report(run_dir) if (Path(run_dir) / "stages.csv").is_file() else None
+            if path is None:
+                continue
+            add_section(path, section)
+            _say(f"wrote {path} (with the comparison of {len(args.run_dirs)} runs), "
+                 f"{path.with_name('timeline.png')} and {path.with_name('summary.md')}")
+        return 0
+    path = build_report(args.run_dirs[0])
     _say(f"wrote {path}, {path.with_name('timeline.png')} and {path.with_name('summary.md')}")
     return 0
 

@@ -8,6 +8,9 @@
     dbsurge collect|report|cost results/<run>
     dbsurge runners up|status|down|verify --run-id ID [options]   (EC2 Spot hosts for workers)
     dbsurge worker --master-host ADDR [--join-token-secret ARN]   (a Locust worker; secrets from AWS)
+    dbsurge rerun results/<run> [--target URI]        (the same plan, workload, options and seed again)
+    dbsurge compare results/<a> results/<b> [--labels A,B] [--html FILE]
+    dbsurge run ... --repeat 3                       (results/<run-id>/1..3 and their spread)
 
 ``dbsurge run`` is `locust -f locustfiles/<workload>.py[,shapes/<shape>.py] --headless ...` for
 people who do not think in Locust flags: it checks everything first (one line and exit 2 on any
@@ -61,6 +64,9 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
                                         help="run time, e.g. 30s or 2m (closed model and constant shape; closed "
                                              "model default 30s)")),
     ("measurement", ("--quiet",), dict(action="store_true", help="only print the final tables")),
+    ("measurement", ("--repeat",), dict(default=None, metavar="N",
+                                        help="run N times into <results>/<run-id>/1..N and print the spread "
+                                             "(median, min, max) of each stage's figures")),
     ("distribution", ("--processes",), dict(type=int, default=None, env_var="LOCUST_PROCESSES",
                                             help="worker processes on this host (-1: one per CPU; Locust's "
                                                  "--processes)")),
@@ -177,6 +183,10 @@ def run_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         help_parser().print_help()
         return 0
+    if any(a == "--repeat" or a.startswith("--repeat=") for a in argv):
+        from .repeat import repeat_main  # N runs in one parent directory
+
+        return repeat_main(argv)
     args, rest = _run_parser().parse_known_args(argv)
     ns = _locust_namespace(rest)
     args.workload = args.workload or os.environ.get("DBSURGE_WORKLOAD")
@@ -343,6 +353,8 @@ COMMANDS = {
     "cost": "dbsurge.collectors:cost_main",
     "runners": "dbsurge.runners:runners_main",
     "worker": "dbsurge.worker:worker_main",
+    "rerun": "dbsurge.rerun:rerun_main",
+    "compare": "dbsurge.collectors:compare_main",
 }
 
 
@@ -394,6 +406,10 @@ COMMAND_HELP = {
     "collect": "fetch a finished run's CloudWatch metrics (they arrive minutes late)",
     "report": "rebuild a run's summary.md, merged.csv, report.html and timeline.png",
     "cost": "rebuild a run's cost table",
+    "rerun": "run a finished run's plan, workload, options and seed again (same or another target)",
+    "compare": "compare runs side by side: the study's table, ratios, spread across repetitions, plots",
+    "runners": "launch, list, remove and verify EC2 (Spot) hosts that run workers",
+    "worker": "run a Locust worker that reads its join token and secrets from AWS",
 }
 
 

@@ -12,7 +12,8 @@ order-creation and product-lookup p95/p99, failure rate, and the maximum capacit
 collector is attached with ``--cloudwatch aurora:ID`` (the engine polls CloudWatch during the run; the last
 minutes arrive late, so run ``dbsurge collect results/<run>`` later and ``--from results/<run>`` to
 print the table again).
-Options this scenario does not know go to ``dbsurge run`` (``--max-users``, ``--arrivals``, ...).
+Options this scenario does not know go to ``dbsurge run`` (``--max-users``, ``--arrivals``, ...);
+``--repeat N`` runs the spike N times into ``<run-id>/1..N`` and prints the spread across them.
 """
 
 from __future__ import annotations
@@ -85,6 +86,13 @@ def main(argv: list[str]) -> int:
         if handle is not None:
             handle.stop()
     run_dir = Path(args.results_dir) / run_id
+    if (run_dir / "repetitions.csv").is_file():  # --repeat N went to dbsurge run: one table per repetition
+        for sub in sorted((d for d in run_dir.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
+            if (sub / "stages.csv").is_file():
+                annotate_run(sub, scenario=NAME, scenario_settings=settings, target_name=args.target)
+                write_report(sub, report(sub), title=f"dbsurge scenario spike: {run_id}/{sub.name}")
+        print(f"\nresults: {run_dir} (repetitions 1..N; `dbsurge scenario spike --from {run_dir}/1` prints one)")
+        return code
     if not (run_dir / "stages.csv").is_file():
         return code or 1
     annotate_run(run_dir, scenario=NAME, scenario_settings=settings, target_name=args.target)

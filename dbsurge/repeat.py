@@ -1,0 +1,215 @@
+"""``dbsurge run ... --repeat N``: N runs of the same command in one parent directory, and their spread.
+
+The repetitions go to ``<results>/<run-id>/1``, ``/2``, ... (each an ordinary run directory,
+with the same seed: the same planned arrivals and key choices each time); the parent directory
+gets a ``run.json`` of kind ``repetitions`` (the command, each repetition's directory and exit
+code) and ``repetitions.csv``: per stage, operation and figure, the median, minimum and maximum
+across the repetitions, which is printed at the end. An embedded target is started once for all
+repetitions. The exit code is the worst of the repetitions' (0 < 1 < 3 < 2; a repetition stopped
+by SIGINT or SIGTERM ends the series with 130 or 143), so a pipeline sees any failed repetition.
+`dbsurge compare` reads a parent directory as one run whose figures have a spread, and says
+whether a difference between two systems is larger than that spread.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import UserError
+
+#: stages.csv columns summarised across repetitions
+FIGURES = ("target_tps", "achieved_tps", "failure_rate", "p50_ms", "p95_ms", "p99_ms", "lag_p99_ms", "dropped",
+           "planned")
+COLUMNS = ["stage", "operation", "figure", "n", "median", "min", "max", "spread_pct", "values"]
+_RANK = {0: 0, 1: 1, 3: 2, 2: 3}
+MAX_REPEAT = 1000
+
+
+def worst_exit(codes: Sequence[int]) -> int:
+    """The worst of the repetitions' exit codes: interrupted first, then 2 > 3 > 1 > 0 (unknown codes: 3)."""
+    for code in codes:
+        if code in (130, 143):
+            return code
+    if not codes:
+        return 0
+    return max(codes, key=lambda c: _RANK.get(c, 2))
+
+
+def take_option(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``, the last one wins) and argv without it."""
+    value, out, i = None, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == flag:
+            if i + 1 >= len(argv):
+                raise UserError(f"{flag} needs a value")
+            value, i = argv[i + 1], i + 2
+            continue
+        if a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+        else:
+            out.append(a)
+        i += 1
+    return value, out
+
+
+def parse_repeat(text: str | None) -> int:
+    if text is None or not text.strip().isdigit() or not 1 <= int(text) <= MAX_REPEAT:
+        raise UserError(f"--repeat '{text}': expected a whole number of runs from 1 to {MAX_REPEAT}")
+    return int(text)
+
+
+def repeat_main(argv: list[str]) -> int:
+    """``dbsurge run ... --repeat N``."""
+    from .cli import _run_parser, run_main
+    from .embedded import resolve_embedded
+    from .rundir import RunDirectory, new_run_id, utc_iso
+    from .validate import check_results_dir, validate_run_id
+
+    text, argv = take_option(list(argv), "--repeat")
+    count = parse_repeat(text)
+    run_id, argv = take_option(argv, "--run-id")
+    results_dir, argv = take_option(argv, "--results-dir")
+    results_dir = results_dir or "results"
+    args, _ = _run_parser().parse_known_args(argv)
+    if not args.target:
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo)")
+    run_id = run_id or new_run_id(f"{args.workload}-x{count}")
+    validate_run_id(run_id, results_dir)
+    check_results_dir(results_dir)
+    _, argv = take_option(argv, "--target")
+    uri, handle = resolve_embedded(args.target)
+    parent = RunDirectory(results_dir, run_id)
+    runs: list[dict] = []
+    codes: list[int] = []
+    try:
+        parent.write_meta(run_id=run_id, kind="repetitions", started_utc=utc_iso(time.time()), ended_utc=None,
+                          command=["dbsurge", "run", *argv, "--target", args.target, "--repeat", str(count)],
+                          target_display=None, repetitions={"count": count, "runs": runs})
+        for i in range(1, count + 1):
+            print(f"dbsurge: repetition {i} of {count} -> {parent.path / str(i)}", flush=True)
+            try:
+                code = run_main([*argv, "--target", uri, "--results-dir", str(parent.path), "--run-id", str(i)])
+            except UserError as e:
+                if i == 1:
+                    raise
+                sys.stderr.write(f"dbsurge: repetition {i}: {e}\n")
+                code = e.exit_code
+            codes.append(code)
+            runs.append({"index": i, "run_dir": str(i), "exit_code": code})
+            sub = parent.path / str(i)
+            if i == 1 and (sub / "run.json").is_file():
+                from .scenarios.scenario_run import read_meta
+
+                parent.write_meta(target_display=read_meta(sub).get("target_display"))
+            parent.write_meta(repetitions={"count": count, "runs": runs})
+            if code in (2, 130, 143):
+                break
+        worst = worst_exit(codes)
+        parent.write_meta(ended_utc=utc_iso(time.time()), exit_code=worst)
+    finally:
+        parent.close()
+        if handle is not None:
+            handle.stop()
+    dirs = [parent.path / r["run_dir"] for r in runs]
+    rows = spread_rows(dirs)
+    write_csv(parent.path / "repetitions.csv", rows)
+    print("\n" + spread_text(rows, codes, parent.path), flush=True)
+    return worst
+
+
+# -- the spread table (pure, from the repetitions' stages.csv) ---------------------------------------------
+
+
+def read_stage_rows(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "stages.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def stage_values(run_dirs: Sequence[Path]) -> tuple[list[tuple[str, str]], dict[tuple[str, str, str], list[float]]]:
+    """(stage, operation) pairs in the first run's order, and each (stage, operation, figure)'s values across runs."""
+    order: list[tuple[str, str]] = []
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for d in run_dirs:
+        for r in read_stage_rows(d):
+            key = (r.get("stage", ""), r.get("operation", ""))
+            if key not in order:
+                order.append(key)
+            for fig in FIGURES:
+                v = r.get(fig)
+                if fig.endswith("_ms") and str(r.get("count") or "0") == "0":
+                    continue  # no operation: no latency
+                if v not in (None, ""):
+                    values.setdefault((*key, fig), []).append(float(v))
+    return order, values
+
+
+def spread_rows(run_dirs: Sequence[Path]) -> list[dict]:
+    """repetitions.csv: per stage, operation and figure, the median, min, max and spread across the runs."""
+    order, values = stage_values(run_dirs)
+    rows = []
+    for stage, op in order:
+        for fig in FIGURES:
+            vs = values.get((stage, op, fig))
+            if not vs:
+                continue
+            med = statistics.median(vs)
+            spread = (max(vs) - min(vs)) / med * 100 if med else None
+            rows.append({"stage": stage, "operation": op, "figure": fig, "n": len(vs), "median": round(med, 6),
+                         "min": min(vs), "max": max(vs), "spread_pct": None if spread is None else round(spread, 3),
+                         "values": ";".join(f"{v:g}" for v in vs)})
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    tmp.replace(path)
+
+
+_SHOWN = (("ALL", "achieved_tps", "successful TPS"), ("ALL", "failure_rate", "failure rate"),
+          ("*", "p95_ms", "p95 ms"), ("*", "p99_ms", "p99 ms"), ("ALL", "lag_p99_ms", "lag p99 ms"),
+          ("ALL", "dropped", "dropped"))
+
+
+def _fmt(fig: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if fig == "failure_rate":
+        return f"{v * 100:.3f}%"
+    if fig.endswith("_ms"):
+        return f"{v:.3f}"
+    return f"{v:,.1f}" if fig.endswith("tps") else f"{v:,.0f}"
+
+
+def spread_text(rows: list[dict], codes: Sequence[int], parent: Path) -> str:
+    """The printed table: each stage's figures across the repetitions (median, min, max, spread)."""
+    from .tables import render
+
+    by = {(r["stage"], r["operation"], r["figure"]): r for r in rows}
+    stages = list(dict.fromkeys(r["stage"] for r in rows))
+    ops = [op for op in dict.fromkeys(r["operation"] for r in rows) if op != "ALL"]
+    out = []
+    for stage in stages:
+        for op_sel, fig, label in _SHOWN:
+            for op in (ops if op_sel == "*" else [op_sel]):
+                r = by.get((stage, op, fig))
+                if r is None:
+                    continue
+                name = f"{op} {label}" if op_sel == "*" else label
+                spread = "-" if r["spread_pct"] in (None, "") else f"{float(r['spread_pct']):.1f}%"
+                out.append([stage, name, _fmt(fig, r["median"]), _fmt(fig, r["min"]), _fmt(fig, r["max"]), spread])
+    title = f"Repetitions ({len(codes)} runs; exit codes {', '.join(str(c) for c in codes)})"
+    table = render(["stage", "figure", "median", "min", "max", "spread (max-min)/median"], out, title)
+    return table + f"\n\nworst exit code {worst_exit(codes)}; repetitions.csv and the runs 1..{len(codes)} in {parent}"

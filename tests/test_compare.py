@@ -1,0 +1,151 @@
+"""`dbsurge rerun`, `dbsurge run --repeat` and `dbsurge compare` on real runs against the embedded PostgreSQL.
+
+Short plans (2-4 s): the point is the bookkeeping (same planned arrivals, same keys, the tables
+and refusals), not the numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+from runs import dbsurge, read_csv, read_json
+
+PLAN = "2s@20tps,2s@40tps"
+BASE = ["--workload", "orders", "--quiet", "--workload-option", "products=300", "--users", "1", "--seed", "7"]
+
+
+def _orders_since(uri: str, since) -> list[tuple]:
+    """(customer, product, qty) of every order item created since `since`, in the order they were written."""
+    with psycopg.connect(uri) as conn:
+        return conn.execute(
+            "select o.customer_id, i.product_id, i.qty from orders o join order_items i on i.order_id = o.id "
+            "where o.created_at >= %s order by o.created_at, i.product_id", (since,)).fetchall()
+
+
+def _now(uri: str):
+    with psycopg.connect(uri) as conn:
+        return conn.execute("select clock_timestamp()").fetchone()[0]
+
+
+def _planned(run_dir: Path) -> dict[tuple[str, str], str]:
+    return {(r["stage"], r["operation"]): r["planned"] for r in read_csv(run_dir / "stages.csv")}
+
+
+@pytest.fixture(scope="module")
+def two_runs(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A run of PLAN with one user, and its rerun: directories and the order items each wrote."""
+    root = tmp_path_factory.mktemp("compare")
+    results = root / "results"
+    t0 = _now(pg_uri)
+    first = dbsurge("run", *BASE, "--target", pg_uri, "--shape", "stages", "--stages", PLAN,
+                    "--results-dir", str(results), "--run-id", "a", cwd=root)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    t1 = _now(pg_uri)
+    keys_a = _orders_since(pg_uri, t0)
+    again = dbsurge("rerun", str(results / "a"), "--target", pg_uri, "--run-id", "b", "--quiet", cwd=root)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    keys_b = _orders_since(pg_uri, t1)
+    return {"root": root, "results": results, "a": results / "a", "b": results / "b", "keys_a": keys_a,
+            "keys_b": keys_b, "rerun_out": again.stdout}
+
+
+def test_rerun_reproduces_plan_and_keys(two_runs: dict) -> None:
+    a, b = two_runs["a"], two_runs["b"]
+    assert "--stages 2s@20tps,2s@40tps" in two_runs["rerun_out"] and "--seed 7" in two_runs["rerun_out"]
+    assert _planned(a) == _planned(b)
+    assert sum(int(v) for (st, op), v in _planned(a).items() if op == "ALL") == 120
+    meta_a, meta_b = read_json(a / "run.json"), read_json(b / "run.json")
+    for key in ("operations", "workload_options", "arrivals", "seed"):
+        assert meta_a[key] == meta_b[key], key
+    assert meta_a["plan"]["text"] == meta_b["plan"]["text"]
+    assert meta_b["rerun_of"]["run_id"] == "a"
+    # one user, same seed: the same products, quantities and customers in the same order
+    assert two_runs["keys_a"] and two_runs["keys_a"] == two_runs["keys_b"]
+
+
+def test_rerun_refuses_what_it_cannot_replay(two_runs: dict, tmp_path: Path) -> None:
+    meta = read_json(two_runs["a"] / "run.json")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    del meta["seed"]
+    (broken / "run.json").write_text(__import__("json").dumps(meta))
+    out = dbsurge("rerun", str(broken), cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [f"dbsurge: cannot rerun {broken}: run.json has no seed"]
+
+
+def test_compare_two_runs_table_and_plot(two_runs: dict) -> None:
+    html = two_runs["root"] / "ab.html"
+    out = dbsurge("compare", str(two_runs["a"]), str(two_runs["b"]), "--labels", "PG1,PG2", "--html", str(html),
+                  cwd=two_runs["root"])
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("stage"))
+    assert "PG1" in header and "PG2" in header and "PG2 vs PG1" in header
+    for figure in ("successful TPS", "order_create p99 ms", "product_lookup p95 ms", "failure rate"):
+        assert sum(figure in line for line in lines) == 2, figure  # one row per stage
+    assert "no spread to judge" in out.stdout
+    page = html.read_text()
+    png = re.search(r'src="data:image/png;base64,([^"]+)"', page)
+    assert png and base64.b64decode(png.group(1))[:4] == b"\x89PNG"
+    assert "http" not in page.split("<body>")[1].replace("http-equiv", "")
+    rows = read_csv(html.with_suffix(".csv"))
+    assert {r["label"] for r in rows} == {"PG1", "PG2"}
+
+
+def test_compare_refuses_other_plan_unless_forced(two_runs: dict, pg_uri: str) -> None:
+    root, results = two_runs["root"], two_runs["results"]
+    other = dbsurge("run", *BASE, "--target", pg_uri, "--shape", "constant", "--rate", "30", "--duration", "2s",
+                    "--results-dir", str(results), "--run-id", "c", cwd=root)
+    assert other.returncode == 0, other.stderr[-2000:]
+    out = dbsurge("compare", str(two_runs["a"]), str(results / "c"), cwd=root)
+    assert out.returncode == 2
+    assert "plan: a '2s@20tps,2s@40tps' vs c '2s@30tps'" in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("dbsurge: the runs are not comparable")
+    forced = dbsurge("compare", str(two_runs["a"]), str(results / "c"), "--force", "--html", str(root / "f.html"),
+                     cwd=root)
+    assert forced.returncode == 0 and "Compared with --force although they differ" in forced.stdout
+
+
+def test_report_with_several_runs_has_a_comparison(two_runs: dict) -> None:
+    out = dbsurge("report", str(two_runs["a"]), str(two_runs["b"]), cwd=two_runs["root"])
+    assert out.returncode == 0, out.stderr
+    for d in (two_runs["a"], two_runs["b"]):
+        page = (d / "report.html").read_text()
+        assert page.count('<section id="comparison">') == 1 and 'id="plot-compare"' in page
+
+
+def test_repeat_three_and_compare_spread(pg_uri: str, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = [*BASE, "--target", pg_uri, "--shape", "stages", "--stages", "1s@20tps,1s@40tps", "--results-dir",
+            str(results)]
+    out = dbsurge("run", *args, "--repeat", "3", "--run-id", "x", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    parent = results / "x"
+    for i in (1, 2, 3):
+        assert (parent / str(i) / "stages.csv").is_file()
+    meta = read_json(parent / "run.json")
+    assert meta["kind"] == "repetitions" and [r["exit_code"] for r in meta["repetitions"]["runs"]] == [0, 0, 0]
+    rows = read_csv(parent / "repetitions.csv")
+    tps = [r for r in rows if r["operation"] == "ALL" and r["figure"] == "target_tps"]
+    assert [r["stage"] for r in tps] == ["20tps", "40tps"] and all(r["n"] == "3" for r in tps)
+    assert "Repetitions (3 runs; exit codes 0, 0, 0)" in out.stdout
+    # a second set of the same plan: compare says, per figure, whether the difference beats the spread
+    out2 = dbsurge("run", *args, "--repeat", "2", "--run-id", "y", cwd=tmp_path)
+    assert out2.returncode == 0, out2.stderr[-2000:]
+    cmp = dbsurge("compare", str(parent), str(results / "y"), "--labels", "X,Y", cwd=tmp_path)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "beyond spread?" in cmp.stdout and "median of the repetitions" in cmp.stdout
+    assert "NOT larger than the spread" in cmp.stdout or "Larger than the spread" in cmp.stdout
+
+
+def test_worst_exit_and_take_option() -> None:
+    from dbsurge.repeat import take_option, worst_exit
+
+    assert worst_exit([0, 1, 0]) == 1 and worst_exit([1, 3, 0]) == 3 and worst_exit([3, 2]) == 2
+    assert worst_exit([0, 143]) == 143 and worst_exit([]) == 0
+    assert take_option(["a", "--repeat", "3", "b", "--repeat=4"], "--repeat") == ("4", ["a", "b"])
