@@ -145,6 +145,8 @@ class DbSurgeRun:
         self.departed: set[str] = set()  # master: workers that left gracefully
         self.leaving: str | None = None  # worker: why it is leaving
         self.leave_until: int | None = None
+        self.spot_watcher = None  # worker: the EC2 interruption-notice watcher (--spot-watch)
+        self.local_options: dict = {}  # worker: options of this host, kept before the master's overwrite them
 
     # -- keeping going when something goes wrong ----------------------------------------------------
 
@@ -297,7 +299,10 @@ def dbsurge_user_classes(environment) -> list:
 
 @events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw):
+    from .spot import add_spot_options
+
     add_options(parser)
+    add_spot_options(parser)
 
 
 @events.init.add_listener
@@ -308,6 +313,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     environment.dbsurge = run
     _active["run"] = run
     if run.role == "worker":
+        # this host's own settings: Locust overwrites parsed_options with the master's at every spawn
+        run.local_options = {k: getattr(run.options, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
         runner.register_message("dbsurge:setup", _on_setup_message)
         runner.register_message("dbsurge:rate", _on_rate_message)
         runner.register_message("dbsurge:share", _on_share_message)
@@ -324,6 +331,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     runner.register_message("dbsurge:final", stopping.on_final_message)
     if run.role == "master":
         run.membership = Membership(run.options.join_token)
+        # Locust sends the master's parsed options to every connected worker, proven or not: not the token
+        run.options.join_token = None
         runner.register_message("dbsurge:proof", _on_proof_message)
         runner.register_message("dbsurge:hello", _on_hello_message)
         runner.register_message("dbsurge:clock", _on_clock_answer)
@@ -352,7 +361,7 @@ def preflight(run: DbSurgeRun) -> None:
 
     opts = run.options
     if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
-            and not opts.join_token and not opts.insecure_join:
+            and not (run.membership and run.membership.token) and not opts.insecure_join:
         raise UserError(f"this master listens on {opts.master_bind_host}, so workers on other hosts can join and "
                         f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
                         f"and its workers, or pass --insecure-join")
@@ -424,6 +433,11 @@ def _on_test_start(environment, **_kw):
     if run.role == "worker":
         # now, not at init: Locust installs its own SIGTERM handler after init, and the last one wins
         stopping.install_worker_signal_handlers(run)
+        if run.local_options.get("spot_watch") and run.spot_watcher is None:
+            from .spot import start_spot_watcher
+
+            run.spot_watcher = start_spot_watcher(
+                run.local_options.get("imds_endpoint"), lambda notice: gevent.spawn(stopping.leave, run, notice.reason))
         return
     begin_run(run)
 
@@ -754,7 +768,7 @@ def _on_proof_message(environment, msg, **_kw):
 
 def _on_challenge_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    token = getattr(run.options, "join_token", None)
+    token = run.local_options.get("join_token")
     answer = proof(token, msg.data["nonce"], environment.runner.client_id) if token else None
     environment.runner.send_message("dbsurge:proof", {"proof": answer})
 

@@ -144,3 +144,64 @@ def test_worker_cut_from_the_master(tmp_path, netns_db):
     assert any(e["kind"] == "worker_lost" for e in events), [e["kind"] for e in events]
     assert master.returncode == 3  # arrivals lost to the partition: the measurement says it is incomplete
     assert "workers lost during the run" in out
+
+
+class _Imds:
+    """A stand-in for the EC2 instance metadata service on 127.0.0.1 (IMDSv2), in a thread."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        owner = self
+        self.notice: dict | None = None
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_a):
+                pass
+
+            def _send(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self):  # noqa: N802 - the http.server naming
+                self._send(200, b"tok")
+
+            def do_GET(self):  # noqa: N802
+                if self.path == "/latest/meta-data/spot/instance-action" and owner.notice:
+                    self._send(200, json.dumps(owner.notice).encode())
+                else:
+                    self._send(404, b"not found")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_spot_interruption_notice_leaves_gracefully(tmp_path, pg_uri):
+    """An interruption notice in the instance metadata: the worker leaves like on SIGTERM, nothing lost."""
+    imds = _Imds()
+    port = str(free_port())
+    master = _master(tmp_path, "127.0.0.1", port, pg_uri, "10s@100tps", 2)
+    env = {**os.environ, "DBSURGE_SPOT_WATCH": "1", "DBSURGE_IMDS_ENDPOINT": imds.endpoint}
+    workers = [subprocess.Popen(_worker_cmd("127.0.0.1", port, pg_uri), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env if i == 0 else None) for i in range(2)]
+    results = tmp_path / "results"
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(results.glob("*/timeline.csv")):
+        time.sleep(0.1)
+    time.sleep(3)
+    imds.notice = {"action": "terminate", "time": "2026-12-01T12:00:00Z"}
+    workers[0].wait(timeout=20)
+    out = _finish(master, workers)
+    imds.server.shutdown()
+    run = only_run_dir(results)
+    total = ledger(run)
+    assert total["ok"] + total["not_sent_in_flight"] == total["planned"] == 1000, (total, out[-2000:])
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    leaving = [e for e in events if e["kind"] == "worker_leaving"]
+    assert leaving and "interruption" in leaving[0]["why"].lower(), leaving
+    _never_above_plan(run)
+    assert master.returncode == 0, out[-3000:]
