@@ -36,7 +36,7 @@ class RecorderCost:
 
 def recorder_cost(operations: int = 1_000_000, per_drain: int = 10_000, n_ops: int = 2, seed: int = 1) -> RecorderCost:
     """CPU µs per recorded operation: `Recorder.record`, and `drain` spread over the records."""
-    from dbsurge.recorder import Recorder
+    from dbsurge.measure.recorder import Recorder
 
     rec = Recorder()
     op_ids = [rec.op_id(f"op{i}") for i in range(n_ops)]

@@ -30,13 +30,12 @@ class ArrivalRateShape(LoadTestShape):
     """Base of dbsurge's shapes; subclasses implement `build_plan`."""
 
     abstract = True
-    dbsurge_run = None  # set by the plugin at init
 
     def build_plan(self, options) -> StagePlan:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def tick(self):
-        run = self.dbsurge_run
+        run = getattr(self.runner.environment, "dbsurge", None) if self.runner is not None else None
         if run is None or run.plan is None:
             return None
         opts = run.options

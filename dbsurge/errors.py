@@ -20,6 +20,11 @@ def clip(text: object, limit: int = QUOTE_LIMIT) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+#: Exit codes (README, "Every arrival accounted for, and the exit code"; docs/ledger.md).
+EXIT_OK, EXIT_CHECKS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+EXIT_SIGNAL = {2: 130, 15: 143}  # SIGINT, SIGTERM
+
+
 class UserError(ValueError):
     """A problem in the user's input or environment, explained in one line."""
 

@@ -21,11 +21,11 @@ import math
 import sys
 import time
 
-from .aggregator import ALL
+from .measure.aggregator import ALL
 from .checks import evaluate_checks, parse_checks
 from .rundir import utc_iso
 from .stage_plan import parse_duration
-from .stopping import EXIT_CHECKS, EXIT_INCOMPLETE
+from .errors import EXIT_CHECKS, EXIT_INCOMPLETE
 from .tables import ledger_table, markdown, operation_table, render, stage_table
 
 log = logging.getLogger("dbsurge")
@@ -64,7 +64,7 @@ def lag_findings(stage_rows: list[dict], lag_warn_ms: float, capped: set[str] | 
 def _book_ledger(run) -> dict[str, int]:
     """Count what the plan called for and book what nobody reported (see `dbsurge.ledger`)."""
     from .arrivals import ArrivalSequence
-    from .ledger import balance, planned_counts
+    from .measure.ledger import balance, planned_counts
 
     agg = run.aggregator
     if run.schedule is None:
@@ -102,13 +102,13 @@ def finish_run(run, hurry: bool = False) -> None:
         run.note_problem("counting the plan's arrivals", e)
     write_failed = False
     try:
-        agg.flush(final=True)
+        run.rundir.write_flush(agg.flush(final=True))
     except Exception as e:
         write_failed = True
         run.note_problem("writing the timeline", e)
-    stages, summary = agg.stage_rows(), agg.summary_rows()
+    stages, summary = agg.tables()
     try:
-        agg.write_tables()
+        run.rundir.write_tables(stages, summary)
     except Exception as e:
         write_failed = True
         run.note_problem("writing stages.csv and summary.csv", e)

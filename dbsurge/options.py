@@ -25,7 +25,6 @@ DEFAULTS = {
     "drain": 2.0,
     "op_timeout": "30s",
     "start_delay": 1.0,
-    "lag_warn_ms": 5.0,
 }
 
 

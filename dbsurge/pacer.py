@@ -127,8 +127,6 @@ class LedgerSink(Protocol):
     def count(self, stage: int, op: int, column: str, n: int = 1, epoch_s: int | None = None) -> None: ...
 
 
-#: Not-sent reasons, as they appear in the ledger's columns (``not_sent_<reason>``).
-NOT_SENT_REASONS = ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "unaccounted")
 
 
 class Pacer:
@@ -161,7 +159,7 @@ class Pacer:
         if mix is None:
             mix = OperationMix([("op", 1.0)], seed)
         if sink is None:
-            from .recorder import Recorder
+            from .measure.recorder import Recorder
 
             sink = Recorder()
         self.mix = mix

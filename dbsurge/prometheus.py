@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .errors import UserError
-from .histogram import COUNTS_LEN, _value_from_index
+from .measure.histogram import COUNTS_LEN, _value_from_index
 
 #: Upper bounds of the latency buckets, in seconds: 50 µs to 60 s (+Inf is added).
 BUCKETS_S: tuple[float, ...] = (

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .redact import redact_uri
+from .utc import utc_iso
 
 _SECRET_KEYS = {"password", "passwd", "token", "secret", "auth_token", "aws_secret_access_key", "aws_session_token"}
 
@@ -52,9 +53,6 @@ STAGE_COLUMNS = [
 ]
 
 
-def utc_iso(epoch_s: float) -> str:
-    """ISO 8601 UTC with millisecond precision and a Z, the one time format of the run directory."""
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def new_run_id(label: str = "run") -> str:
@@ -102,9 +100,32 @@ class RunDirectory:
         self._timeline.writerows(rows)
         self._timeline_file.flush()
 
+    def write_flush(self, flush) -> None:
+        """Write what `Aggregator.flush` gave back: timeline rows, interval-log lines, the open seconds, events."""
+        for kind, message, worker in flush.failures:
+            self.event("failure", failure_kind=kind, message=message, worker=worker)
+        if flush.rows:
+            self.timeline_rows(flush.rows)
+        for op, sec, max_ms, encoded in flush.intervals:
+            self.hlog_interval(op, sec, 1.0, max_ms, encoded, flush.base_s or sec)
+        open_path = self.path / "timeline.open.csv"
+        if flush.open_rows is None:
+            open_path.unlink(missing_ok=True)
+        else:
+            self.write_csv("timeline.open.csv", TIMELINE_COLUMNS, flush.open_rows)
+
+    def write_tables(self, stages: list[dict], summary: list[dict]) -> None:
+        self.write_csv("stages.csv", STAGE_COLUMNS, stages)
+        self.write_csv("summary.csv", STAGE_COLUMNS, summary)
+
     def hlog_interval(self, tag: str, start_s: float, length_s: float, max_ms: float, encoded: bytes | str,
                       base_s: float) -> None:
-        """One line of the HdrHistogram interval log (values in microseconds, max in milliseconds)."""
+        """One line of the HdrHistogram interval log (values in microseconds, max in milliseconds).
+
+        Written here rather than with `hdrh.log.HistogramLogWriter`: that writer has no ``Tag=``
+        (one tag per operation is how this log keeps operations apart, log format 1.3), and its
+        ``output_start_time`` fails (it formats milliseconds as seconds with a method datetime lacks).
+        """
         if self._hlog is None:
             self._hlog = open(self.path / "intervals.hlog", "a", buffering=1)
             if self._hlog.tell() == 0:

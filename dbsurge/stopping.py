@@ -30,11 +30,11 @@ import time
 
 import gevent
 
+from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
+from .finish import finish_run
+
 log = logging.getLogger("dbsurge")
 
-#: Exit codes (README, "Exit codes").
-EXIT_OK, EXIT_CHECKS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 #: A worker that has not heard from its master for this long stops sending (pauses), before the
 #: master, which waits `locust_plugin.LOST_AFTER_S`, gives its share away: the database never gets
@@ -249,8 +249,6 @@ def leave(run, why: str) -> None:
 
 
 def _on_signal(run, signum: int) -> None:
-    from .finish import finish_run
-
     name = signal.Signals(signum).name
     run.signals += 1
     if run.signals == 1 and run.interrupted is None:
@@ -285,8 +283,6 @@ def _on_signal(run, signum: int) -> None:
 
 def stop_for(run, reason: str, message: str, code: int) -> None:
     """Stop the run because of a problem of dbsurge's own (disk full, cost cap): tables, then exit ``code``."""
-    from .finish import finish_run
-
     if run.closing is not None:
         return
     sys.stderr.write(f"dbsurge: {message}: stopping the load\n")

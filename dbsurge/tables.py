@@ -6,7 +6,7 @@ print with three decimals in milliseconds (0.412 ms), never rounded to whole mil
 
 from __future__ import annotations
 
-from .aggregator import ALL
+from .measure.aggregator import ALL
 
 
 def render(headers: list[str], rows: list[list[str]], title: str | None = None) -> str:

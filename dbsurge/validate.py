@@ -11,7 +11,7 @@ Every bad value ends in one `UserError` line (exit 2) that names the flag and sa
     ...
     dbsurge.errors.UserError: --users must be a whole number of at least 1, not 0
 
-Two callers: `locust_plugin.preflight` (what ``locust -f ...`` users hit, on the master or the
+Two callers: `dbsurge.preflight.preflight` (what ``locust -f ...`` users hit, on the master or the
 local runner) and `cli.run_main` / `cli._preflight`, so that ``dbsurge run`` fails before it starts an
 embedded server or the Locust child. Parsers of one syntax (plans, checks, weights) live with the
 syntax; this module checks numbers, names and places.

@@ -112,7 +112,7 @@ def plan_state(run) -> dict:
 
 def install_web_controls(web_ui, run) -> None:
     """Add the endpoints and the panel to Locust's Flask app."""
-    from .locust_plugin import change_rate
+    from .protocol import change_rate
 
     app = web_ui.app
     auth = getattr(web_ui, "auth_required_if_enabled", lambda f: f)

@@ -14,7 +14,7 @@ import pytest
 from runs import REPO, dbsurge, explain, locust, only_run_dir, read_csv, read_json
 
 from dbsurge.embedded import free_port
-from dbsurge.histogram import Histogram
+from dbsurge.measure.histogram import Histogram
 
 
 def _ts(s: str) -> float:

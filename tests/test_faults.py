@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path

@@ -6,8 +6,8 @@ import random
 
 from hdrh.histogram import HdrHistogram
 
-from dbsurge.histogram import Histogram
-from dbsurge.recorder import Recorder
+from dbsurge.measure.histogram import Histogram
+from dbsurge.measure.recorder import Recorder
 
 
 def test_percentiles_match_hdrhistogram():
@@ -59,7 +59,7 @@ def test_recorder_separates_response_service_and_lag():
     r.record(op, 0, 0, 0, 1_000_000, r.kind_id("timeout", "took too long"), 2)
     payload = r.drain()
     (_, _, wire), = payload["stages"]
-    from dbsurge.recorder import Cell
+    from dbsurge.measure.recorder import Cell
 
     cell = Cell()
     cell.add_wire(wire)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dbsurge.arrivals import ArrivalSequence, OperationMix
-from dbsurge.ledger import planned_counts
+from dbsurge.measure.ledger import planned_counts
 from dbsurge.pacer import Pacer
-from dbsurge.recorder import Recorder
+from dbsurge.measure.recorder import Recorder
 from dbsurge.stage_plan import Schedule, StagePlan
 
 

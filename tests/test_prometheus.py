@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dbsurge.histogram import Histogram
+from dbsurge.measure.histogram import Histogram
 from dbsurge.prometheus import BUCKETS_S, PrometheusExporter, scrape_text
-from dbsurge.recorder import Recorder
+from dbsurge.measure.recorder import Recorder
 
 from runs import dbsurge, explain, only_run_dir, read_csv
 

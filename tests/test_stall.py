@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from runs import explain, only_run_dir, read_csv
 
-from dbsurge.histogram import Histogram
+from dbsurge.measure.histogram import Histogram
 
 RATE, SECONDS, STALL_AT, STALL_S = 200, 20, 10.0, 1.0
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from dbsurge.histogram import Histogram
+from dbsurge.measure.histogram import Histogram
 
 PERCENTILES = (50.0, 95.0, 99.0)
 

@@ -21,10 +21,11 @@ import math
 import time
 from collections import defaultdict, deque
 
-from .recorder import FAILURE_FAMILIES, Cell
-from .pacer import NOT_SENT_REASONS
-from .rundir import STAGE_COLUMNS, TIMELINE_COLUMNS, RunDirectory, utc_iso
-from .stage_plan import Schedule
+from dataclasses import dataclass, field
+
+from ..stage_plan import Schedule
+from ..utc import utc_iso
+from .cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell
 
 ALL = "ALL"
 
@@ -70,14 +71,29 @@ def cell_stats(cell: Cell, planned: int | None = None) -> dict:
     return out
 
 
-class Aggregator:
-    """Merges worker payloads and writes the run directory's measurement files."""
+@dataclass
+class Flush:
+    """What `Aggregator.flush` hands the run directory's writer (`RunDirectory.write_flush`).
 
-    def __init__(self, rundir: RunDirectory | None, *, stage_names: list[str], grace_s: float = 1.5):
-        self.rundir = rundir
+    ``rows``: final timeline rows; ``intervals``: (operation, second, max ms, encoded histogram) for the
+    interval log; ``open_rows``: provisional rows of the seconds still open (None on the final flush);
+    ``failures``: (kind, first message, worker) of failure kinds seen for the first time.
+    """
+
+    rows: list[dict] = field(default_factory=list)
+    intervals: list[tuple[str, int, float, bytes]] = field(default_factory=list)
+    open_rows: list[dict] | None = None
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+    base_s: float = 0.0
+
+
+class Aggregator:
+    """Merges worker payloads into cells, and gives back rows and live figures; it writes nothing."""
+
+    def __init__(self, *, stage_names: list[str], grace_s: float = 1.5):
         self.stage_names = stage_names
         self.grace_s = grace_s
-        self.schedule: Schedule | None = None
+        self._schedule_source = lambda: None
         self.start_epoch_s: float | None = None
         self.end_epoch_s: float | None = None
         self.stop_epoch_s: float | None = None  # when slots stopped being issued (interrupt, disk full)
@@ -92,12 +108,18 @@ class Aggregator:
         self.loop_lag_us: dict[int, int] = defaultdict(int)  # stage -> worst event-loop stall on any worker
         self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
         self.warnings: list[str] = []
+        self._new_failures: list[tuple[str, str, str]] = []
 
     # -- input ------------------------------------------------------------------------------------
 
-    def set_schedule(self, schedule: Schedule | None, start_epoch_s: float) -> None:
-        self.schedule = schedule
+    def set_schedule(self, schedule, start_epoch_s: float) -> None:
+        """The plan's schedule (or a callable giving the run's current one: live rate changes) and time zero."""
+        self._schedule_source = schedule if callable(schedule) else (lambda: schedule)
         self.start_epoch_s = start_epoch_s
+
+    @property
+    def schedule(self) -> Schedule | None:
+        return self._schedule_source()
 
     @property
     def dropped(self) -> dict[int, int]:
@@ -139,8 +161,7 @@ class Aggregator:
         for kind, message in payload.get("errors", {}).items():
             if kind not in self.first_errors:
                 self.first_errors[kind] = message
-                if self.rundir:
-                    self.rundir.event("failure", failure_kind=kind, message=message, worker=source)
+                self._new_failures.append((kind, message, source))
 
     # -- timeline -----------------------------------------------------------------------------------
 
@@ -173,38 +194,29 @@ class Aggregator:
         last = min(limit, math.ceil(end) - 1)
         return list(range(max(first, self.last_written + 1), last + 1))
 
-    def flush(self, now: float | None = None, final: bool = False) -> list[dict]:
-        """Write the seconds old enough to be complete (every second of the plan); everything when ``final``."""
+    def flush(self, now: float | None = None, final: bool = False) -> Flush:
+        """The seconds old enough to be complete (every second of the plan, empty ones too); all when ``final``.
+
+        timeline.csv waits ``grace_s`` for late reports; the seconds still open come back as
+        provisional ``open_rows`` (timeline.open.csv), so a killed master loses at most the last report.
+        """
         now = time.time() if now is None else now
         limit = math.inf if final else now - self.grace_s - 1
         ready = {s for s in self.open_seconds if s <= limit}
         ready.update(self._plan_seconds_until(int(now) if final else int(limit)))
-        rows: list[dict] = []
+        out = Flush(base_s=self.start_epoch_s or 0.0)
         for sec in sorted(ready):
             cells = self.open_seconds.pop(sec, {})
-            rows.extend(self._second_rows(sec, cells))
+            out.rows.extend(self._second_rows(sec, cells, intervals=out.intervals))
             self.last_written = max(self.last_written, sec)
-        if rows and self.rundir:
-            self.rundir.timeline_rows(rows)
-        if self.rundir:
-            self._write_open_seconds(final)
-        return rows
+        if not final:
+            out.open_rows = [row for sec in sorted(self.open_seconds)
+                             for row in self._second_rows(sec, self.open_seconds[sec], provisional=True)]
+        out.failures, self._new_failures = self._new_failures, []
+        return out
 
-    def _write_open_seconds(self, final: bool) -> None:
-        """timeline.open.csv: the seconds not yet complete, rewritten each flush and removed at the end.
-
-        timeline.csv waits ``grace_s`` for late reports; if the master is killed, this file holds
-        what it had of the last seconds, so a kill loses at most the last report interval.
-        """
-        path = self.rundir.path / "timeline.open.csv"
-        if final:
-            path.unlink(missing_ok=True)
-            return
-        rows = [row for sec in sorted(self.open_seconds) for row in self._second_rows(sec, self.open_seconds[sec],
-                                                                                       provisional=True)]
-        self.rundir.write_csv("timeline.open.csv", TIMELINE_COLUMNS, rows)
-
-    def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False) -> list[dict]:
+    def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False,
+                     intervals: list | None = None) -> list[dict]:
         stage = self._stage_name_at(sec)
         target = self.target_tps_at(sec)
         total = Cell()
@@ -213,9 +225,8 @@ class Aggregator:
             cell = cells[op]
             total.add(cell)
             rows.append(self._timeline_row(sec, stage, op, target, cell))
-            if self.rundir and cell.ok and not provisional:
-                self.rundir.hlog_interval(op, sec, 1.0, cell.response.max_value / 1000.0,
-                                          cell.response.to_hdr().encode(), self.start_epoch_s or sec)
+            if intervals is not None and cell.ok:
+                intervals.append((op, sec, cell.response.max_value / 1000.0, cell.response.to_hdr().encode()))
         rows.append(self._timeline_row(sec, stage, ALL, target, total))
         if not provisional:
             # failed operations count too: a database that times out every operation ties users up
@@ -353,9 +364,6 @@ class Aggregator:
             })
         return rows
 
-    def write_tables(self) -> tuple[list[dict], list[dict]]:
-        stages, summary = self.stage_rows(), self.summary_rows()
-        if self.rundir:
-            self.rundir.write_csv("stages.csv", STAGE_COLUMNS, stages)
-            self.rundir.write_csv("summary.csv", STAGE_COLUMNS, summary)
-        return stages, summary
+    def tables(self) -> tuple[list[dict], list[dict]]:
+        """stages.csv and summary.csv rows."""
+        return self.stage_rows(), self.summary_rows()

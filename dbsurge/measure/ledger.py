@@ -25,8 +25,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from .arrivals import ArrivalSequence, OperationMix
-from .stage_plan import Schedule
+from ..arrivals import ArrivalSequence, OperationMix
+from ..stage_plan import Schedule
 
 _CHUNK = 1 << 20
 
@@ -61,7 +61,7 @@ def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers
     ever took a share (none connected or none proved the join token), else ``unaccounted``.
     Returns what was booked, by reason.
     """
-    from .recorder import Cell
+    from .cells import Cell
 
     booked: dict[str, int] = defaultdict(int)
     for key in set(planned) | set(stage_cells):

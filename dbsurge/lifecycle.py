@@ -1,0 +1,114 @@
+"""The start of a run and its once-a-second loop (the end is `dbsurge.stopping` and `dbsurge.finish`).
+
+`begin_run` (master or local, at Locust's ``test_start``): the plan's time zero, the run
+directory and its run.json, the aggregator, the plan shared with every worker
+(`dbsurge.protocol.share_plan`), and the loops: `_master_loop` (drain a local recorder, flush the
+timeline through the run directory's writer) and the protocol's membership loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+
+import gevent
+
+from . import protocol, stopping
+from .measure.aggregator import Aggregator
+from .run_state import DbSurgeRun, dbsurge_user_classes
+from .rundir import RunDirectory, new_run_id, utc_iso
+from .stage_plan import Schedule, StagePlan, parse_duration
+from .versions import versions
+
+log = logging.getLogger("dbsurge")
+
+
+def begin_run(run: DbSurgeRun) -> None:
+    """Master or local: time zero, run directory, aggregator, and the plan sent to every worker."""
+    opts = run.options
+    env = run.environment
+    run.finished = False
+    run.changes = []
+    run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
+    run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
+    stopping.install_signal_handlers(run)
+    # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
+    # a closed-model run starts now.
+    delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
+    run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
+    if run.plan and opts.align_start:
+        step = int(float(opts.align_start) * 1e9)
+        run.start_epoch_ns = -(-run.start_epoch_ns // step) * step  # the next multiple of the step
+    start_s = run.start_epoch_ns / 1e9
+    names = sorted({u.workload for u in dbsurge_user_classes(env)})
+    run_id = opts.run_id or new_run_id("-".join(names))
+    if run.rundir is not None:  # a second test from the web UI gets its own directory
+        run_id = new_run_id("-".join(names))
+    run.rundir = RunDirectory(opts.results_dir, run_id)
+    stage_names = [s.name for s in run.plan.stages] if run.plan else ["run"]
+    run.schedule = Schedule.from_plan(run.plan) if run.plan else None
+    run.aggregator = Aggregator(stage_names=stage_names)
+    run.aggregator.set_schedule(lambda: run.schedule, start_s)  # the run's one schedule, read when needed
+    run.rundir.write_meta(
+        run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
+        workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
+        target_display=run.target.display, workload_options=run.workload_options,
+        operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
+        seed=opts.seed, max_lag=opts.max_lag, role=run.role,
+        workers=(env.runner.worker_count if run.role == "master" else 1),
+        cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
+        versions=versions(),
+        options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
+    )
+    run.rundir.event("run_start", at=start_s, run_id=run_id)
+    for cid, why in (run.membership.refused.items() if run.membership else []):
+        run.rundir.event("worker_refused", worker=cid, reason=why, host=protocol.worker_host(cid))
+    if run.plan:
+        for st, stage in zip(run.plan.starts, run.plan.stages):
+            if math.isfinite(st):
+                run.rundir.event("stage", at=start_s + st, stage=stage.name, target_tps=stage.mean_tps)
+    max_lag_s = parse_duration(opts.max_lag) if opts.max_lag else None
+    if run.role == "master":
+        protocol.share_plan(run, max_lag_s)
+    else:
+        run.make_pacer(protocol.setup_for(run, 0, 1, max_lag_s))
+        run.ready.set()
+    run.side_tasks = [gevent.spawn(_master_loop, run)]
+    if run.role == "master":
+        run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
+    from .side import start_side_collectors
+
+    run.side_tasks += start_side_collectors(run)
+
+
+def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
+    if plan is None:
+        return None
+    d = plan.to_dict()
+    for st in d["stages"]:
+        st["start_utc"] = utc_iso(start_s + st["start_s"])
+        st["end_utc"] = utc_iso(start_s + st["start_s"] + st["duration_s"]) if st["duration_s"] else None
+    return d
+
+
+def _jsonable(v) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool, list))
+
+
+def _master_loop(run: DbSurgeRun) -> None:
+    """Once a second: drain a local run's recorder, flush the timeline through the run directory.
+
+    Nothing that fails here stops the loop (`DbSurgeRun.note_problem`); measurement goes on.
+    """
+    while not run.finished:
+        gevent.sleep(1.0)
+        if run.finished:
+            return
+        if run.role == "local" and run.closing is None:
+            run.merge_payload(run.recorder.drain(), source="local")
+        try:
+            run.rundir.write_flush(run.aggregator.flush())
+        except Exception as e:
+            run.note_problem("writing the timeline", e)

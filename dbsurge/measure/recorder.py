@@ -1,0 +1,126 @@
+"""Recording operations on a worker and merging workers on the master.
+
+The hot path is `Recorder.record`: it appends one tuple of raw nanosecond timestamps and returns.
+Once a second (`drain`, called from Locust's ``report_to_master`` on a worker, or directly on a
+local runner) the buffered tuples become histograms in one vectorised pass:
+
+- per (operation, stage of the intended start): response time (intended start to end), service
+  time (actual start to end) and lag (actual minus intended start), plus counts of successes,
+  failures and 40001 retries;
+- per (second of completion, operation): the same three histograms, for the timeline.
+
+The payload is sparse histogram counts (see `Histogram.to_wire`), so merging on the master is
+exact: the merged p99 equals the p99 of all samples recorded by all workers, to the histogram's
+precision. Latency histograms hold successful operations; failed operations have their own
+response-time histogram and are counted by kind (``timeout``, ``connect``, ``server:57P01``...).
+
+The recorder is also the pacer's ledger sink: dropped slots and arrivals not sent (with their
+reason) are counted per (stage, operation) and shipped in the same payload, so the payload is
+built in this one place, stamped by the worker's clock; the cells' wire form is `dbsurge.measure.cells`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from itertools import chain
+
+import numpy as np
+
+from .cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell, group_wire  # noqa: F401 - re-exported for readers
+
+NS_PER_US = 1000
+NS_PER_S = 1_000_000_000
+
+
+class Recorder:
+    """Per-process buffer of operation timings, turned into histograms once a second.
+
+    ``record`` takes `time.perf_counter_ns()` timestamps and a failure kind id (0: success; see
+    `kind_id`); the recorder converts completion times to wall-clock seconds with an offset
+    measured once, so every worker's intervals line up on UTC seconds.
+    """
+
+    def __init__(self, *, clock_ns=time.perf_counter_ns, wall_ns=time.time_ns, raw_sink=None):
+        self._buf: list[tuple] = []
+        self.operations: list[str] = []
+        self._op_ids: dict[str, int] = {}
+        self.kinds: list[str] = [""]  # kind id 0 is success
+        self._kind_ids: dict[str, int] = {}
+        self.first_errors: dict[str, str] = {}  # kind -> first message, shipped once
+        self._ledger: Counter[tuple[int, int, str]] = Counter()
+        self._dropped_secs: Counter[tuple[int, int]] = Counter()
+        self.loop_lag_us: dict[int, int] = {}  # stage -> worst event-loop stall seen in it
+        self.wall_offset_ns = wall_ns() - clock_ns()
+        self.clock_ns = clock_ns
+        # Debugging and tests: called with every drain's successful response times (us, int64), so
+        # merged percentiles can be checked against all samples together (the caller writes them).
+        self.raw_sink = raw_sink
+
+    def op_id(self, name: str) -> int:
+        """A small integer for an operation name (register once per user, not per operation)."""
+        i = self._op_ids.get(name)
+        if i is None:
+            i = self._op_ids[name] = len(self.operations)
+            self.operations.append(name)
+        return i
+
+    def kind_id(self, kind: str, message: str = "") -> int:
+        """A small integer (> 0) for a failure kind; the first message of each kind is kept for events."""
+        i = self._kind_ids.get(kind)
+        if i is None:
+            i = self._kind_ids[kind] = len(self.kinds)
+            self.kinds.append(kind)
+            self.first_errors[kind] = message
+        return i
+
+    def record(self, op: int, stage: int, intended_ns: int, start_ns: int, end_ns: int, kind: int = 0,
+               retries: int = 0) -> None:
+        self._buf.append((op, stage, intended_ns, start_ns, end_ns, kind, retries))
+
+    # -- the pacer's ledger sink --------------------------------------------------------------------
+
+    def count(self, stage: int, op: int, column: str, n: int = 1, epoch_s: int | None = None) -> None:
+        """Count arrivals that were not sent: ``dropped`` or ``not_sent:<reason>``."""
+        self._ledger[(stage, op, column)] += n
+        if column == "dropped" and epoch_s is not None:
+            self._dropped_secs[(int(epoch_s), op)] += n
+
+    def loop_lag(self, stage: int, stall_us: int) -> None:
+        if stall_us > self.loop_lag_us.get(stage, 0):
+            self.loop_lag_us[stage] = stall_us
+
+    def drain(self) -> dict:
+        """Everything recorded since the last drain, as a msgpack-friendly payload."""
+        buf, self._buf = self._buf, []
+        payload: dict = {
+            "ops": list(self.operations), "stages": [], "intervals": [],
+            "ledger": [[st, op, col, n] for (st, op, col), n in self._ledger.items()],
+            "dropped_secs": [[sec, op, n] for (sec, op), n in self._dropped_secs.items()],
+            "errors": {}, "loop_lag_us": [[st, us] for st, us in self.loop_lag_us.items()],
+        }
+        self._ledger.clear()
+        self._dropped_secs.clear()
+        self.loop_lag_us = {}
+        if not buf:
+            return payload
+        # from a flat iterator: faster than np.array() over a list of tuples (0.24 vs 0.36 us per record)
+        a = np.fromiter(chain.from_iterable(buf), dtype=np.int64, count=7 * len(buf)).reshape(-1, 7)
+        op, stage, intended, start, end, kind, retries = (a[:, i] for i in range(7))
+        resp = np.maximum(end - intended, 0) // NS_PER_US
+        serv = np.maximum(end - start, 0) // NS_PER_US
+        lag = np.maximum(start - intended, 0) // NS_PER_US
+        sec = (end + self.wall_offset_ns) // NS_PER_S
+        okm = kind == 0
+        if self.raw_sink is not None:
+            self.raw_sink(resp[okm].astype(np.int64))
+        payload["stages"] = group_wire(np.stack([op, stage]), okm, kind, self.kinds, resp, serv, lag, retries)
+        payload["intervals"] = group_wire(np.stack([sec, op]), okm, kind, self.kinds, resp, serv, lag, retries)
+        if not okm.all():
+            for k in np.unique(kind[~okm]).tolist():
+                name = self.kinds[k]
+                if name in self.first_errors:
+                    payload["errors"][name] = self.first_errors.pop(name)
+        return payload
+
+

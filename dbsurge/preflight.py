@@ -1,0 +1,100 @@
+"""Everything a user can get wrong, checked before any load and before a run directory exists.
+
+`preflight(run)` is called by the plugin at Locust's ``init`` on the master (or a local run):
+numbers and the plan first (no network), then the options, the results directory, the target
+(one connection), the side collectors and the default data set. A mistake ends the process with
+one line (`fail`) and exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+from . import credentials
+from .errors import UserError
+from .membership import is_loopback
+from .options import parse_key_values, parse_operation_weights
+from .redact import redact_text
+from .run_state import DbSurgeRun, dbsurge_user_classes, resolve_operations
+from .stage_plan import parse_duration
+
+log = logging.getLogger("dbsurge")
+
+
+def fail(message: str) -> None:
+    """End the process with one line on stderr, before any load is sent."""
+    sys.stderr.write(f"dbsurge: {message}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def preflight(run: DbSurgeRun) -> None:
+    """Everything a user can get wrong, checked before any load: plan, workload, options, target."""
+    from .embedded import resolve_embedded
+    from .workloads import parse_workload_options
+
+    opts = run.options
+    if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
+            and not (run.membership and run.membership.token) and not opts.insecure_join:
+        raise UserError(f"this master listens on {opts.master_bind_host}, so workers on other hosts can join and "
+                        f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
+                        f"and its workers, or pass --insecure-join")
+    from .validate import check_output, validate_locust_options, validate_options
+
+    # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
+    validate_options(opts)
+    validate_locust_options(opts, shape=run.environment.shape_class is not None)
+    build_plan(run)
+    workload_options = parse_workload_options(opts.workload_option or [])
+    target_options = parse_key_values(opts.target_option, "--target-option")
+    requested_ops = parse_operation_weights(opts.operation)
+    if opts.max_lag:
+        parse_duration(opts.max_lag)
+    parse_duration(opts.lag_warn)
+    op_timeout = parse_duration(opts.op_timeout)
+    if not (0 < op_timeout < math.inf):
+        raise UserError(f"bad --op-timeout '{opts.op_timeout}': expected a positive duration such as 30s or 500ms")
+    from .checks import check_operations, parse_checks
+
+    checks = parse_checks(opts.check)
+    check_output(opts)  # --results-dir writable, --run-id new: else the load would run and record nothing
+    if not opts.target:
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
+    uri, handle = resolve_embedded(opts.target)
+    run.embedded_handle = handle
+    uri = credentials.for_master(uri, opts.target_secret, opts.target_secret_endpoint_url)
+    run.configure_target(uri, target_options, workload_options, [])
+    run.credentials = credentials.setup_fields(uri, getattr(run.target, "flavor", None), opts.target_secret,
+                                               opts.target_secret_endpoint_url)
+    opts.target = credentials.strip_password(uri)  # Locust sends the options to every worker with each spawn
+    names = sorted({u.workload for u in dbsurge_user_classes(run.environment)})
+    for name in names:
+        wl = run.workload(name)
+        run.operation_weights = resolve_operations(wl, requested_ops)
+    # a check on an operation the workload lacks could only fail, after the whole load
+    check_operations(checks, [op for name in names for op in run.workload(name).operations])
+    run.target.check()
+    from .side import preflight_side
+
+    preflight_side(run)
+    if not opts.no_load:
+        for name in names:
+            wl = run.workload(name)
+            if not wl.has_data():
+                log.info("loading the default %s data set into %s", name, run.target.display)
+                try:
+                    wl.load(progress=True)
+                except Exception as e:  # a refused write, a full disk...: one line, before any load
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    raise UserError(f"loading the {name} data set into {run.target.display} failed: "
+                                    f"{type(e).__name__}: {redact_text(first)}") from None
+
+
+def build_plan(run: DbSurgeRun) -> None:
+    from .arrival_shape import ArrivalRateShape
+
+    shape = run.environment.shape_class
+    if isinstance(shape, ArrivalRateShape):
+        run.plan = shape.build_plan(run.options)

@@ -1,0 +1,336 @@
+"""The master-worker protocol: who gets a share of the plan, and the messages that carry it.
+
+Every message is a Locust custom message; a local run registers both ends on its
+`LocalRunner`, whose ``send_message`` calls the listener directly, so one path serves both.
+
+master -> worker                         worker -> master
+``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready / back after a pause)
+``dbsurge:clock`` (t1)                   ``dbsurge:proof`` (HMAC of the nonce)
+``dbsurge:setup`` (plan, share, clock)   ``dbsurge:clock`` (t1, t2, t3)
+``dbsurge:share`` (reshare / resume)     ``dbsurge:leave`` (SIGTERM, Spot notice)
+``dbsurge:rate`` (live rate change)      ``dbsurge:final`` (last account; `dbsurge.stopping`)
+``dbsurge:leave_ok`` (hand-over point)
+``dbsurge:close`` (end of plan; `dbsurge.stopping`)
+
+Membership: a share goes only to a worker heard from within `LOST_AFTER_S` that proved the join
+token (`dbsurge.membership`); a lost worker's share moves to the others from an arrival number
+just ahead (`number_at`), and the master remembers where (`lost_from`) so the worker, if it comes
+back, books exactly what it could not send. Clocks: `dbsurge.clocks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+
+from . import credentials
+from .clocks import wall_ns
+from .errors import UserError
+from .membership import proof
+from .run_state import DbSurgeRun, Setup
+from .stage_plan import parse_duration
+
+log = logging.getLogger("dbsurge")
+
+
+#: A worker whose last heartbeat is older than this is lost: its share moves to the others. A worker
+#: pauses after `stopping.MASTER_SILENCE_S` (shorter) without the master's answers, so both never send.
+LOST_AFTER_S = 2.0
+
+
+def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
+    """Workers that may take a share: connected, heard from within `LOST_AFTER_S`, proven when a token is required."""
+    ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
+    if run is not None:
+        now = time.time()
+        ids = [c for c in ids if now - run.last_seen.get(c, now) <= LOST_AFTER_S and c not in run.departed]
+        if run.membership is not None:
+            ids = run.membership.members(ids)
+    return ids
+
+
+def setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None, worker: str | None = None) -> Setup:
+    """What worker ``worker`` (share ``index`` of ``count``) is told: the plan, its share, its clock, no password."""
+    return Setup(
+        target_uri=credentials.strip_password(run.target_uri), target_options=run.target_options,
+        workload_options=run.workload_options, operations=run.operation_weights,
+        plan=run.plan.to_dict() if run.plan else None, start_epoch_ns=run.start_epoch_ns, index=index, count=count,
+        arrivals=run.options.arrivals, seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes),
+        op_timeout_s=run.op_timeout_s, clock_offset_ns=run.clocks.offset_ns(worker) if worker else 0,
+        credentials=run.credentials,
+    )
+
+
+def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
+    """Master at test start: admit the proven workers, measure their clocks, send each its setup."""
+    runner = run.environment.runner
+    _await_proofs(run)
+    workers = _worker_ids(runner, run)
+    _measure_clocks(run, workers)
+    run.shares = {cid: i for i, cid in enumerate(workers)}
+    for cid, i in run.shares.items():
+        runner.send_message("dbsurge:setup", setup_for(run, i, len(workers), max_lag_s, cid).__dict__, client_id=cid)
+        run.rundir.event("worker_join", worker=cid, index=i, count=len(workers), host=worker_host(cid))
+
+
+def register(run: DbSurgeRun, runner) -> None:
+    """Register this role's end of every message (a local run: both ends; see `dbsurge.stopping` too)."""
+    from . import stopping
+
+    if run.role == "worker":
+        for name, handler in (("setup", _on_setup_message), ("rate", _on_rate_message), ("share", _on_share_message),
+                              ("challenge", _on_challenge_message), ("clock", _on_clock_ping),
+                              ("leave_ok", _on_leave_ok)):
+            runner.register_message(f"dbsurge:{name}", handler)
+        runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
+        # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
+        # "client_ready" could arrive before them and be dropped as an unknown message)
+        runner.send_message("dbsurge:hello", {})
+        return
+    runner.register_message("dbsurge:final", stopping.on_final_message)
+    if run.role == "master":
+        for name, handler in (("proof", _on_proof_message), ("hello", _on_hello_message),
+                              ("clock", _on_clock_answer), ("leave", _on_leave_message)):
+            runner.register_message(f"dbsurge:{name}", handler)
+    else:
+        runner.register_message("dbsurge:close", stopping.on_close_message)
+
+
+def membership_loop(run: DbSurgeRun) -> None:
+    """Master: every 0.25 s, move shares when a worker is lost or joins (detection within `LOST_AFTER_S`);
+    every 10 s, measure the workers' clocks again."""
+    next_clock = time.monotonic() + 10.0
+    while not run.finished:
+        gevent.sleep(0.25)
+        if time.monotonic() >= next_clock:
+            next_clock = time.monotonic() + 10.0
+            for cid in list(run.shares):
+                run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+        if run.closing is not None or run.plan is None:
+            continue
+        try:
+            _reshare_if_needed(run)
+        except Exception as e:
+            run.note_problem("re-sharing the plan", e)
+
+
+def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
+    """The first arrival number due at or after plan time ``elapsed_s``."""
+    from .arrivals import ArrivalSequence
+
+    if run.sequence is None:
+        run.sequence = ArrivalSequence(run.options.arrivals, run.options.seed)
+    return run.sequence.first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
+
+
+def worker_host(cid: str) -> str | None:
+    """The worker's host as Locust knows it (its id starts with the hostname), for events and the summary."""
+    return cid.rsplit("_", 1)[0] if "_" in cid else None
+
+
+def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
+    """Give connected workers a moment to answer their challenge before the plan is shared."""
+    if run.membership is None or run.membership.token is None:
+        return
+    m = run.membership
+
+    def undecided() -> list[str]:
+        ids = [c.id for c in run.environment.runner.clients.values() if c.state != "missing"]
+        return [w for w in ids if w not in m.proven and w not in m.refused]
+
+    deadline = time.monotonic() + timeout_s
+    while undecided() and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    for cid in undecided():
+        _refuse(run, cid, "did not answer the join challenge")
+
+
+def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
+    run.membership.refused[cid] = why
+    run.membership.nonces.pop(cid, None)
+    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", cid, why)
+    run.safe_event("worker_refused", worker=cid, reason=why, host=worker_host(cid))
+
+
+def _reshare_if_needed(run: DbSurgeRun) -> None:
+    env = run.environment
+    workers = _worker_ids(env.runner, run)
+    if set(workers) == set(run.shares) or not workers:
+        return
+    elapsed = run.elapsed_s() or 0.0
+    from_number = number_at(run, elapsed + 0.5)
+    for cid in sorted(set(run.shares) - set(workers)):
+        run.lost_workers.append(cid)
+        run.lost_from[cid] = from_number
+        silent = time.time() - run.last_seen.get(cid, time.time())
+        run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
+                       host=worker_host(cid))
+        log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
+                    "are booked as not sent (worker_lost)", cid)
+    run.shares = {cid: i for i, cid in enumerate(workers)}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    for cid, i in run.shares.items():
+        env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                                                  "write_off_until": run.lost_from.pop(cid, from_number),
+                                                  "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
+                                client_id=cid)
+    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+def _on_leave_message(environment, msg, **_kw):
+    """Master: a worker leaves gracefully: the others take its share from just ahead, at once."""
+    run: DbSurgeRun = environment.dbsurge
+    cid = msg.node_id
+    if run.plan is None or cid not in run.shares or run.closing is not None:
+        environment.runner.send_message("dbsurge:leave_ok", {"until_number": None}, client_id=cid)
+        return
+    run.departed.add(cid)
+    from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
+    run.safe_event("worker_leaving", worker=cid, why=(msg.data or {}).get("why"), from_arrival=from_number)
+    log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", cid,
+                (msg.data or {}).get("why"), from_number)
+    environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
+    workers = _worker_ids(environment.runner, run)
+    run.shares = {w: i for i, w in enumerate(workers)}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    for w, i in run.shares.items():
+        environment.runner.send_message(
+            "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                              "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
+    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+def _on_leave_ok(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    until = (msg.data or {}).get("until_number")
+    run.leave_until = int(until) if until is not None else (run.pacer.next_number if run.pacer else 0)
+
+
+def _resume_share(run: DbSurgeRun, cid: str) -> None:
+    """A worker that paused (it lost sight of the master) but was never given up keeps its share:
+    nobody else took its slots, so it sends them, late (the lag says so), instead of writing them off."""
+    if run.closing is not None or run.plan is None or cid not in run.shares:
+        return
+    run.environment.runner.send_message("dbsurge:share", {"resume": True}, client_id=cid)
+    run.safe_event("worker_resumed", worker=cid)
+
+
+# -- clocks (see dbsurge.clocks) ---------------------------------------------------------------------------
+
+
+def _measure_clocks(run: DbSurgeRun, workers: list[str], exchanges: int = 5, timeout_s: float = 1.0) -> None:
+    """Master, before the plan is shared: a few NTP-style exchanges with each worker."""
+    runner = run.environment.runner
+    for _ in range(exchanges):
+        for cid in workers:
+            runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+        gevent.sleep(0.02)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(c not in run.clocks.best for c in workers):
+        gevent.sleep(0.02)
+    for cid, d in run.clocks.describe().items():
+        if cid in workers:
+            run.safe_event("clock", worker=cid, **d)
+
+
+def _on_clock_ping(environment, msg, **_kw):
+    """Worker: answer the master's clock exchange with its own receive and send times."""
+    t2 = wall_ns()
+    environment.runner.send_message("dbsurge:clock", {"t1": msg.data["t1"], "t2": t2, "t3": wall_ns()})
+
+
+def _on_clock_answer(environment, msg, **_kw):
+    t4 = wall_ns()
+    d = msg.data
+    environment.dbsurge.clocks.add(msg.node_id, d["t1"], d["t2"], d["t3"], t4)
+
+
+# -- membership: the join challenge (see dbsurge.membership) ----------------------------------------------
+
+
+def _on_hello_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    run.last_seen[msg.node_id] = time.time()
+    if (msg.data or {}).get("rejoin"):
+        _resume_share(run, msg.node_id)
+    nonce = run.membership.challenge(msg.node_id)
+    if nonce is not None:
+        environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
+
+
+def _on_proof_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    if run.membership.answer(msg.node_id, (msg.data or {}).get("proof")):
+        log.info("worker %s proved the join token", msg.node_id)
+    else:
+        _refuse(run, msg.node_id, run.membership.refused.get(msg.node_id, "refused"))
+
+
+def _on_challenge_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    token = run.local_options.get("join_token")
+    answer = proof(token, msg.data["nonce"], environment.runner.client_id) if token else None
+    environment.runner.send_message("dbsurge:proof", {"proof": answer})
+
+
+# -- worker side messages --------------------------------------------------------------------------------
+
+
+def _on_setup_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    s = Setup(**msg.data)
+    try:
+        credentials.configure_worker(run, s)  # the password from this worker's own sources
+    except UserError as e:
+        log.error("dbsurge: %s", e)
+        return
+    run.changes = list(s.changes)
+    run.make_pacer(s)
+    run.ready.set()
+
+
+def _on_rate_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    d = msg.data
+    run.apply_rate_change(d["at_s"], d.get("rate_tps"), d.get("scale"))
+
+
+def _on_share_message(environment, msg, **_kw):
+    run: DbSurgeRun = environment.dbsurge
+    d = msg.data
+    if d.get("resume"):
+        if run.pacer is not None and run.pacer.paused:
+            run.pacer.paused = False
+            log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
+        return
+    if run.pacer is None:  # a worker that joined mid-run
+        s = Setup(**d["setup"])
+        credentials.configure_worker(run, s)
+        run.make_pacer(s)
+        run.ready.set()
+    if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
+        n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
+        log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
+                    "(worker_lost); sending again", n)
+        return
+    run.pacer.reshare(d["index"], d["count"], d["from_number"])
+
+
+# -- live rate changes (web UI, HTTP endpoint) ----------------------------------------------------------
+
+
+def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float | None = None) -> dict:
+    """Change the arrival rate from now on, on every worker; returns the new state."""
+    if run.schedule is None or run.start_epoch_ns is None:
+        raise UserError("no arrival-rate plan is running: start a test with an arrival-rate shape first")
+    at_s = max(0.0, (run.elapsed_s() or 0.0) + 0.2)  # a little ahead, so every worker applies it on time
+    run.apply_rate_change(at_s, rate_tps, scale)
+    if run.role == "master":
+        for cid in run.shares:
+            run.environment.runner.send_message("dbsurge:rate", {"at_s": at_s, "rate_tps": rate_tps, "scale": scale},
+                                                client_id=cid)
+    run.rundir.event("rate_change", at_s=at_s, rate_tps=rate_tps, scale=scale)
+    run.rundir.write_meta(rate_changes=run.changes)
+    return {"at_s": at_s, "rate_tps": rate_tps, "scale": scale}

@@ -1,0 +1,270 @@
+"""The state of one run in one process: reached one way, as ``environment.dbsurge``.
+
+`DbSurgeRun` holds what every role needs (options, target, workloads, the recorder, the pacer on
+a worker or local run, the aggregator and run directory on a master or local run) and the few
+helpers that keep measurement going when something fails (`note_problem`, `safe_event`,
+`merge_payload`). `Setup` is what the master tells each worker (``dbsurge:setup``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import gevent
+import gevent.event
+import gevent.lock
+from locust.runners import MasterRunner, WorkerRunner
+
+from . import credentials, stopping
+from .arrivals import OperationMix
+from .clocks import ClockBook, wall_ns
+from .measure.aggregator import Aggregator
+from .measure.recorder import Recorder
+from .membership import Membership
+from .pacer import Pacer
+from .redact import redact_text
+from .rundir import RunDirectory
+from .stage_plan import Schedule, StagePlan, parse_duration
+
+log = logging.getLogger("dbsurge")
+
+
+@dataclass
+class Setup:
+    """What the master tells each worker at test start."""
+
+    target_uri: str
+    target_options: dict
+    workload_options: dict
+    operations: list
+    plan: dict | None
+    start_epoch_ns: int
+    index: int
+    count: int
+    arrivals: str
+    seed: int
+    max_lag_s: float | None
+    changes: list  # live rate changes so far: [at_s, rate_tps, scale]
+    op_timeout_s: float = 30.0
+    clock_offset_ns: int = 0  # this worker's clock minus the master's (dbsurge.clocks)
+    credentials: dict = field(default_factory=dict)  # no password: whether one is needed, where (dbsurge.credentials)
+
+
+class DbSurgeRun:
+    """Per-process state: the target, workloads, pacer, recorder and (on the master) the aggregator."""
+
+    def __init__(self, environment):
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
+                     else "master" if isinstance(environment.runner, MasterRunner) else "local")
+        self.recorder = Recorder(raw_sink=_raw_samples_sink(), wall_ns=wall_ns)
+        self.pacer: Pacer | None = None
+        self.schedule: Schedule | None = None
+        self.plan: StagePlan | None = None
+        self.start_epoch_ns: int | None = None
+        self.slot_lock = gevent.lock.Semaphore()
+        self.ready = gevent.event.Event()
+        self.target = None
+        self.target_uri: str | None = None
+        # this process's own ways to the password, read now: Locust overwrites the options with the master's
+        self.own_credentials = credentials.Sources.from_options(self.options)
+        self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
+        self.target_options: dict = {}
+        self.workload_options: dict = {}
+        self.workloads: dict = {}
+        self.operation_weights: list = []
+        self.embedded_handle = None
+        self.rundir: RunDirectory | None = None
+        self.aggregator: Aggregator | None = None
+        self.changes: list = []
+        self.shares: dict[str, int] = {}
+        self.finished = False
+        self.side_tasks: list = []
+        self.exit_code: int | None = None
+        self.cloudwatch_collector = None
+        # stopping and the ledger (see dbsurge.stopping)
+        self.closing: str | None = None  # why the plan was closed, once it was
+        self.awaiting_final: set[str] = set()
+        self.lost_workers: list[str] = []
+        self.interrupted: tuple[str, float] | None = None  # (signal name, elapsed s)
+        self.signals = 0
+        self.exit_code_override: int | None = None
+        self.stop_reason: str | None = None
+        self.until_position: float | None = None
+        self.problems: dict[str, int] = {}
+        self.op_timeout_s = 30.0
+        self.capped_stages: set[int] = set()
+        self.prometheus = None  # dbsurge.prometheus.PrometheusExporter with --prometheus-port
+        self.membership: Membership | None = None
+        self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
+        self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
+        self.sequence = None  # master: the numbered arrivals, for reshare points
+        self.clocks = ClockBook()  # master: each worker's clock offset
+        self.departed: set[str] = set()  # master: workers that left gracefully
+        self.leaving: str | None = None  # worker: why it is leaving
+        self.leave_until: int | None = None
+        self.spot_watcher = None  # worker: the EC2 interruption-notice watcher (--spot-watch)
+        self.local_options: dict = {}  # worker: options of this host, kept before the master's overwrite them
+
+    # -- keeping going when something goes wrong ----------------------------------------------------
+
+    def note_problem(self, where: str, exc: BaseException) -> None:
+        """Something failed while merging, writing or collecting: an event and a one-line warning, never a stop.
+
+        A results disk that is full (or gone read-only) stops the run instead: measuring on
+        without recording would be load nobody can account for.
+        """
+        import errno
+
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            if self.closing is None and self.role != "worker":
+                gevent.spawn(stopping.stop_for, self, "interrupted",
+                             f"cannot write results to {self.rundir.path if self.rundir else '?'} "
+                             f"({exc.strerror or exc})", stopping.EXIT_INCOMPLETE)
+            return
+        key = f"{where}: {type(exc).__name__}"
+        first = key not in self.problems
+        self.problems[key] = self.problems.get(key, 0) + 1
+        if first:
+            log.warning("dbsurge: %s failed (%s: %s); measurement goes on", where, type(exc).__name__,
+                        redact_text(str(exc).splitlines()[0] if str(exc) else ""))
+            self.safe_event("error", where=where, error=f"{type(exc).__name__}: {redact_text(str(exc))[:300]}")
+
+    def safe_event(self, kind: str, **fields) -> None:
+        if self.rundir is None:
+            return
+        try:
+            self.rundir.event(kind, **fields)
+        except Exception as e:
+            if kind != "error":
+                self.note_problem(f"writing event {kind}", e)
+
+    def merge_payload(self, payload: dict, source: str) -> None:
+        if self.aggregator is None:
+            return
+        try:
+            self.aggregator.merge(payload, source=source)
+            if self.prometheus is not None:
+                self.prometheus.observe(payload, source)
+        except Exception as e:
+            self.note_problem(f"merging measurements from {source}", e)
+
+    def operation_mix(self) -> OperationMix:
+        """The run's operation mix: arrival k runs ``mix.of(k)`` on every worker."""
+        from .user import operation_mix_weights
+
+        name = sorted({u.workload for u in dbsurge_user_classes(self.environment)})[0]
+        weights = operation_mix_weights(self.operation_weights, self.workload(name).operations)
+        return OperationMix(weights, self.options.seed)
+
+    # -- helpers used by the shapes and the users -----------------------------------------------------
+
+    def elapsed_s(self) -> float | None:
+        if self.start_epoch_ns is None:
+            return None
+        return (time.time_ns() - self.start_epoch_ns) / 1e9
+
+    def workload(self, name: str):
+        wl = self.workloads.get(name)
+        if wl is None:
+            from .workloads import get_workload
+
+            wl = self.workloads[name] = get_workload(name, self.target, self.workload_options)
+        return wl
+
+    # -- setup on every process ---------------------------------------------------------------------
+
+    def configure_target(self, uri: str, target_options: dict, workload_options: dict, operations: list,
+                         op_timeout_s: float | None = None) -> None:
+        from .targets import open_target
+
+        self.target_uri = uri
+        self.target_options = target_options
+        self.workload_options = workload_options
+        self.operation_weights = operations
+        if op_timeout_s is None:
+            op_timeout_s = parse_duration(self.options.op_timeout)
+        self.op_timeout_s = op_timeout_s
+        self.target = open_target(uri, target_options, op_timeout_s=op_timeout_s)
+        self.workloads = {}
+
+    def make_pacer(self, s: Setup) -> None:
+        # Everything alive now (Locust, gevent, drivers, workload tables) lives for the whole run:
+        # move it out of the collector's sight. Otherwise the first full collection during the
+        # load walks all of it, a ~60 ms stall of every user (seen as a lag spike ~7 s into a
+        # 4,000 TPS run); Locust does the same before forking --processes workers.
+        gc.collect()
+        gc.freeze()
+        self.plan = StagePlan.from_dict(s.plan) if s.plan else None
+        self.start_epoch_ns = s.start_epoch_ns
+        if self.plan is None:
+            self.schedule, self.pacer = None, None
+            return
+        sched = Schedule.from_plan(self.plan)
+        for at_s, rate, scale in s.changes:
+            sched = sched.changed(at_s, rate_tps=rate, scale=scale)
+        self.schedule = sched
+        mix = self.operation_mix()
+        # the master's time zero in this worker's clock (the pacer measures wall minus monotonic once)
+        self.pacer = Pacer(sched, start_epoch_ns=s.start_epoch_ns + s.clock_offset_ns, wall_ns=wall_ns,
+                           mix=mix, sink=self.recorder,
+                           op_ids=[self.recorder.op_id(n) for n in mix.names], worker_index=s.index,
+                           worker_count=s.count, arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
+        # ... and completions stamped back in the master's clock, from that same measurement
+        self.recorder.wall_offset_ns = self.pacer.wall_offset_ns - s.clock_offset_ns
+
+    def apply_rate_change(self, at_s: float, rate_tps: float | None, scale: float | None) -> None:
+        if self.schedule is None:
+            return
+        self.schedule = self.schedule.changed(at_s, rate_tps=rate_tps, scale=scale)
+        self.changes.append([at_s, rate_tps, scale])
+        if self.pacer is not None:
+            skipped = self.pacer.set_schedule(self.schedule, at_s)
+            if skipped:
+                log.warning("rate change: %d late slots of the old rate were dropped (this worker was more than "
+                            "%.0f s behind)", skipped, 1.0)
+
+
+def _raw_samples_sink():
+    """Tests: with DBSURGE_RAW_SAMPLES_DIR, every successful response time (us) goes to a file, to check the merge."""
+    raw_dir = os.environ.get("DBSURGE_RAW_SAMPLES_DIR")
+    if not raw_dir:
+        return None
+    path = os.path.join(raw_dir, f"samples-{os.getpid()}.bin")
+
+    def write(values) -> None:
+        with open(path, "ab") as f:
+            f.write(values.tobytes())
+
+    return write
+
+
+# -- the workload's operations -------------------------------------------------------------------
+
+
+def resolve_operations(workload, requested: dict) -> list[tuple[str, float]]:
+    """The (operation, weight) list for a workload: its defaults, or what --operation asked for."""
+    from .errors import WorkloadError
+
+    known = workload.operations
+    if not requested:
+        return [(k, w) for k, w in known.items() if w > 0]
+    unknown = [k for k in requested if k not in known]
+    if unknown:
+        raise WorkloadError(
+            f"unknown operation '{unknown[0]}' for workload {workload.name} (known: {', '.join(known)})")
+    ops = [(k, w) for k, w in requested.items() if w > 0]
+    if not ops:
+        raise WorkloadError("every --operation has weight 0: nothing to run")
+    return ops
+
+
+def dbsurge_user_classes(environment) -> list:
+    from .user import DbUser
+
+    return [u for u in environment.user_classes if issubclass(u, DbUser)]
