@@ -260,7 +260,7 @@ def capacity_unit(preset: str, series_id: str, metric: str) -> str | None:
 # -- errors --------------------------------------------------------------------------------------
 
 
-def user_error(exc: BaseException, *, endpoint_url: str | None = None) -> UserError:
+def user_error(exc: BaseException, *, endpoint_url: str | None = None) -> UserError:  # noqa: C901 - one branch per AWS error code, a table read top to bottom
     """One line for an AWS error a user can cause (credentials, region, endpoint), else the error itself."""
     from botocore import exceptions as bx
 

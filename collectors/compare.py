@@ -126,7 +126,7 @@ def _default_label(path: Path, i: int) -> str:
 # -- comparability ------------------------------------------------------------------------------------------
 
 
-def facts(side: Side) -> dict[str, str]:
+def facts(side: Side) -> dict[str, str]:  # noqa: C901 - one comparable fact per branch, flat
     """What must be equal for two runs to be compared, as text (key -> value)."""
     m = side.first_meta
     out: dict[str, str] = {}
@@ -239,7 +239,7 @@ class Row:
     ratio: bool = True
 
 
-def _engine_rows(sides: Sequence[Side]) -> list[Row]:
+def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
     from dbsurge.repeat import stage_values
 
     per_side = []
@@ -422,7 +422,7 @@ def beyond_spread(a: Figure, b: Figure) -> bool | None:
     return b.low > a.high or b.high < a.low  # type: ignore[operator]
 
 
-def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[list[str]], list[str]]:
+def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[list[str]], list[str]]:  # noqa: C901 - one dispatch per kind of run
     """Headers, display rows and the notes about spread."""
     first = sides[0]
     first_column = {"engine": "stage", "cache": "percentile", "ycsb": "distribution", "scalability": "workers"}
@@ -487,7 +487,7 @@ def _zero(meta: dict) -> Any:
     return pd.Timestamp(value).tz_convert("UTC") if value else None
 
 
-def render_plot(sides: Sequence[Side]) -> bytes | None:
+def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one panel per figure, flat
     """PNG of the overlaid panels for engine and scalability runs; None for the others."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure

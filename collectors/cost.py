@@ -308,7 +308,7 @@ def _ok(frame: pd.DataFrame) -> int:
     return int(rows["count"].fillna(0).sum() - failures)
 
 
-def cost_frames(
+def cost_frames(  # noqa: C901 - one validated option or cost item per line, flat
     run: RunInfo,
     cloudwatch: pd.DataFrame,
     prices: Prices,

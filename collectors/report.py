@@ -192,7 +192,7 @@ def draw_lag(ax: Any, data: ReportData) -> None:
     ax.set_title("Lag behind the schedule and dropped slots", fontsize=10, loc="left", pad=16)
 
 
-def draw_capacity(ax: Any, data: ReportData) -> None:
+def draw_capacity(ax: Any, data: ReportData) -> None:  # noqa: C901 - one series per preset, flat
     """Capacity units as steps over their periods, and cache hit ratios on the right axis."""
     frames = capacity_frames(data.cloudwatch)
     keys = list(frames)

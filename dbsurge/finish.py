@@ -20,8 +20,10 @@ import logging
 import math
 import sys
 import time
+from dataclasses import dataclass
 
 from .measure.aggregator import ALL
+from .measure.cells import NOT_SENT_REASONS
 from .checks import evaluate_checks, parse_checks
 from .rundir import utc_iso
 from .stage_plan import parse_duration
@@ -79,11 +81,54 @@ def _book_ledger(run) -> dict[str, int]:
     return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers)
 
 
+@dataclass
+class Verdict:
+    """What the end of a run concluded: the findings to print, the checks, and the exit code."""
+
+    findings: list[str]
+    results: list
+    code: int
+    incomplete: bool
+    not_sent: dict[str, int]
+    lag_causes: list[str]
+    text: str = ""
+
+
 def finish_run(run, hurry: bool = False) -> None:
-    """Write the final files and print the tables; idempotent. Nothing here may stop the others."""
+    """Write the final files and print the tables; idempotent. Nothing here may stop the others.
+
+    In order: the last measurements (`_collect`), the ledger (`_book_ledger`), the final timeline and
+    tables (`_write_measurements`), the verdict (`judge`), then summary.md, run.json and the report.
+    """
     if run.finished or run.aggregator is None:
         return
     run.finished = True
+    _collect(run)
+    try:
+        booked = _book_ledger(run)
+    except Exception as e:
+        booked = {}
+        run.note_problem("counting the plan's arrivals", e)
+    write_failed = not _write_measurements(run)
+    stages, summary = run.aggregator.tables()
+    total = next((r for r in summary if r["operation"] == ALL), {})
+    verdict = judge(run, stages, summary, total, write_failed)
+    run.exit_code = verdict.code
+    if run.options.headless or run.role == "local":
+        sys.stdout.write("\n" + summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
+                         + "\n")
+        sys.stdout.flush()
+    _write_summary(run, stages, summary, total, verdict, booked)
+    if run.role != "worker" and not hurry and not write_failed:
+        try:
+            from .collectors.report import build_report
+
+            build_report(run.rundir.path)
+        except Exception as e:  # the measurements are on disk; a report can be built later
+            log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
+
+
+def _collect(run) -> None:
     from .side import stop_side_collectors
 
     try:
@@ -92,118 +137,108 @@ def finish_run(run, hurry: bool = False) -> None:
         run.note_problem("stopping the side collectors", e)
     if run.role == "local":
         run.merge_payload(run.recorder.drain(), source="local")
-    agg = run.aggregator
-    agg.end_epoch_s = time.time()
-    opts = run.options
+    run.aggregator.end_epoch_s = time.time()
+
+
+def _write_measurements(run) -> bool:
+    """The final timeline and stages.csv / summary.csv; False when something could not be written."""
+    ok = True
     try:
-        booked = _book_ledger(run)
+        run.rundir.write_flush(run.aggregator.flush(final=True))
     except Exception as e:
-        booked = {}
-        run.note_problem("counting the plan's arrivals", e)
-    write_failed = False
-    try:
-        run.rundir.write_flush(agg.flush(final=True))
-    except Exception as e:
-        write_failed = True
+        ok = False
         run.note_problem("writing the timeline", e)
-    stages, summary = agg.tables()
     try:
-        run.rundir.write_tables(stages, summary)
+        run.rundir.write_tables(*run.aggregator.tables())
     except Exception as e:
-        write_failed = True
+        ok = False
         run.note_problem("writing stages.csv and summary.csv", e)
+    return ok
 
-    total = next((r for r in summary if r["operation"] == ALL), {})
-    capped = {agg.stage_names[i] for i in run.capped_stages}
+
+def judge(run, stages: list[dict], summary: list[dict], total: dict, write_failed: bool) -> Verdict:
+    """The findings, the checks on the ledger, and the exit code (see the module docstring)."""
+    opts = run.options
+    capped = {run.aggregator.stage_names[i] for i in run.capped_stages}
     lag = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0, capped, opts.max_users) if run.plan else []
-    findings = [text for _, text in lag]
-    not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in ("worker_lost", "no_connect", "interrupted",
-                                                                    "in_flight", "users_exhausted", "unaccounted")}
-    tool_reasons = list(TOOL_REASONS)
-    if (lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0):
-        # every user was busy waiting on the database until the end, or operations were timing out:
-        # the target could not take the plan (exit 1); the measurement itself is whole
-        tool_reasons.remove("users_exhausted")
-        tool_reasons.remove("in_flight")
+    not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in NOT_SENT_REASONS}
+    target_stuck = (lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0)
+    # every user busy on the database until the end, or operations timing out: the target could not
+    # take the plan (exit 1); the measurement itself is whole
+    tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
     lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
-    if not_sent["unaccounted"]:
-        findings.append(f"{not_sent['unaccounted']} planned arrivals are unaccounted for: no worker reported them "
-                        f"(a bug in dbsurge; please report it with this run directory)")
-    if total.get("over_plan"):
-        findings.append(f"{total['over_plan']} operations were sent beyond the plan (a worker kept its share "
-                        f"after the master gave it away)")
-    for reason, n in not_sent.items():
-        if n and reason != "unaccounted":
-            findings.append(f"{n} planned arrivals were not sent: {_REASON_TEXT[reason]}")
-    refused = getattr(run.membership, "refused", None) if getattr(run, "membership", None) else None
-    if refused:
-        findings.append("workers refused, with no share and no load: " + ", ".join(
-            f"{w} ({why})" for w, why in sorted(refused.items())))
-    clocks = getattr(run, "clocks", None)
-    if clocks is not None:
-        findings += clocks.warnings()
-    if run.lost_workers:
-        findings.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
+    findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent)
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
-
-    checks = parse_checks(opts.check)
-    results = evaluate_checks(checks, summary)
+    results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
         results = [(c, False, v) for c, ok, v in results]
-    failed = [(c, v) for c, ok, v in results if not ok]
-
     dropped = int(total.get("dropped") or 0)
-    generator_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
+    tool_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
+    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"])
     code = 0
-    target_short = (not_sent["users_exhausted"] or not_sent["in_flight"]) and "users_exhausted" not in tool_reasons
-    if failed or (dropped and not generator_behind) or (opts.fail_on_lag and lag) or target_short:
+    if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
+            or target_short:
         code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
-    if incomplete or (dropped and generator_behind):
+    if incomplete or (dropped and tool_behind):
         code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
     if run.exit_code_override is not None:
         code = run.exit_code_override
-    run.exit_code = code
-    verdict = _verdict(run, code, total, incomplete)
+    verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({c for c, _ in lag}))
+    verdict.text = _verdict(run, code, total, incomplete)
+    return verdict
 
-    text = summary_text(run, stages, summary, findings, results, verdict)
-    if opts.headless or run.role == "local":
-        sys.stdout.write("\n" + text + "\n")
-        sys.stdout.flush()
+
+def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
+    out = []
+    if not_sent["unaccounted"]:
+        out.append(f"{not_sent['unaccounted']} planned arrivals are unaccounted for: no worker reported them "
+                   f"(a bug in dbsurge; please report it with this run directory)")
+    if total.get("over_plan"):
+        out.append(f"{total['over_plan']} operations were sent beyond the plan (a worker kept its share "
+                   f"after the master gave it away)")
+    out += [f"{n} planned arrivals were not sent: {_REASON_TEXT[r]}" for r, n in not_sent.items()
+            if n and r != "unaccounted"]
+    refused = run.membership.refused if run.membership is not None else {}
+    if refused:
+        out.append("workers refused, with no share and no load: " + ", ".join(
+            f"{w} ({why})" for w, why in sorted(refused.items())))
+    out += run.clocks.warnings()
+    if run.lost_workers:
+        out.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
+    return out
+
+
+def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: dict) -> None:
+    agg = run.aggregator
     try:
-        run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, findings, results, verdict))
+        run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, verdict.findings,
+                                                             verdict.results, verdict.text))
         run.rundir.write_meta(
-            ended_utc=utc_iso(agg.end_epoch_s), complete=not incomplete and run.interrupted is None,
+            ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.interrupted is None,
             interrupted=None if run.interrupted is None else {"signal": run.interrupted[0],
                                                              "at_s": round(run.interrupted[1], 3)},
-            stop_reason=run.stop_reason, exit_code=code,
+            stop_reason=run.stop_reason, exit_code=verdict.code,
             results={
                 "planned_operations": agg.planned_arrivals(),
                 "operations": int(total.get("count") or 0), "ok": int(total.get("ok") or 0),
                 "failures": int(total.get("failures") or 0),
                 "failed_by_kind": dict(agg.errors), "dropped": int(total.get("dropped") or 0),
-                "not_sent": sum(not_sent.values()), "not_sent_by_reason": not_sent,
+                "not_sent": sum(verdict.not_sent.values()), "not_sent_by_reason": verdict.not_sent,
                 "over_plan": int(total.get("over_plan") or 0), "booked_by_master": booked,
-                "behind_plan": findings, "lag_causes": sorted({c for c, _ in lag}),
-                "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in results],
+                "behind_plan": verdict.findings, "lag_causes": verdict.lag_causes,
+                "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in verdict.results],
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
-                "refused_workers": dict(refused or {}),
-                "clock_offsets": clocks.describe() if clocks is not None else {},
-                "problems": dict(run.problems), "verdict": verdict,
+                "refused_workers": dict(run.membership.refused) if run.membership is not None else {},
+                "clock_offsets": run.clocks.describe(),
+                "problems": dict(run.problems), "verdict": verdict.text,
             },
         )
-        run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=code)
+        run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
     except Exception as e:
         run.note_problem("writing summary.md and run.json", e)
         if run.exit_code in (0, EXIT_CHECKS):
             run.exit_code = EXIT_INCOMPLETE
-    if run.role != "worker" and not hurry and not write_failed:
-        try:
-            from .collectors.report import build_report
-
-            build_report(run.rundir.path)
-        except Exception as e:  # the measurements are on disk; a report can be built later
-            log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
 
 
 _REASON_TEXT = {

@@ -60,7 +60,7 @@ def _missing(run_dir: Path, what: str) -> UserError:
     return UserError(f"cannot rerun {run_dir}: run.json {what}")
 
 
-def rebuild_command(meta: dict, run_dir: Path, target: str) -> list[str]:
+def rebuild_command(meta: dict, run_dir: Path, target: str) -> list[str]:  # noqa: C901 - one run.json field per branch, flat
     """The ``dbsurge run`` arguments (without results-dir and run-id) that replay the run on ``target``."""
     from .cli import WORKLOADS
 

@@ -76,7 +76,7 @@ class RunnerSpec:
     worker_env: dict[str, str] = field(default_factory=dict)
     secret_env: dict[str, str] = field(default_factory=dict)
 
-    def validate(self) -> None:
+    def validate(self) -> None:  # noqa: C901 - one check per option, flat
         """One-line `UserError` for each mistake a user can make."""
         validate_run_id(self.run_id)
         if not 1 <= self.count <= 1000:

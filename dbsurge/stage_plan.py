@@ -416,7 +416,7 @@ class Schedule:
             starts = self._stage_starts = self.stage_starts()
         return max(0, min(bisect_right(starts, position) - 1, len(starts) - 2))
 
-    def changed(self, at_s: float, *, rate_tps: float | None = None, scale: float | None = None) -> Schedule:
+    def changed(self, at_s: float, *, rate_tps: float | None = None, scale: float | None = None) -> Schedule:  # noqa: C901 - the two kinds of change share the segment walk
         """A new schedule: this one up to ``at_s``, then a fixed rate or this plan scaled by a factor."""
         if (rate_tps is None) == (scale is None):
             raise PlanError("a rate change needs exactly one of an absolute rate or a scale factor")

@@ -62,7 +62,7 @@ class OperationTimeout(Exception):
     """An operation outlived the user's bound (the driver's own timeouts did not fire)."""
 
 
-def _operation_loop(user: DbUser, run) -> None:
+def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, inlined on purpose (every call costs every operation)
     number = next(_user_numbers)
     rng = random.Random(run.options.seed * 7919 + number * 104729 + (run.pacer.index if run.pacer else 0))
     workload = run.workload(user.workload)

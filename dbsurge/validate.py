@@ -95,7 +95,7 @@ def positive_int(value: Any, flag: str, *, minimum: int = 1) -> int:
     return value
 
 
-def validate_options(opts: argparse.Namespace) -> None:
+def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one check per option, flat
     """Check dbsurge's own options (`dbsurge.options`) on a parsed namespace; no network, no files.
 
     Missing attributes are skipped, so a partial namespace (a test's, an old config's) works too.

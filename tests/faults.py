@@ -891,7 +891,7 @@ def _is_locust_parent(proc: object) -> bool:
 
 # --- leftovers of dead sessions ----------------------------------------------------------------------------------
 
-def cleanup_stale() -> list[str]:
+def cleanup_stale() -> list[str]:  # noqa: C901 - one kind of leftover per block
     """Remove ``dbsf-*`` namespaces, veths and tmpfs mounts whose owner process is dead; returns what went.
 
     One whose owner still runs (a concurrent pytest session) is left alone. A namespace without an

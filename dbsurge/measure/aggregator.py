@@ -135,33 +135,37 @@ class Aggregator:
         for name in ops:
             if name not in self.operations:
                 self.operations.append(name)
-        for op, stage, wire in payload["stages"]:
-            cell = self.stage_cells[(ops[op], stage)]
-            before = cell.count
-            cell.add_wire(wire)
-            self.per_source[source] += cell.count - before
-            for kind, n in wire[6].items():
-                self.errors[kind] += int(n)
+        self._merge_stages(ops, payload["stages"], source)
         for sec, op, wire in payload["intervals"]:
-            if sec <= self.last_written:
-                sec = self.last_written + 1
-            self.open_seconds[sec][ops[op]].add_wire(wire)
-        for stage, op, column, n in payload.get("ledger", []):
-            cell = self.stage_cells[(ops[op], int(stage))]
-            if column == "dropped":
-                cell.dropped += int(n)
-            else:
-                cell.not_sent[column.split(":", 1)[1]] += int(n)
-            self.per_source[source] += int(n)
-        for sec, op, n in payload.get("dropped_secs", []):
-            sec = max(int(sec), self.last_written + 1)
-            self.open_seconds[sec][ops[op]].dropped += int(n)
+            self.open_seconds[max(sec, self.last_written + 1)][ops[op]].add_wire(wire)
+        self._merge_ledger(ops, payload.get("ledger", []), payload.get("dropped_secs", []), source)
         for stage, us in payload.get("loop_lag_us", []):
             self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))
         for kind, message in payload.get("errors", {}).items():
             if kind not in self.first_errors:
                 self.first_errors[kind] = message
                 self._new_failures.append((kind, message, source))
+
+    def _merge_stages(self, ops: list[str], stages: list, source: str) -> None:
+        for op, stage, wire in stages:
+            cell = self.stage_cells[(ops[op], stage)]
+            before = cell.count
+            cell.add_wire(wire)
+            self.per_source[source] += cell.count - before
+            for kind, n in wire[6].items():
+                self.errors[kind] += int(n)
+
+    def _merge_ledger(self, ops: list[str], ledger: list, dropped_secs: list, source: str) -> None:
+        """Dropped and not-sent arrivals, per (stage, operation); dropped ones also per second of their slot."""
+        for stage, op, column, n in ledger:
+            cell = self.stage_cells[(ops[op], int(stage))]
+            if column == "dropped":
+                cell.dropped += int(n)
+            else:
+                cell.not_sent[column.split(":", 1)[1]] += int(n)
+            self.per_source[source] += int(n)
+        for sec, op, n in dropped_secs:
+            self.open_seconds[max(int(sec), self.last_written + 1)][ops[op]].dropped += int(n)
 
     # -- timeline -----------------------------------------------------------------------------------
 

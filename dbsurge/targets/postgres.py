@@ -591,7 +591,7 @@ class PostgresTarget(Target):
     schemes = ("postgresql", "postgres", "dsql")
     flavors = ("postgres", "aurora", "dsql")
 
-    def __init__(
+    def __init__(  # noqa: C901 - one validated option or cost item per line, flat
         self,
         uri: str,
         options: dict[str, str] | None = None,
@@ -882,7 +882,7 @@ def _explain_token_error(exc: BaseException) -> str:
     return f"cannot sign the DSQL auth token: {name}: {one_line(str(exc))}"
 
 
-def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: float | None = None) -> str:
+def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: float | None = None) -> str:  # noqa: C901 - one message per libpq failure, a table
     """One line saying why connecting to (or querying) `target` failed, from a psycopg error."""
     message = str(exc)
     low = message.lower()

@@ -92,7 +92,7 @@ def _traced(choose: Callable[[], int], path: str, flush_every: int = 1000) -> Ca
     return traced
 
 
-def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
+def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:  # noqa: C901 - closures of one client, built together
     """The ycsb operations of one client on a PostgreSQL session."""
     c = _Common(workload, seed)
     table, fields = workload.table, c.fields
