@@ -136,6 +136,9 @@ def help_parser() -> argparse.ArgumentParser:
         if flags != ("--target",):  # the plugin's own definition (below) is the one shown
             groups[name].add_argument(*flags, **kw)
     add_options(p, group=lambda name: groups[name])
+    from .spot import add_spot_options
+
+    add_spot_options(groups["distribution"])
     return p
 
 
@@ -256,28 +259,17 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
 
 
 def _preflight(args, ns: argparse.Namespace) -> None:
-    """The checks that need no server: plan, workload options, operations (the target is checked by Locust)."""
-    from .checks import parse_checks
-    from .options import parse_key_values, parse_operation_weights
-    from .stage_plan import StagePlan, parse_duration
-    from .validate import check_output, validate_options
-    from .workloads import WORKLOADS, parse_workload_options
-    from .workloads.base import resolve_options
+    """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
+    from .stage_plan import StagePlan
+    from .validate import check_offline
 
-    validate_options(ns)
-    resolve_options(args.workload, WORKLOADS[args.workload].OPTIONS, parse_workload_options(ns.workload_option or []))
-    parse_key_values(ns.target_option, "--target-option")
-    parse_operation_weights(ns.operation)
-    parse_checks(ns.check)
-    if ns.max_lag:
-        parse_duration(ns.max_lag)
     if args.shape == "stages" and not ns.stages:
         raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")
     if args.shape == "constant" and ns.rate is None:
         raise UserError("--shape constant needs --rate TPS")
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
-    check_output(ns)  # last: the others need no file system
+    check_offline(ns, args.workload)
 
 
 def _run_child(cmd: list[str], env: dict | None = None) -> int:

@@ -9,16 +9,13 @@ one line (`fail`) and exit 2.
 from __future__ import annotations
 
 import logging
-import math
 import sys
 
 from . import credentials
 from .errors import UserError
 from .membership import is_loopback
-from .options import parse_key_values, parse_operation_weights
 from .redact import redact_text
 from .run_state import DbSurgeRun, dbsurge_user_classes, resolve_operations
-from .stage_plan import parse_duration
 
 log = logging.getLogger("dbsurge")
 
@@ -33,7 +30,6 @@ def fail(message: str) -> None:
 def preflight(run: DbSurgeRun) -> None:
     """Everything a user can get wrong, checked before any load: plan, workload, options, target."""
     from .embedded import resolve_embedded
-    from .workloads import parse_workload_options
 
     opts = run.options
     if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
@@ -41,25 +37,15 @@ def preflight(run: DbSurgeRun) -> None:
         raise UserError(f"this master listens on {opts.master_bind_host}, so workers on other hosts can join and "
                         f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
                         f"and its workers, or pass --insecure-join")
-    from .validate import check_output, validate_locust_options, validate_options
+    from .checks import check_operations
+    from .validate import check_offline, validate_locust_options
 
     # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
-    validate_options(opts)
     validate_locust_options(opts, shape=run.environment.shape_class is not None)
+    parsed = check_offline(opts)  # the same checks `dbsurge run` makes before its child starts
     build_plan(run)
-    workload_options = parse_workload_options(opts.workload_option or [])
-    target_options = parse_key_values(opts.target_option, "--target-option")
-    requested_ops = parse_operation_weights(opts.operation)
-    if opts.max_lag:
-        parse_duration(opts.max_lag)
-    parse_duration(opts.lag_warn)
-    op_timeout = parse_duration(opts.op_timeout)
-    if not (0 < op_timeout < math.inf):
-        raise UserError(f"bad --op-timeout '{opts.op_timeout}': expected a positive duration such as 30s or 500ms")
-    from .checks import check_operations, parse_checks
-
-    checks = parse_checks(opts.check)
-    check_output(opts)  # --results-dir writable, --run-id new: else the load would run and record nothing
+    workload_options, target_options = parsed["workload_options"], parsed["target_options"]
+    requested_ops, checks = parsed["operations"], parsed["checks"]
     if not opts.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
     uri, handle = resolve_embedded(opts.target)

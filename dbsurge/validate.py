@@ -135,6 +135,33 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         duration_option(opts.lag_warn, "--lag-warn")
 
 
+def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict:
+    """The checks that need no server, shared by `dbsurge run` (before its Locust child starts) and the
+    plugin's preflight (what ``locust -f`` users hit): numbers, workload and target options,
+    operations, checks, durations, and last the results directory. Returns the parsed pieces."""
+    from .checks import parse_checks
+    from .options import parse_key_values, parse_operation_weights
+    from .stage_plan import parse_duration
+    from .workloads import WORKLOADS, parse_workload_options
+    from .workloads.base import resolve_options
+
+    validate_options(opts)
+    workload_options = parse_workload_options(opts.workload_option or [])
+    if workload is not None:
+        resolve_options(workload, WORKLOADS[workload].OPTIONS, workload_options)
+    parsed = {"workload_options": workload_options,
+              "target_options": parse_key_values(opts.target_option, "--target-option"),
+              "operations": parse_operation_weights(opts.operation), "checks": parse_checks(opts.check)}
+    for flag, value in (("--max-lag", opts.max_lag), ("--lag-warn", opts.lag_warn)):
+        if value:
+            parse_duration(value)
+    op_timeout = parse_duration(opts.op_timeout)
+    if not (0 < op_timeout < math.inf):
+        raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': expected a positive duration such as 30s")
+    check_output(opts)  # last: the others need no file system
+    return parsed
+
+
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
     """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
     users = getattr(opts, "num_users", None)
