@@ -22,7 +22,7 @@ from locust import LoadTestShape
 from .stage_plan import StagePlan
 
 HEADROOM = 2.0
-ASSUMED_SERVICE_S = 0.005  # before the first measurement
+ASSUMED_SERVICE_S = 0.005  # before the first measurement, when the preflight probe could not run
 MIN_USERS_PER_WORKER = 2
 
 
@@ -56,7 +56,8 @@ class ArrivalRateShape(LoadTestShape):
         service = None
         if run.aggregator is not None:
             service = run.aggregator.recent_service_s()
-        service = max(service or ASSUMED_SERVICE_S, 0.0005)
+        # before the run has measured anything: what the preflight probe measured, else a guess
+        service = max(service or run.probe_service_s or ASSUMED_SERVICE_S, 0.0005)
         wanted = math.ceil((rate * service * HEADROOM + MIN_USERS_PER_WORKER * members) * inflate)
         users = min(max(wanted, getattr(self, "_users", 0)), int(opts.max_users))
         if wanted > int(opts.max_users) and schedule is not None and t < schedule.end_s:

@@ -51,6 +51,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.schedule = Schedule.from_plan(run.plan) if run.plan else None
     run.aggregator = Aggregator(stage_names=stage_names)
     run.aggregator.set_schedule(lambda: run.schedule, start_s)  # the run's one schedule, read when needed
+    run.aggregator.share_count = lambda: len(run.shares) or 1
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,

@@ -34,7 +34,7 @@ from .lifecycle import begin_run
 from .membership import Membership
 from .options import add_options
 from .preflight import fail, preflight
-from .run_state import DbSurgeRun, dbsurge_user_classes
+from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
 
 log = logging.getLogger("dbsurge")
 
@@ -72,6 +72,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         # this host's own settings: Locust overwrites parsed_options with the master's at every spawn
         run.local_options = {k: getattr(run.options, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
         protocol.register(run, runner)
+        logging.getLogger().addHandler(ShipToMaster(run.recorder))
         gevent.spawn(stopping.master_watchdog, run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         return

@@ -76,6 +76,44 @@ def preflight(run: DbSurgeRun) -> None:
                     first = (str(e).strip().splitlines() or [""])[0]
                     raise UserError(f"loading the {name} data set into {run.target.display} failed: "
                                     f"{type(e).__name__}: {redact_text(first)}") from None
+    if run.plan is not None:
+        run.probe_service_s = probe_service_time(run)
+        if run.probe_service_s is not None:
+            log.info("probe: the workload's operations took %.3f ms (median) on %s", run.probe_service_s * 1e3,
+                     run.target.display)
+
+
+def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
+    """Time a few of the workload's own operations (each, ``rounds`` times) on one connection: the
+    service time the shape sizes the pool by before the run has measured any (instead of a guess).
+
+    They run before time zero and are not part of the ledger. None when they fail (the run will say why).
+    """
+    import statistics
+    import time
+
+    try:
+        workload = run.workload(sorted({u.workload for u in dbsurge_user_classes(run.environment)})[0])
+        session = run.target.connect()
+    except Exception:
+        return None
+    try:
+        fns = workload.new_client(session, 12345)
+        names = [n for n, _ in run.operation_weights if n in fns] or list(fns)
+        times = []
+        for _ in range(rounds):
+            for name in names:
+                t0 = time.perf_counter()
+                fns[name]()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times) if times else None
+    except Exception:
+        return None
+    finally:
+        try:
+            session.close()
+        except Exception:
+            pass
 
 
 def build_plan(run: DbSurgeRun) -> None:

@@ -98,6 +98,7 @@ class DbSurgeRun:
         self.until_position: float | None = None
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
+        self.probe_service_s: float | None = None  # measured before time zero (preflight.probe_service_time)
         self.capped_stages: set[int] = set()
         self.prometheus = None  # dbsurge.prometheus.PrometheusExporter with --prometheus-port
         self.membership: Membership | None = None
@@ -228,6 +229,21 @@ class DbSurgeRun:
             if skipped:
                 log.warning("rate change: %d late slots of the old rate were dropped (this worker was more than "
                             "%.0f s behind)", skipped, 1.0)
+
+
+class ShipToMaster(logging.Handler):
+    """Worker: its warnings and errors go to the master with the next report (events.jsonl, ``worker_log``),
+    so a worker on another host that underdelivers says why where the run is read."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__(level=logging.WARNING)
+        self.recorder = recorder
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.recorder.log(record.levelname, redact_text(record.getMessage()), record.created)
+        except Exception:  # a log record must never break the worker
+            pass
 
 
 def _raw_samples_sink():

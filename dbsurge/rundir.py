@@ -41,6 +41,8 @@ TIMELINE_COLUMNS = [
     "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",
     "dropped", "failed_p99_ms", *_FAILED, "failed_detail",
 ]
+#: workers.csv: per worker and second (by completion), with its share of the plan's rate.
+WORKER_COLUMNS = ["time_utc", "worker", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
 #: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + not_sent, with
 #: failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code) and not_sent by
 #: reason (not_sent_*); over_plan counts operations sent beyond the plan (a bug or a partition).
@@ -108,11 +110,24 @@ class RunDirectory:
             self.timeline_rows(flush.rows)
         for op, sec, max_ms, encoded in flush.intervals:
             self.hlog_interval(op, sec, 1.0, max_ms, encoded, flush.base_s or sec)
+        if flush.worker_rows:
+            self._append_csv("workers.csv", WORKER_COLUMNS, flush.worker_rows)
+        for worker, rec in flush.logs:
+            self.event("worker_log", worker=worker, **rec)
         open_path = self.path / "timeline.open.csv"
         if flush.open_rows is None:
             open_path.unlink(missing_ok=True)
         else:
             self.write_csv("timeline.open.csv", TIMELINE_COLUMNS, flush.open_rows)
+
+    def _append_csv(self, name: str, columns: list[str], rows: list[dict]) -> None:
+        path = self.path / name
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            w = csv.DictWriter(f, columns, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerows(rows)
 
     def write_tables(self, stages: list[dict], summary: list[dict]) -> None:
         self.write_csv("stages.csv", STAGE_COLUMNS, stages)

@@ -104,6 +104,23 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
         fire(request_type=request_type, name=names[k], response_time=(clock() - (intended or start)) / 1e6,
              response_length=0, exception=exc, context=None)
 
+    def open_session() -> tuple:
+        """(session, operation callables), bounded by the connect timeout; raises what the connect raised."""
+        with gevent.Timeout(connect_bound_s, OperationTimeout("connect did not finish in time")):
+            new = target.connect()
+            fns_map = workload.new_client(new, rng.randrange(1 << 30))
+            return new, [fns_map[n] for n in names]
+
+    # Connect now, before the first slot: a connection costs several round trips (TCP, TLS, auth),
+    # which at 50 ms from the database would make the first slot of every user late. A failure here
+    # is retried at the first slot, which records it if it fails again.
+    try:
+        session, fns = open_session()
+    except GreenletExit:
+        raise
+    except (Exception, OperationTimeout):
+        session = None
+
     try:
         while user._state != LOCUST_STATE_STOPPING:
             pacer = run.pacer
@@ -139,10 +156,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                         fail(k, stage, intended, start, last_connect_error)
                     continue
                 try:
-                    with gevent.Timeout(connect_bound_s, OperationTimeout("connect did not finish in time")):
-                        session = target.connect()
-                        fns_map = workload.new_client(session, rng.randrange(1 << 30))
-                        fns = [fns_map[n] for n in names]
+                    session, fns = open_session()
                     backoff_s = BACKOFF_FIRST_S
                 except GreenletExit:
                     raise

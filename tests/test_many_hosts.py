@@ -204,3 +204,19 @@ def test_spot_interruption_notice_leaves_gracefully(tmp_path, pg_uri):
     assert leaving and "interruption" in leaving[0]["why"].lower(), leaving
     _never_above_plan(run)
     assert master.returncode == 0, out[-3000:]
+
+
+def test_pool_sized_from_a_probe_holds_the_first_second_at_50ms(tmp_path, pg_server, delay_proxy):
+    """50 ms between the generator and the database (a delaying proxy: no netem here): the preflight
+    probe measures the service time, so the pool is big enough from the plan's first second."""
+    proxy = delay_proxy("127.0.0.1", pg_server.port, delay_ms=25)
+    uri = proxy.rewrite(pg_server.uri)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", uri, "--shape", "constant",
+         "--rate", "100", "--duration", "5s", "--operation", "product_lookup", "--workload-option", "products=300",
+         "--no-db-sampler", "--quiet", "--align-start", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    run = only_run_dir(tmp_path / "results")
+    rows = [r for r in read_csv(run / "timeline.csv") if r["operation"] == "ALL" and r["target_tps"] == "100.0"]
+    assert rows and int(rows[0]["count"]) >= 90, [(r["time_utc"], r["count"], r["lag_p99_ms"]) for r in rows]
+    assert float(rows[0]["lag_p99_ms"]) < 100, rows[0]

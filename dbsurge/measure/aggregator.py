@@ -85,6 +85,8 @@ class Flush:
     open_rows: list[dict] | None = None
     failures: list[tuple[str, str, str]] = field(default_factory=list)
     base_s: float = 0.0
+    worker_rows: list[dict] = field(default_factory=list)  # workers.csv: per worker and second
+    logs: list[tuple[str, dict]] = field(default_factory=list)  # (worker, log record) shipped by workers
 
 
 class Aggregator:
@@ -109,6 +111,9 @@ class Aggregator:
         self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
         self.warnings: list[str] = []
         self._new_failures: list[tuple[str, str, str]] = []
+        self.worker_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
+        self._logs: list[tuple[str, dict]] = []
+        self.share_count = lambda: 1  # how many workers share the plan (set by the master)
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -137,7 +142,10 @@ class Aggregator:
                 self.operations.append(name)
         self._merge_stages(ops, payload["stages"], source)
         for sec, op, wire in payload["intervals"]:
-            self.open_seconds[max(sec, self.last_written + 1)][ops[op]].add_wire(wire)
+            sec = max(sec, self.last_written + 1)
+            self.open_seconds[sec][ops[op]].add_wire(wire)
+            self.worker_seconds[sec][source].add_wire(wire)
+        self._logs += [(source, rec) for rec in payload.get("logs", [])]
         self._merge_ledger(ops, payload.get("ledger", []), payload.get("dropped_secs", []), source)
         for stage, us in payload.get("loop_lag_us", []):
             self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))
@@ -165,7 +173,9 @@ class Aggregator:
                 cell.not_sent[column.split(":", 1)[1]] += int(n)
             self.per_source[source] += int(n)
         for sec, op, n in dropped_secs:
-            self.open_seconds[max(int(sec), self.last_written + 1)][ops[op]].dropped += int(n)
+            sec = max(int(sec), self.last_written + 1)
+            self.open_seconds[sec][ops[op]].dropped += int(n)
+            self.worker_seconds[sec][source].dropped += int(n)
 
     # -- timeline -----------------------------------------------------------------------------------
 
@@ -212,12 +222,22 @@ class Aggregator:
         for sec in sorted(ready):
             cells = self.open_seconds.pop(sec, {})
             out.rows.extend(self._second_rows(sec, cells, intervals=out.intervals))
+            out.worker_rows.extend(self._worker_rows(sec, self.worker_seconds.pop(sec, {})))
             self.last_written = max(self.last_written, sec)
         if not final:
             out.open_rows = [row for sec in sorted(self.open_seconds)
                              for row in self._second_rows(sec, self.open_seconds[sec], provisional=True)]
         out.failures, self._new_failures = self._new_failures, []
+        out.logs, self._logs = self._logs, []
         return out
+
+    def _worker_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
+        """Per worker in this second: its share of the plan, what it sent and how it went."""
+        target = self.target_tps_at(sec)
+        share = round(target / max(1, self.share_count()), 3) if target is not None else ""
+        return [{"time_utc": utc_iso(sec), "worker": w, "assigned": share, "sent": c.count, "ok": c.ok,
+                 "failed": c.failures, "dropped": c.dropped, "lag_p99_ms": _ms(c.lag.percentile(99)),
+                 "p99_ms": _ms(c.response.percentile(99))} for w, c in sorted(cells.items())]
 
     def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False,
                      intervals: list | None = None) -> list[dict]:

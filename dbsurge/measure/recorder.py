@@ -51,6 +51,7 @@ class Recorder:
         self._ledger: Counter[tuple[int, int, str]] = Counter()
         self._dropped_secs: Counter[tuple[int, int]] = Counter()
         self.loop_lag_us: dict[int, int] = {}  # stage -> worst event-loop stall seen in it
+        self.logs: list[dict] = []  # warnings and errors of this worker, shipped to the master (`log`)
         self.wall_offset_ns = wall_ns() - clock_ns()
         self.clock_ns = clock_ns
         # Debugging and tests: called with every drain's successful response times (us, int64), so
@@ -86,6 +87,14 @@ class Recorder:
         if column == "dropped" and epoch_s is not None:
             self._dropped_secs[(int(epoch_s), op)] += n
 
+    def log(self, level: str, message: str, at: float) -> None:
+        """Keep a worker's warning or error for the master (at most 20 a second; the rest are counted)."""
+        if len(self.logs) < 20:
+            self.logs.append({"level": level, "message": message[:300], "at": round(at, 3)})
+        elif len(self.logs) == 20:
+            self.logs.append({"level": "WARNING", "message": "more log records this second were not shipped",
+                              "at": round(at, 3)})
+
     def loop_lag(self, stage: int, stall_us: int) -> None:
         if stall_us > self.loop_lag_us.get(stage, 0):
             self.loop_lag_us[stage] = stall_us
@@ -98,7 +107,9 @@ class Recorder:
             "ledger": [[st, op, col, n] for (st, op, col), n in self._ledger.items()],
             "dropped_secs": [[sec, op, n] for (sec, op), n in self._dropped_secs.items()],
             "errors": {}, "loop_lag_us": [[st, us] for st, us in self.loop_lag_us.items()],
+            "logs": self.logs,
         }
+        self.logs = []
         self._ledger.clear()
         self._dropped_secs.clear()
         self.loop_lag_us = {}
