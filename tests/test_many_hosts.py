@@ -82,6 +82,10 @@ def test_skewed_clock_is_measured_and_corrected(tmp_path, pg_uri):
     assert all(abs(c - 100) <= 3 or abs(c - 200) <= 5 for c in inner), counts
     stages = {r["stage"]: r for r in read_csv(run / "stages.csv") if r["operation"] == "ALL"}
     assert int(stages["100tps"]["ok"]) == 400 and int(stages["200tps"]["ok"]) == 800
+    # per-worker truth: each worker's seconds, adding up to the run
+    per_worker = read_csv(run / "workers.csv")
+    assert len({r["worker"] for r in per_worker}) == 2
+    assert sum(int(r["ok"]) for r in per_worker) == 1200
 
 
 def test_sigterm_worker_leaves_gracefully(tmp_path, pg_uri):
@@ -141,6 +145,8 @@ def test_worker_cut_from_the_master(tmp_path, netns_db):
     _never_above_plan(run)
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "worker_lost" for e in events), [e["kind"] for e in events]
+    # the cut-off worker's own account of it reached the master once it was back
+    assert any(e["kind"] == "worker_log" and "no heartbeat from the master" in e["message"] for e in events)
     assert master.returncode == 3  # arrivals lost to the partition: the measurement says it is incomplete
     assert "workers lost during the run" in out
 
