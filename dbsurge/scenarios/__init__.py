@@ -1,14 +1,16 @@
 """The studies' experiments as scenarios: ``dbsurge scenario NAME [options]``.
 
-Each scenario runs one experiment of the source studies (see DESIGN.md, "Scenarios"),
-writes a run directory ``results/<run-id>/`` (run.json, its raw data as CSV, its table as
-``<scenario>.csv`` and in summary.md) and prints the study's table. ``--quick`` scales the
+Each scenario runs one experiment of the source studies (docs/architecture.md, "Scenarios",
+lists the modules and the files each scenario writes), writes a run directory
+``results/<run-id>/`` (run.json, its raw data as CSV, its table as ``<scenario>.csv`` and in
+summary.md) and prints the study's table. ``--quick`` scales the
 study's defaults down so that a scenario runs in seconds against the embedded targets;
 ``--from results/<run-id>`` prints a finished run's table again (after ``dbsurge collect`` has
 added capacity, for instance).
 
 The registry below holds one line per scenario, so ``dbsurge scenario --help`` imports nothing
-else; a scenario's module is imported when it runs. A module provides ``main(argv) -> int``.
+else; a scenario's module is imported when it runs. A module provides ``main(argv) -> int``, in
+practice its `dbsurge.scenarios.base.Scenario`'s ``main``.
 """
 
 from __future__ import annotations

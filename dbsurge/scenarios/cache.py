@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 
 from dbsurge.rundir import utc_iso
-from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity, metric_at
+from dbsurge.scenarios.arguments import positive, seconds
+from dbsurge.scenarios.base import Scenario, Setup
+from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity, metric_at
 from dbsurge.scenarios.cold_start import (
     add_cold_start_options,
     restart_target,
@@ -44,26 +46,13 @@ from dbsurge.scenarios.documents_reads import (
     seeded_ids,
     server_cache_counters,
 )
+from dbsurge.scenarios.files import epoch_of, floats, is_ok, opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import change_pct as change
 from dbsurge.scenarios.latency import delta_text, ms, number, ratio, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    ScenarioRun,
-    Table,
-    apply_defaults,
-    ensure_loaded,
-    floats,
-    opt_float,
-    parse_key_values,
-    positive,
-    print_from,
-    read_meta,
-    read_rows,
-    say,
-    scenario_parser,
-    seconds,
-)
+from dbsurge.scenarios.report import Report, Table, say
+from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
+from dbsurge.timing import elapsed_ms, now_ns, time_call
 
 NAME = "cache"
 STUDY = {"warm_connections": 100, "warm_rate": 30.0, "warm_duration": "5m", "reads": 1000, "idle": "20m",
@@ -81,8 +70,7 @@ FIRST_READS = 10
 SETTLE_S = 1.0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 000, experiment 1: the same seeded reads warm, then cold.", cloudwatch=True)
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-connections", type=int, default=None, help="clients of the warm phase (study 100; quick 4)")
     p.add_argument("--warm-rate", type=float, default=None,
                    help="reads per second per warm client (study 30; quick 50)")
@@ -97,60 +85,54 @@ def build_parser() -> argparse.ArgumentParser:
     add_cold_start_options(p, restart_help="restart the server between the snapshots so its cache is empty "
                            "(embedded targets: the scenario starts a server of its own; other targets need "
                            "--restart-command)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    idle_given = args.idle is not None
-    settings = apply_defaults(args, STUDY, QUICK)
-    warm_s = seconds(args.warm_duration, "--warm-duration")
+def check(setup: Setup) -> None:
+    args = setup.args
+    setup.values["warm_s"] = seconds(args.warm_duration, "--warm-duration")
     restart = bool(args.restart_target or args.restart_command)
-    idle_s = seconds(args.idle, "--idle") if (idle_given or not restart) else 0.0
+    idle_s = seconds(args.idle, "--idle") if ("idle" in setup.given or not restart) else 0.0
     positive(args.warm_connections, "--warm-connections")
     positive(args.warm_rate, "--warm-rate")
     positive(args.reads, "--reads")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
-    wopts.setdefault("documents", str(args.documents))
-    own_server = wants_own_server(args)
-    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
+    setup.workload_options.setdefault("documents", str(args.documents))
+    setup.values["own_server"] = wants_own_server(args)
+    setup.settings.update(idle_s=idle_s, restart=restart)
+
+
+def phases(run: ScenarioRun, setup: Setup) -> None:
     from dbsurge.workloads import get_workload
 
-    with ScenarioRun(NAME, args, {**settings, "idle_s": idle_s, "restart": restart}) as run:
-        target = run.connect_target(topts, own_server=own_server, server_settings={
-            "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})
-        workload = get_workload("documents", target, wopts)
-        run.begin(workload="documents", workload_options=workload.options)
-        load_s = ensure_loaded(workload)
-        if load_s:
-            settle_after_load(workload, ("documents",))
-        documents = workload.options["documents"]
-        ids = seeded_ids(args.seed, args.reads, documents)
+    args = setup.args
+    idle_s, restart = setup.settings["idle_s"], setup.settings["restart"]
+    target = run.connect_target(setup.target_options, own_server=setup.values["own_server"], server_settings={
+        "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})
+    workload = get_workload("documents", target, setup.workload_options)
+    run.begin(workload="documents", workload_options=workload.options)
+    load_s = ensure_loaded(workload)
+    if load_s:
+        settle_after_load(workload, ("documents",))
+    documents = workload.options["documents"]
+    ids = seeded_ids(args.seed, args.reads, documents)
 
-        warm_phase(run, workload, args.warm_connections, args.warm_rate, warm_s)
-        before = server_cache_counters(target)
-        snapshot(run, "warm", ids)
-        after_warm = server_cache_counters(target)
+    warm_phase(run, workload, args.warm_connections, args.warm_rate, setup.values["warm_s"])
+    before = server_cache_counters(target)
+    snapshot(run, "warm", ids)
+    after_warm = server_cache_counters(target)
 
-        run.event("cold_start", idle_s=idle_s, restart=restart)
-        wait_idle(idle_s, "every connection closed")
-        restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache) if restart \
-            else {}
-        snapshot(run, "cold", ids)
-        after_cold = server_cache_counters(target)
+    run.event("cold_start", idle_s=idle_s, restart=restart)
+    wait_idle(idle_s, "every connection closed")
+    restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache) if restart else {}
+    snapshot(run, "cold", ids)
+    after_cold = server_cache_counters(target)
 
-        server = [{"snapshot": "warm", **counter_delta(before, after_warm)},
-                  {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
-        run.append_rows("server_cache.csv", SERVER_COLUMNS, server)
-        run.meta(cold_start={"idle_s": idle_s, "restart": restart, "restart_command": args.restart_command,
-                             **restarted}, load_s=load_s, documents=documents, reads=len(ids))
-        if collector is not None:
-            run.meta(cloudwatch_note=fetch_capacity(run.path, collector, run.started_s, time.time()))
-        run.finish(report)
-    return 0
+    server = [{"snapshot": "warm", **counter_delta(before, after_warm)},
+              {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
+    run.append_rows("server_cache.csv", SERVER_COLUMNS, server)
+    run.meta(cold_start={"idle_s": idle_s, "restart": restart, "restart_command": args.restart_command,
+                         **restarted}, load_s=load_s, documents=documents, reads=len(ids))
+    if setup.collector is not None:
+        run.meta(cloudwatch_note=fetch_capacity(run.path, setup.collector, run.started_s, time.time()))
 
 
 def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, duration_s: float) -> None:
@@ -186,19 +168,13 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
     started = time.time()
     try:
         read = id_reader(target.kind, session)
-        perf = time.perf_counter_ns
-        t0 = perf()
+        t0 = now_ns()
         for index, doc_id in enumerate(ids):
-            start = perf()
-            try:
-                read(doc_id)
-                error = ""
-            except Exception as e:  # noqa: BLE001 - a failed read is data
-                error = f"{type(e).__name__}: {str(e).strip()[:160]}"
-            end = perf()
+            ok, value, start, end = time_call(read, doc_id)
+            error = "" if ok else f"{type(value).__name__}: {str(value).strip()[:160]}"
             rows.append({"snapshot": name, "index": index, "id": doc_id,
                          "t_since_start_s": round((start - t0) / 1e9, 6),
-                         "latency_ms": round((end - start) / 1e6, 3), "ok": 0 if error else 1, "error": error})
+                         "latency_ms": round(elapsed_ms(start, end), 3), "ok": 0 if error else 1, "error": error})
         flush_server_counters(target.kind, session)
     finally:
         session.close()
@@ -272,7 +248,7 @@ def report(run_dir: Path) -> Report:
     warm_rows = [r for r in snaps if r["snapshot"] == "warm"]
     cold_rows = [r for r in snaps if r["snapshot"] == "cold"]
     warm, cold = floats(warm_rows, "latency_ms"), floats(cold_rows, "latency_ms")
-    errors = [sum(1 for r in rs if r["ok"] in ("0", "False", "false")) for rs in (warm_rows, cold_rows)]
+    errors = [sum(1 for r in rs if not is_ok(r)) for rs in (warm_rows, cold_rows)]
     server = {r["snapshot"]: r for r in read_rows(run_dir, "server_cache.csv")}
     rows = cache_rows(warm, cold, errors[0], errors[1], server, _cloudwatch_cells(run_dir, meta))
     display = []
@@ -296,11 +272,9 @@ def _cloudwatch_cells(run_dir: Path, meta: dict) -> dict[str, dict[str, str]] | 
     """Capacity and BufferCacheHitRatio at each snapshot's start, when a collector was attached."""
     if not meta.get("cloudwatch"):
         return None
-    from datetime import datetime
-
     cells: dict[str, dict[str, str]] = {"capacity": {}, "BufferCacheHitRatio": {}}
     for name, times in (meta.get("snapshot_times") or {}).items():
-        at = datetime.fromisoformat(times["started_utc"]).timestamp()
+        at = epoch_of(times["started_utc"])
         cells["capacity"][name] = capacity_text(capacity_at(run_dir, at))
         ratio_ = metric_at(run_dir, "BufferCacheHitRatio", at)
         cells["BufferCacheHitRatio"][name] = "; ".join(f"{k} {v:g}%" for k, v in ratio_.items())
@@ -338,3 +312,11 @@ def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
         notes.append("CloudWatch rows: the 60-second datapoint holding each snapshot's start; a 60 s average can "
                      "smooth over a cache-miss burst (study 000, rule 3). " + (meta.get("cloudwatch_note") or ""))
     return notes
+
+
+SCENARIO = Scenario(NAME, "Study 000, experiment 1: the same seeded reads warm, then cold.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, phases=phases, cloudwatch=True)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

@@ -1,10 +1,14 @@
-"""CloudWatch capacity for in-process scenarios: fetch it for the run's window, read it at a moment.
+"""CloudWatch capacity for the scenarios (and the engine's tables): check, fetch, read at a moment, per stage.
 
 The engine's runs get their CloudWatch data from the collector (``--cloudwatch`` on ``dbsurge run``,
 ``dbsurge collect``). An in-process scenario asks the same collector once, at its end, for its own
 window and writes ``metrics/cloudwatch.csv`` the same way, so ``dbsurge collect results/<run>``
 can fetch the late datapoints again and ``dbsurge scenario NAME --from results/<run>`` reprints
 the table with them. Without ``--cloudwatch`` nothing is fetched and the capacity cells are blank.
+
+`cloudwatch_collector` is the one check of ``--cloudwatch`` before any load (scenarios and
+``dbsurge run``); `stage_capacity_texts` the one text of the capacity per stage (the spike's table
+and the engine's stage table).
 """
 
 from __future__ import annotations
@@ -15,8 +19,12 @@ from typing import Any
 from dbsurge.errors import UserError
 
 
-def check_cloudwatch(specs: list[str] | None, region: str | None = None, endpoint_url: str | None = None) -> Any:
-    """Parse the presets and make one cheap CloudWatch call; `UserError` with one line. None without specs."""
+def cloudwatch_collector(specs: list[str] | None, region: str | None = None, endpoint_url: str | None = None) -> Any:
+    """The checked collector of ``--cloudwatch PRESET:ID...``, None without specs.
+
+    Parses the presets and makes one cheap CloudWatch call, so a wrong id, region or credentials
+    fail before any load: a `UserError` with one line.
+    """
     if not specs:
         return None
     from dbsurge.collectors.cloudwatch import CloudWatchCollector, parse_presets
@@ -93,3 +101,29 @@ def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average")
 def capacity_text(values: dict[str, float]) -> str:
     """``a2/writer ACU 10.5; a2/reader ACU 4`` or blank."""
     return "; ".join(f"{label} {value:g}" for label, value in values.items())
+
+
+def stage_capacity_texts(frame: Any, *, labels: bool = True, sep: str = "; ") -> dict[str, str]:
+    """Per stage, the maximum of each capacity series, from `collectors.merge.stage_capacity`'s frame.
+
+    ``labels``: ``a2/writer ACU 21; a2/reader ACU 4`` (the spike's table); without: ``21/4`` with
+    ``sep="/"`` (the engine's stage table). A stage without a datapoint is left out.
+    """
+    out: dict[str, str] = {}
+    if frame is None or len(frame) == 0:
+        return out
+    columns = [c for c in frame.columns if c.endswith(" (max)")]
+    for _, row in frame.iterrows():
+        present = [(c[: -len(" (max)")], row[c]) for c in columns if row[c] == row[c]]
+        if present:
+            out[str(row["stage"])] = sep.join(f"{label} {v:g}" if labels else f"{v:g}" for label, v in present)
+    return out
+
+
+def stage_capacity_text(run_dir: Path) -> dict[str, str]:
+    """Per stage, the labelled maximum capacity from metrics/cloudwatch.csv (empty without one)."""
+    if not (Path(run_dir) / "metrics" / "cloudwatch.csv").is_file():
+        return {}
+    from dbsurge.collectors.merge import stage_capacity
+
+    return stage_capacity_texts(stage_capacity(Path(run_dir)))

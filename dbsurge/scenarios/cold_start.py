@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import TargetError, UserError
-from dbsurge.scenarios.scenario_run import EMBEDDED_KINDS, ScenarioRun, say
+from dbsurge.scenarios.report import say
 from dbsurge.stage_plan import format_duration
+
+#: The embedded targets a scenario can start (and restart) a server of its own for.
+EMBEDDED_KINDS = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}
 
 
 def start_own_embedded(kind: str, settings: dict[str, str]) -> Any:
@@ -64,9 +67,11 @@ def settle_after_load(workload: Any, tables: tuple[str, ...]) -> None:
         session.close()
 
 
-def restart_target(run: ScenarioRun, command: str | None, timeout_s: float = 180.0,
+def restart_target(run: Any, command: str | None, timeout_s: float = 180.0,
                    evict_os_cache: bool = True) -> dict:
     """Restart the database (our embedded server, or ``command`` in a shell) and wait until it answers.
+
+    ``run`` is the `ScenarioRun`: its ``handle`` (the embedded server) and ``target`` are used.
 
     For our own embedded server, its data files are then also evicted from the operating system's
     page cache (``evict_os_cache``), so that the first reads really go to storage, as after a

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,19 +20,19 @@ from dbsurge.rundir import RunDirectory
 
 
 def run_engine(run_args: list[str]) -> int:
-    """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results)."""
-    from dbsurge.cli import move_target_to_env
+    """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results).
+
+    The child runs as ``dbsurge run`` runs Locust (`dbsurge.cli._run_child`: its own process group,
+    SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
+    command line.
+    """
+    from dbsurge.cli import _run_child, move_target_to_env
 
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
-    env = {**os.environ, "DBSURGE_TARGET": target} if target is not None else None  # never on a command line
+    env = {**os.environ, "DBSURGE_TARGET": target} if target is not None else None
     sys.stdout.flush()
-    proc = subprocess.Popen(cmd, env=env)
-    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
-    try:
-        return proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, old)
+    return _run_child(cmd, env)
 
 
 def pairs(flag: str, values: list[str] | None) -> list[str]:

@@ -29,24 +29,15 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import utc_iso
+from dbsurge.scenarios.arguments import positive, seconds
+from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.cold_start import wait_idle
+from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, summarize_ms
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    ScenarioRun,
-    Table,
-    apply_defaults,
-    ensure_loaded,
-    opt_float,
-    parse_key_values,
-    positive,
-    print_from,
-    read_meta,
-    read_rows,
-    say,
-    scenario_parser,
-    seconds,
-)
+from dbsurge.scenarios.report import Report, Table, say
+from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
+from dbsurge.targets import one_line
+from dbsurge.timing import elapsed_ms, time_call
 
 NAME = "idle"
 STUDY = {"idle": "900s", "connect_timeout": "15s", "repeat": 2, "lookups": 20, "query_timeout": "60s"}
@@ -57,8 +48,7 @@ DEFAULT_OPERATION = {"orders": "product_lookup", "documents": "read_by_id", "ycs
 DEFAULT_DATA = {"orders": ("products", 2000), "documents": ("documents", 2000), "ycsb": ("recordcount", 1000)}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 001: a new connection and the first queries after an idle window.")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle", default=None, help="wait with every connection closed (study 900s; quick 1s)")
     p.add_argument("--connect-timeout", default=None, help="connection timeout (study 15s; PostgreSQL's libpq "
                                                            "counts whole seconds, at least 2)")
@@ -70,49 +60,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose lookup to time (default: orders on PostgreSQL, documents on MongoDB)")
     p.add_argument("--operation", default=None, help="the operation to time (default: product_lookup, read_by_id "
                                                      "or read)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    settings = apply_defaults(args, STUDY, QUICK)
-    idle_s = seconds(args.idle, "--idle")
+def check(setup: Setup) -> None:
+    args = setup.args
+    setup.values["idle_s"] = seconds(args.idle, "--idle")
     timeout_s = positive(seconds(args.connect_timeout, "--connect-timeout"), "--connect-timeout")
-    query_timeout_s = positive(seconds(args.query_timeout, "--query-timeout"), "--query-timeout")
+    setup.values["query_timeout_s"] = positive(seconds(args.query_timeout, "--query-timeout"), "--query-timeout")
     positive(args.repeat, "--repeat")
     if args.lookups < 0:
         raise UserError("--lookups must not be negative")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
+    setup.settings["connect_timeout_s"] = timeout_s
+
+
+def phases(run: ScenarioRun, setup: Setup) -> None:
     from dbsurge.workloads import get_workload
 
-    with ScenarioRun(NAME, args, {**settings, "connect_timeout_s": timeout_s}) as run:
-        run.connect_target(topts)
-        target = run.target = run.reopen_target(_with_timeout(run.target.kind, topts, timeout_s))
-        name = args.workload or ("orders" if target.kind == "postgres" else "documents")
-        if args.quick and name in DEFAULT_DATA:
-            key, size = DEFAULT_DATA[name]
-            wopts.setdefault(key, str(size))
-        workload = get_workload(name, target, wopts)
-        operation = args.operation or DEFAULT_OPERATION[name]
-        if operation not in workload.operations:
-            raise UserError(f"unknown operation '{operation}' for workload {name} (known: "
-                            f"{', '.join(workload.operations)})")
-        run.begin(workload=name, workload_options=workload.options, operation=operation)
-        load_s = ensure_loaded(workload)
-        run.meta(load_s=load_s)
-        for i in range(1, args.repeat + 1):
-            say(f"run {i}/{args.repeat}: every connection closed")
-            run.event("idle_start", run=i, idle_s=idle_s)
-            wait_idle(idle_s, f"run {i}/{args.repeat}")
-            rows = probe(target, workload, operation, i, args.lookups, timeout_s, query_timeout_s, args.seed)
-            run.append_rows("probes.csv", PROBE_COLUMNS, rows)
-            run.event("probe", run=i, result=_result(rows))
-            say(f"run {i}/{args.repeat}: {_result(rows)}")
-        run.finish(report)
-    return 0
+    args, wopts = setup.args, setup.workload_options
+    timeout_s = setup.settings["connect_timeout_s"]
+    run.connect_target(setup.target_options)
+    target = run.target = run.reopen_target(_with_timeout(run.target.kind, setup.target_options, timeout_s))
+    name = args.workload or ("orders" if target.kind == "postgres" else "documents")
+    if args.quick and name in DEFAULT_DATA:
+        key, size = DEFAULT_DATA[name]
+        wopts.setdefault(key, str(size))
+    workload = get_workload(name, target, wopts)
+    operation = args.operation or DEFAULT_OPERATION[name]
+    if operation not in workload.operations:
+        raise UserError(f"unknown operation '{operation}' for workload {name} (known: "
+                        f"{', '.join(workload.operations)})")
+    run.begin(workload=name, workload_options=workload.options, operation=operation)
+    run.meta(load_s=ensure_loaded(workload))
+    idle_s = setup.values["idle_s"]
+    for i in range(1, args.repeat + 1):
+        say(f"run {i}/{args.repeat}: every connection closed")
+        run.event("idle_start", run=i, idle_s=idle_s)
+        wait_idle(idle_s, f"run {i}/{args.repeat}")
+        rows = probe(target, workload, operation, i, args.lookups, timeout_s, setup.values["query_timeout_s"],
+                     args.seed)
+        run.append_rows("probes.csv", PROBE_COLUMNS, rows)
+        run.event("probe", run=i, result=_result(rows))
+        say(f"run {i}/{args.repeat}: {_result(rows)}")
 
 
 def _with_timeout(kind: str, options: dict[str, str], timeout_s: float) -> dict[str, str]:
@@ -136,31 +124,39 @@ def probe(target: Any, workload: Any, operation: str, run_number: int, lookups: 
     results: queue.Queue = queue.Queue()
     steps = [("connect", 0)] + [("first_query", 0)] + [("lookup", k) for k in range(1, lookups + 1)]
 
+    sessions: list[Any] = []
+
+    def connect() -> Any:
+        """The connect step: a new session (and, on MongoDB, its first ping); returns the lookup."""
+        session = target.connect()
+        sessions.append(session)
+        if target.kind == "mongo":
+            session.client.admin.command("ping")
+        return workload.new_client(session, seed + run_number)[operation]
+
     def work() -> None:
-        session = None
-        perf = time.perf_counter_ns
+        call = connect
         try:
             for step, _ in steps:
                 wall = time.time()
-                start = perf()
-                try:
-                    if step == "connect":
-                        session = target.connect()
-                        if target.kind == "mongo":
-                            session.client.admin.command("ping")
-                        fn = workload.new_client(session, seed + run_number)[operation]
-                    else:
-                        fn()
-                    results.put((step, wall, (perf() - start) / 1e6, ""))
-                except Exception as e:  # noqa: BLE001 - a failed step is the measurement
-                    results.put((step, wall, (perf() - start) / 1e6, _one_line(e)))
+                ok, value, start, end = time_call(call)
+                results.put((step, wall, elapsed_ms(start, end), "" if ok else _error_text(value)))
+                if not ok:
                     return
+                if step == "connect":
+                    call = value  # every later step is the lookup
         finally:
-            if session is not None:
+            for session in sessions:
                 with contextlib.suppress(Exception):
                     session.close()
 
     threading.Thread(target=work, name=f"idle-probe-{run_number}", daemon=True).start()
+    return _collect(results, steps, run_number, connect_timeout_s, query_timeout_s)
+
+
+def _collect(results: queue.Queue, steps: list[tuple[str, int]], run_number: int, connect_timeout_s: float,
+             query_timeout_s: float) -> list[dict]:
+    """The probe's rows as its steps answer, each with a deadline; the first failure or silence ends it."""
     rows = []
     for step, index in steps:
         limit = connect_timeout_s + 5.0 if step == "connect" else query_timeout_s
@@ -182,11 +178,11 @@ def _row(run_number: int, step: str, index: int, wall: float, latency_ms: float,
             "latency_ms": round(latency_ms, 3), "ok": 0 if error else 1, "error": error}
 
 
-def _one_line(e: BaseException) -> str:
+def _error_text(e: BaseException) -> str:
+    """``Kind: first line`` of a failed step's exception, secrets removed."""
     from dbsurge.redact import redact_text
 
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return redact_text(f"{type(e).__name__}: {first[:200]}")
+    return redact_text(f"{type(e).__name__}: {one_line(str(e), 200)}")
 
 
 def _result(rows: list[dict]) -> str:
@@ -251,3 +247,11 @@ def report(run_dir: Path) -> Report:
         notes.append("Aurora DSQL: first connection includes signing a fresh IAM token.")
     return Report(heading=f"dbsurge scenario idle (study 001): {meta.get('target_display')}", tables=[table],
                   notes=notes)
+
+
+SCENARIO = Scenario(NAME, "Study 001: a new connection and the first queries after an idle window.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, phases=phases)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

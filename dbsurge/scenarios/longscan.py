@@ -17,23 +17,14 @@ import time
 from pathlib import Path
 
 from dbsurge.rundir import utc_iso
-from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
+from dbsurge.scenarios.arguments import positive
+from dbsurge.scenarios.base import Scenario, Setup
+from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity
 from dbsurge.scenarios.cold_start import settle_after_load
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    ScenarioRun,
-    Table,
-    apply_defaults,
-    ensure_loaded,
-    opt_float,
-    parse_key_values,
-    positive,
-    print_from,
-    read_meta,
-    read_rows,
-    say,
-    scenario_parser,
-)
+from dbsurge.scenarios.files import epoch_of, opt_float, read_meta, read_rows
+from dbsurge.scenarios.report import Report, Table, say
+from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
+from dbsurge.timing import Laps
 
 NAME = "longscan"
 STUDY = {"documents": 5_000_000, "batch_size": 0, "segment": 10}
@@ -42,65 +33,57 @@ BATCH_COLUMNS = ["batch", "documents", "elapsed_ms", "t_end_s", "docs_per_s"]
 TABLE_COLUMNS = ["metric", "value", "unit", "change_pct"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 000, experiment 3: one full-scan query timed batch by batch.", cloudwatch=True)
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--documents", type=int, default=None,
                    help="documents in the collection (study 5,000,000; quick 20,000)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="documents per batch of the cursor (default: the workload's scan_batch_size, 1000; quick 5)")
     p.add_argument("--segment", type=int, default=None, help="batches in each of first/middle/last (10)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    settings = apply_defaults(args, STUDY, QUICK)
+def check(setup: Setup) -> None:
+    args, wopts = setup.args, setup.workload_options
     positive(args.segment, "--segment")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
     wopts.setdefault("documents", str(args.documents))
     if args.batch_size:
         wopts["scan_batch_size"] = str(positive(args.batch_size, "--batch-size"))
-    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
+
+
+def phases(run: ScenarioRun, setup: Setup) -> dict:
     from dbsurge.workloads import get_workload
 
-    with ScenarioRun(NAME, args, settings) as run:
-        target = run.connect_target(topts)
-        workload = get_workload("documents", target, wopts)
-        run.begin(workload="documents", workload_options=workload.options)
-        load_s = ensure_loaded(workload)
-        if load_s:
-            settle_after_load(workload, ("documents",))
-        run.meta(load_s=load_s)
-        say(f"full scan of {workload.options['documents']:,} documents (1% match), "
-            f"{workload.options['scan_batch_size']} per batch")
-        rows: list[dict] = []
-        perf = time.perf_counter_ns
-        session = target.connect()
-        try:
-            t0 = perf()
+    target = run.connect_target(setup.target_options)
+    workload = get_workload("documents", target, setup.workload_options)
+    run.begin(workload="documents", workload_options=workload.options)
+    load_s = ensure_loaded(workload)
+    if load_s:
+        settle_after_load(workload, ("documents",))
+    run.meta(load_s=load_s)
+    say(f"full scan of {workload.options['documents']:,} documents (1% match), "
+        f"{workload.options['scan_batch_size']} per batch")
+    rows: list[dict] = []
+    session = target.connect()
+    try:
+        query = Laps()
 
-            def on_batch(index: int, docs: int, elapsed_ns: int) -> None:
-                rows.append({"batch": index, "documents": docs, "elapsed_ms": round(elapsed_ns / 1e6, 3),
-                             "t_end_s": round((perf() - t0) / 1e9, 6),
-                             "docs_per_s": round(docs / (elapsed_ns / 1e9), 3) if elapsed_ns else None})
+        def on_batch(index: int, docs: int, elapsed_ns: int) -> None:
+            rows.append({"batch": index, "documents": docs, "elapsed_ms": round(elapsed_ns / 1e6, 3),
+                         "t_end_s": round(query.since_start_ns() / 1e9, 6),
+                         "docs_per_s": round(docs / (elapsed_ns / 1e9), 3) if elapsed_ns else None})
 
-            started = time.time()
-            run.event("query_start")
-            total = workload.scan_batches(session, on_batch)
-            query_s = (perf() - t0) / 1e9
-            ended = started + query_s
-            run.event("query_end", documents=total, batches=len(rows), query_s=round(query_s, 6))
-        finally:
-            session.close()
-        run.append_rows("batches.csv", BATCH_COLUMNS, rows)
-        cloudwatch_note = fetch_capacity(run.path, collector, started, ended) if collector else None
-        run.meta(query={"started_utc": utc_iso(started), "ended_utc": utc_iso(ended), "seconds": round(query_s, 6),
-                        "documents": total, "batches": len(rows)}, cloudwatch_note=cloudwatch_note)
-        run.finish(report, results={"query_s": round(query_s, 6), "documents": total, "batches": len(rows)})
-    return 0
+        started = time.time()
+        run.event("query_start")
+        total = workload.scan_batches(session, on_batch)
+        query_s = query.since_start_ns() / 1e9
+        ended = started + query_s
+        run.event("query_end", documents=total, batches=len(rows), query_s=round(query_s, 6))
+    finally:
+        session.close()
+    run.append_rows("batches.csv", BATCH_COLUMNS, rows)
+    note = fetch_capacity(run.path, setup.collector, started, ended) if setup.collector else None
+    run.meta(query={"started_utc": utc_iso(started), "ended_utc": utc_iso(ended), "seconds": round(query_s, 6),
+                    "documents": total, "batches": len(rows)}, cloudwatch_note=note)
+    return {"query_s": round(query_s, 6), "documents": total, "batches": len(rows)}
 
 
 # -- the table (pure, from batches.csv) ----------------------------------------------------------------
@@ -158,7 +141,7 @@ def report(run_dir: Path) -> Report:
     batches = read_rows(run_dir, "batches.csv")
     query = meta.get("query") or {}
     settings = meta.get("settings") or {}
-    start, end = _epoch(query.get("started_utc")), _epoch(query.get("ended_utc"))
+    start, end = epoch_of(query.get("started_utc")), epoch_of(query.get("ended_utc"))
     cap_start = capacity_text(capacity_at(run_dir, start)) if start is not None else ""
     cap_end = capacity_text(capacity_at(run_dir, end)) if end is not None else ""
     rows = longscan_rows(batches, opt_float(query.get("seconds")), int(settings.get("segment", 10)), cap_start,
@@ -180,9 +163,9 @@ def report(run_dir: Path) -> Report:
                   tables=[table], notes=notes)
 
 
-def _epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    from datetime import datetime
+SCENARIO = Scenario(NAME, "Study 000, experiment 3: one full-scan query timed batch by batch.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, phases=phases, cloudwatch=True)
 
-    return datetime.fromisoformat(text).timestamp()
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

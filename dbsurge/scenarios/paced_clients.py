@@ -1,31 +1,39 @@
 """C clients, each on its own connection in its own thread, each sending R operations per second.
 
 Study 000 drives its cache experiments with a fixed number of clients at a fixed rate each (100
-connections x 30 ops/s to warm, 20 x 5 to re-warm). Each client here follows a schedule that does
-not drift, as YCSB's throttle does: operation ``n`` of client ``i`` is due at
-``t0 + i * interval / C + n * interval``, so the C clients' arrivals interleave evenly. A client
-that falls behind runs its next operation at once and the delay counts: latency is measured from
-the intended start (response time), service time beside it.
+connections x 30 ops/s to warm, 20 x 5 to re-warm). The intended start times are the engine's:
+the C clients share one plan at C x R operations per second (`dbsurge.stage_plan.Schedule`),
+numbered by `dbsurge.arrivals.ArrivalSequence` (uniform), and client ``i`` takes arrivals
+``i, i + C, i + 2C, ...`` as an engine worker takes its share. So operation ``n`` of client ``i`` is
+due at ``t0 + (n * C + i) / (C * R)``: the clients' arrivals interleave evenly and the schedule
+does not drift. A client that falls behind runs its next operation at once and the delay counts:
+latency is measured from the intended start (response time), service time beside it.
 
-Threads, not greenlets: the scenarios run in the ``dbsurge`` process, which does not monkey-patch,
-and the drivers release the GIL while they wait on the network. The rates here are small (hundreds
-of operations per second), far below where the GIL would distort a measurement.
+Why not the engine's pacer itself: it runs in Locust's gevent workers (``dbsurge run``, a child
+process), and these scenarios measure in the ``dbsurge`` process, one real connection per client
+thread, next to steps the engine has no part in (snapshots, restarts). The rates here are small
+(hundreds of operations per second), far below where the GIL would distort a measurement; the
+drivers release it while they wait on the network. Every operation is timed by
+`dbsurge.timing.time_call`, as in the engine.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dbsurge.arrivals import ArrivalSequence
+from dbsurge.scenarios.client_threads import Start, run_client_threads
+from dbsurge.scenarios.files import error_cell
+from dbsurge.stage_plan import Schedule, StagePlan
+from dbsurge.timing import now_ns, time_call
+
 # (session, client_index) -> (next_key, run): next_key() picks the operation's key (or None),
 # run(key) performs one complete operation and raises on failure. Only run(key) is timed.
 MakeOperation = Callable[[Any, int], tuple[Callable[[], Any], Callable[[Any], object]]]
-CONNECT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,13 @@ class PacedResult:
     def elapsed_s(self) -> float:
         return max(0.0, (self.last_end_ns - self.t0_ns) / 1e9)
 
+    def add(self, log: _ClientLog) -> None:
+        self.count += log.count
+        self.latencies_ms += log.latencies_ms
+        self.errors.update(log.errors)
+        self.last_end_ns = max(self.last_end_ns, log.last_end_ns)
+        self.operations += log.operations
+
 
 @dataclass
 class _ClientLog:
@@ -85,6 +100,22 @@ class _ClientLog:
     errors: Counter = field(default_factory=Counter)
     last_end_ns: int = 0
     operations: list[Timed] = field(default_factory=list)
+
+
+class _Share:
+    """Client ``i`` of ``C``: the intended times (ns after time zero) of arrivals ``i, i + C, ...``."""
+
+    def __init__(self, schedule: Schedule, client: int, clients: int) -> None:
+        self.schedule = schedule
+        self.sequence = ArrivalSequence("uniform", seed=0)
+        self.k = client
+        self.step = clients
+
+    def next_ns(self) -> float:
+        """The next arrival's intended time in ns since time zero (inf past the plan's end)."""
+        t = self.schedule.time_of(self.sequence.position(self.k))
+        self.k += self.step
+        return t * 1e9
 
 
 def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float, connect: Callable[[int], Any],
@@ -98,93 +129,45 @@ def run_paced_clients(*, clients: int, rate_per_client: float, duration_s: float
     ``keep_operations`` only the latencies and counts are kept (a long warm phase at thousands of
     operations per second would otherwise hold millions of records).
     """
-    interval_ns = int(1e9 / rate_per_client)
-    ready = threading.Barrier(clients + 1, timeout=CONNECT_TIMEOUT_S)
-    go = threading.Event()
-    stop = threading.Event()
-    clock: dict[str, int] = {}
+    schedule = Schedule.from_plan(StagePlan.constant(clients * rate_per_client, duration_s))
     logs = [_ClientLog() for _ in range(clients)]
-    connect_errors: Counter = Counter()
-    lock = threading.Lock()
 
-    def client(i: int) -> None:
-        session = None
-        try:
-            session = connect(i)
-            next_key, run = make_operation(session, i)
-        except Exception as e:  # noqa: BLE001 - a client that cannot connect sends nothing; the others go on
-            with lock:
-                connect_errors[_one_line(e)] += 1
-            _wait(ready)
-            return
-        try:
-            _wait(ready)
-            go.wait()
-            t0, end = clock["t0"], clock["end"]
-            intended = t0 + (i * interval_ns) // clients
-            log = logs[i]
-            perf = time.perf_counter_ns
-            while intended < end and not stop.is_set():
-                delay = intended - perf()
-                if delay > 0:
-                    time.sleep(delay / 1e9)
-                key = next_key()
-                start = perf()
-                try:
-                    run(key)
-                    error = ""
-                except Exception as e:  # noqa: BLE001 - a failed operation is data, not a crash
-                    error = _one_line(e)
-                end_ns = perf()
-                log.count += 1
-                log.last_end_ns = end_ns
-                if error:
-                    log.errors[error] += 1
-                else:
-                    log.latencies_ms.append((end_ns - min(intended, start)) / 1e6)
-                if keep_operations:
-                    log.operations.append(Timed(i, key, intended, start, end_ns, error))
-                intended += interval_ns
-        finally:
-            with contextlib.suppress(Exception):
-                session.close()
+    def open_client(i: int) -> tuple[Any, Any]:
+        session = connect(i)
+        return session, make_operation(session, i)
 
-    threads = [threading.Thread(target=client, args=(i,), name=f"client-{i}", daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
-    _wait(ready)
-    t0 = time.perf_counter_ns() + int(start_lead_s * 1e9)
-    t0_epoch = time.time() + start_lead_s
-    clock.update(t0=t0, end=t0 + int(duration_s * 1e9))
-    go.set()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.5)
-    except KeyboardInterrupt:
-        stop.set()
-        raise
-    result = PacedResult(t0_ns=t0, t0_epoch_s=t0_epoch, duration_s=duration_s, connect_errors=connect_errors,
-                         last_end_ns=t0)
+    def client(i: int, operation: Any, start: Start) -> None:
+        next_key, run = operation
+        _paced_loop(_Share(schedule, i, clients), next_key, run, start, logs[i], i, keep_operations)
+
+    start = run_client_threads(clients, open_client, client, start_lead_s=start_lead_s)
+    result = PacedResult(t0_ns=start.t0_ns, t0_epoch_s=start.t0_epoch_s, duration_s=duration_s,
+                         connect_errors=start.connect_errors, last_end_ns=start.t0_ns)
     for log in logs:
-        result.count += log.count
-        result.latencies_ms += log.latencies_ms
-        result.errors.update(log.errors)
-        result.last_end_ns = max(result.last_end_ns, log.last_end_ns)
-        result.operations += log.operations
+        result.add(log)
     result.operations.sort(key=lambda op: op.intended_ns)
     return result
 
 
-def _wait(barrier: threading.Barrier) -> None:
-    try:
-        barrier.wait()
-    except threading.BrokenBarrierError:
-        pass
-
-
-def _one_line(e: BaseException) -> str:
-    from dbsurge.redact import redact_text
-
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return redact_text(f"{type(e).__name__}: {first[:160]}")
+def _paced_loop(share: _Share, next_key: Callable[[], Any], run: Callable[[Any], object], start: Start,
+                log: _ClientLog, i: int, keep_operations: bool) -> None:
+    """One client's operations, each at its intended time (or at once when behind)."""
+    t0, stop = start.t0_ns, start.stop
+    offset = share.next_ns()
+    while offset != float("inf") and not stop.is_set():
+        intended = t0 + round(offset)
+        delay = intended - now_ns()
+        if delay > 0:
+            time.sleep(delay / 1e9)
+        key = next_key()
+        ok, value, begun, end = time_call(run, key)
+        error = "" if ok else error_cell(value)
+        log.count += 1
+        log.last_end_ns = end
+        if error:
+            log.errors[error] += 1
+        else:
+            log.latencies_ms.append((end - min(intended, begun)) / 1e6)
+        if keep_operations:
+            log.operations.append(Timed(i, key, intended, begun, end, error))
+        offset = share.next_ns()

@@ -19,7 +19,10 @@ import math
 import random
 from pathlib import Path
 
-from dbsurge.scenarios.capacity import capacity_at, capacity_text, check_cloudwatch, fetch_capacity
+from dbsurge.rundir import utc_iso
+from dbsurge.scenarios.arguments import positive, seconds
+from dbsurge.scenarios.base import Scenario, Setup
+from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity
 from dbsurge.scenarios.cold_start import (
     add_cold_start_options,
     restart_target,
@@ -28,23 +31,11 @@ from dbsurge.scenarios.cold_start import (
     wants_own_server,
 )
 from dbsurge.scenarios.documents_reads import id_reader
+from dbsurge.scenarios.files import epoch_of, is_ok, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    ScenarioRun,
-    Table,
-    apply_defaults,
-    ensure_loaded,
-    parse_key_values,
-    positive,
-    print_from,
-    read_meta,
-    read_rows,
-    say,
-    scenario_parser,
-    seconds,
-)
+from dbsurge.scenarios.report import Report, Table, say
+from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
 
 NAME = "rewarm"
 STUDY = {"clients": 20, "rate": 5.0, "hot_set": 100, "duration": "10m", "bucket": "30s", "first_window": "1s",
@@ -57,9 +48,7 @@ BUCKET_COLUMNS = ["bucket", "start_s", "end_s", "count", "failures", "p50_ms", "
 FIRST_COLUMNS = ["t_since_start_s", "client", "id", "latency_ms"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 000, experiment 2: re-warming a cold cache on a small hot set.",
-                        cloudwatch=True)
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", type=int, default=None, help="concurrent clients (study 20; quick 5)")
     p.add_argument("--rate", type=float, default=None, help="reads per second per client (study 5; quick 20)")
     p.add_argument("--hot-set", type=int, default=None, help="documents read: ids 0..N-1 (100)")
@@ -71,14 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="documents in the collection (study 2,000,000; quick 20,000)")
     add_cold_start_options(p, restart_help="restart the server first so its cache is empty (embedded targets; "
                            "the scenario starts a server of its own)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    settings = apply_defaults(args, STUDY, QUICK)
+def check(setup: Setup) -> None:
+    args = setup.args
     duration_s = positive(seconds(args.duration, "--duration"), "--duration")
     bucket_s = positive(seconds(args.bucket, "--bucket"), "--bucket")
     window_s = positive(seconds(args.first_window, "--first-window"), "--first-window")
@@ -86,62 +71,54 @@ def main(argv: list[str]) -> int:
     positive(args.clients, "--clients")
     positive(args.rate, "--rate")
     positive(args.hot_set, "--hot-set")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
-    wopts.setdefault("documents", str(args.documents))
-    own_server = wants_own_server(args)
-    collector = check_cloudwatch(args.cloudwatch, args.cloudwatch_region, args.cloudwatch_endpoint_url)
+    setup.workload_options.setdefault("documents", str(args.documents))
+    setup.values["own_server"] = wants_own_server(args)
+    setup.settings.update(duration_s=duration_s, bucket_s=bucket_s, first_window_s=window_s, idle_s=idle_s)
+
+
+def phases(run: ScenarioRun, setup: Setup) -> dict:
     from dbsurge.workloads import get_workload
 
-    sizes = {"duration_s": duration_s, "bucket_s": bucket_s, "first_window_s": window_s, "idle_s": idle_s}
-    with ScenarioRun(NAME, args, {**settings, **sizes}) as run:
-        target = run.connect_target(topts, own_server=own_server, server_settings={
-            "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})
-        workload = get_workload("documents", target, wopts)
-        hot = min(args.hot_set, workload.options["documents"])
-        run.begin(workload="documents", workload_options=workload.options, hot_set=hot)
-        load_s = ensure_loaded(workload)
-        if load_s:
-            settle_after_load(workload, ("documents",))
-        run.meta(load_s=load_s)
-        wait_idle(idle_s, "before the re-warm")
-        restarted = {}
-        if args.restart_target or args.restart_command:
-            restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache)
-        run.meta(cold_start={"idle_s": idle_s, "restart": bool(args.restart_target or args.restart_command),
-                             **restarted})
-        say(f"re-warm: {args.clients} clients x {args.rate:g} reads/s on a hot set of {hot} for {duration_s:g} s")
+    args = setup.args
+    target = run.connect_target(setup.target_options, own_server=setup.values["own_server"], server_settings={
+        "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})
+    workload = get_workload("documents", target, setup.workload_options)
+    hot = min(args.hot_set, workload.options["documents"])
+    run.begin(workload="documents", workload_options=workload.options, hot_set=hot)
+    load_s = ensure_loaded(workload)
+    if load_s:
+        settle_after_load(workload, ("documents",))
+    run.meta(load_s=load_s)
+    _make_cold(run, setup)
+    duration_s = setup.settings["duration_s"]
+    say(f"re-warm: {args.clients} clients x {args.rate:g} reads/s on a hot set of {hot} for {duration_s:g} s")
 
-        def make(session, i):
-            rng = random.Random(args.seed * 7919 + i)
-            return (lambda: int(rng.random() * hot)), id_reader(target.kind, session)
+    def make(session, i):
+        rng = random.Random(args.seed * 7919 + i)
+        return (lambda: int(rng.random() * hot)), id_reader(target.kind, session)
 
-        result = run_paced_clients(clients=args.clients, rate_per_client=args.rate, duration_s=duration_s,
-                                   connect=lambda i: target.connect(), make_operation=make)
-        rows = [{"t_since_start_s": round(result.since_start_s(op.start_ns), 6), "client": op.client, "id": op.key,
-                 "latency_ms": round(op.response_ms, 3), "service_ms": round(op.service_ms, 3),
-                 "ok": int(op.ok), "error": op.error} for op in result.operations]
-        run.append_rows("trace.csv", TRACE_COLUMNS, rows)
-        run.meta(time_zero_utc=_utc(result.t0_epoch_s), connect_errors=dict(result.connect_errors))
-        if collector is not None:
-            run.meta(cloudwatch_note=fetch_capacity(run.path, collector, result.t0_epoch_s,
-                                                    result.t0_epoch_s + result.elapsed_s))
-        run.finish(report, results={"reads": len(rows), "failures": sum(1 for r in rows if not r["ok"])})
-    return 0
+    result = run_paced_clients(clients=args.clients, rate_per_client=args.rate, duration_s=duration_s,
+                               connect=lambda i: target.connect(), make_operation=make)
+    rows = [{"t_since_start_s": round(result.since_start_s(op.start_ns), 6), "client": op.client, "id": op.key,
+             "latency_ms": round(op.response_ms, 3), "service_ms": round(op.service_ms, 3),
+             "ok": int(op.ok), "error": op.error} for op in result.operations]
+    run.append_rows("trace.csv", TRACE_COLUMNS, rows)
+    run.meta(time_zero_utc=utc_iso(result.t0_epoch_s), connect_errors=dict(result.connect_errors))
+    if setup.collector is not None:
+        run.meta(cloudwatch_note=fetch_capacity(run.path, setup.collector, result.t0_epoch_s,
+                                                result.t0_epoch_s + result.elapsed_s))
+    return {"reads": len(rows), "failures": sum(1 for r in rows if not r["ok"])}
 
 
-def _epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    from datetime import datetime
-
-    return datetime.fromisoformat(text).timestamp()
-
-
-def _utc(epoch_s: float) -> str:
-    from dbsurge.rundir import utc_iso
-
-    return utc_iso(epoch_s)
+def _make_cold(run: ScenarioRun, setup: Setup) -> None:
+    """Wait ``--idle``, then restart the server when asked; the cold start goes to run.json."""
+    args, idle_s = setup.args, setup.settings["idle_s"]
+    wait_idle(idle_s, "before the re-warm")
+    restarted = {}
+    if args.restart_target or args.restart_command:
+        restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache)
+    run.meta(cold_start={"idle_s": idle_s, "restart": bool(args.restart_target or args.restart_command),
+                         **restarted})
 
 
 # -- the tables (pure, from trace.csv) ------------------------------------------------------------------
@@ -156,7 +133,7 @@ def bucket_rows(trace: list[dict], bucket_s: float, duration_s: float) -> list[d
         grouped[max(0, i)].append(r)
     out = []
     for i, rows in enumerate(grouped):
-        ok = [float(r["latency_ms"]) for r in rows if _ok(r)]
+        ok = [float(r["latency_ms"]) for r in rows if is_ok(r)]
         s = summarize_ms(ok)
         out.append({"bucket": i, "start_s": round(i * bucket_s, 3), "end_s": round(min((i + 1) * bucket_s,
                                                                                           duration_s), 3),
@@ -170,21 +147,17 @@ def first_window_rows(trace: list[dict], window_s: float) -> list[dict]:
     rows = [r for r in trace if float(r["t_since_start_s"]) < window_s]
     rows.sort(key=lambda r: float(r["t_since_start_s"]))
     return [{"t_since_start_s": float(r["t_since_start_s"]), "client": int(r["client"]), "id": r["id"],
-             "latency_ms": float(r["latency_ms"]) if _ok(r) else None} for r in rows]
+             "latency_ms": float(r["latency_ms"]) if is_ok(r) else None} for r in rows]
 
 
 def run_maximum(trace: list[dict]) -> dict | None:
     """The slowest successful read of the run and when it started."""
-    ok = [r for r in trace if _ok(r)]
+    ok = [r for r in trace if is_ok(r)]
     if not ok:
         return None
     top = max(ok, key=lambda r: float(r["latency_ms"]))
     return {"t_since_start_s": float(top["t_since_start_s"]), "latency_ms": float(top["latency_ms"]),
             "client": int(top["client"]), "id": top["id"]}
-
-
-def _ok(r: dict) -> bool:
-    return str(r.get("ok", "1")) not in ("0", "False", "false")
 
 
 def _window_label(start: float, end: float) -> str:
@@ -196,12 +169,23 @@ def _window_label(start: float, end: float) -> str:
     return f"{t(start)}-{t(end)}"
 
 
+def _marks(first: list[dict], top: dict | None) -> list[str]:
+    """The last column of the first window's trace: the first read, and the run's maximum if it is there."""
+    marks = []
+    for i, r in enumerate(first):
+        mark = "first read" if i == 0 else ""
+        if top and r["latency_ms"] == top["latency_ms"] and r["t_since_start_s"] == top["t_since_start_s"]:
+            mark = (mark + ", " if mark else "") + "MAX of the run"
+        marks.append(mark)
+    return marks
+
+
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     settings = meta.get("settings") or {}
     trace = read_rows(run_dir, "trace.csv")
     buckets = bucket_rows(trace, float(settings["bucket_s"]), float(settings["duration_s"]))
-    zero = _epoch(meta.get("time_zero_utc"))
+    zero = epoch_of(meta.get("time_zero_utc"))
     for b in buckets:  # the capacity for the period holding the bucket's start (blank without a collector)
         b["capacity"] = capacity_text(capacity_at(run_dir, zero + b["start_s"])) if zero is not None else ""
     first = first_window_rows(trace, float(settings["first_window_s"]))
@@ -213,14 +197,7 @@ def report(run_dir: Path) -> Report:
                       ms(b["p50_ms"]), ms(b["mean_ms"]), ms(b["p99_ms"]), ms(b["max_ms"]), b["capacity"]]
                      for b in buckets],
                csv_name=f"{NAME}.csv", csv_columns=BUCKET_COLUMNS, csv_rows=buckets)
-    marks = []
-    for i, r in enumerate(first):
-        mark = ""
-        if i == 0:
-            mark = "first read"
-        if top and r["latency_ms"] == top["latency_ms"] and r["t_since_start_s"] == top["t_since_start_s"]:
-            mark = (mark + ", " if mark else "") + "MAX of the run"
-        marks.append(mark)
+    marks = _marks(first, top)
     t2 = Table(title=f"Every read of the first {settings.get('first_window_s'):g} s",
                headers=["t since start", "client", "id", "latency ms", ""],
                rows=[[f"t={r['t_since_start_s']:.3f}s", str(r["client"]), str(r["id"]), ms(r["latency_ms"]), m]
@@ -248,3 +225,11 @@ def report(run_dir: Path) -> Report:
         notes.append(f"Started right after a restart of the server (its own cache empty; {page_cache}).")
     return Report(heading=f"dbsurge scenario rewarm (study 000, experiment 2): {meta.get('target_display')}",
                   tables=[t1, t2], notes=notes)
+
+
+SCENARIO = Scenario(NAME, "Study 000, experiment 2: re-warming a cold cache on a small hot set.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, phases=phases, cloudwatch=True)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

@@ -22,20 +22,13 @@ import argparse
 from pathlib import Path
 
 from dbsurge.errors import UserError
-from dbsurge.rundir import new_run_id
+from dbsurge.scenarios.arguments import cloudwatch_flags
+from dbsurge.scenarios.base import Scenario, Setup
+from dbsurge.scenarios.capacity import stage_capacity_text
 from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
+from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    Table,
-    apply_defaults,
-    opt_float,
-    print_from,
-    read_meta,
-    read_rows,
-    scenario_parser,
-    write_report,
-)
+from dbsurge.scenarios.report import Report, Table, write_report
 
 NAME = "spike"
 STUDY = {"baseline_tps": 1000.0, "stage_seconds": 0.0}
@@ -45,70 +38,53 @@ TABLE_COLUMNS = ["stage", "arrival_rate_tps", "successful_tps", "order_create_p9
                  "product_lookup_p95_ms", "product_lookup_p99_ms", "failures", "failure_rate", "max_capacity"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 001: the 20%->200%->100%->5% spike on the orders workload.", cloudwatch=True)
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-tps", type=float, default=None, help="the 100%% rate (study 1000; quick 100)")
     p.add_argument("--stage-seconds", type=float, default=None,
                    help="make every stage this long (study: 2m, 1m, 2m, 1m; quick 5)")
     p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this host")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args, rest = build_parser().parse_known_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    settings = apply_defaults(args, STUDY, QUICK)
+def check(setup: Setup) -> None:
+    args = setup.args
     if args.baseline_tps <= 0:
         raise UserError("--baseline-tps must be positive")
     if args.stage_seconds < 0:
         raise UserError("--stage-seconds must not be negative")
-    if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
-    from dbsurge.embedded import resolve_embedded
 
-    run_id = args.run_id or new_run_id(NAME)
-    uri, handle = resolve_embedded(args.target)
-    try:
-        wopts = list(args.workload_option or [])
-        if args.quick and not any(o.strip().startswith("products=") for o in wopts):
-            wopts.append(f"products={QUICK['products']}")
-        cmd = ["--workload", "orders", "--shape", "spike", "--target", uri, "--baseline-tps", f"{args.baseline_tps:g}",
-               "--quiet", "--results-dir", args.results_dir, "--run-id", run_id, "--seed", str(args.seed)]
-        if args.stage_seconds:
-            cmd += ["--stage-seconds", f"{args.stage_seconds:g}"]
-        if args.processes:
-            cmd += ["--processes", str(args.processes)]
-        cmd += pairs("--target-option", args.target_option) + pairs("--workload-option", wopts)
-        cmd += pairs("--cloudwatch", args.cloudwatch) + _cloudwatch_options(args) + rest
-        code = run_engine(cmd)
-    finally:
-        if handle is not None:
-            handle.stop()
-    run_dir = Path(args.results_dir) / run_id
+
+def launch(setup: Setup, uri: str, run_id: str) -> int:
+    """``dbsurge run --workload orders --shape spike`` with this scenario's options and the rest."""
+    args = setup.args
+    wopts = list(args.workload_option or [])
+    if args.quick and not any(o.strip().startswith("products=") for o in wopts):
+        wopts.append(f"products={QUICK['products']}")
+    cmd = ["--workload", "orders", "--shape", "spike", "--target", uri, "--baseline-tps", f"{args.baseline_tps:g}",
+           "--quiet", "--results-dir", args.results_dir, "--run-id", run_id, "--seed", str(args.seed)]
+    if args.stage_seconds:
+        cmd += ["--stage-seconds", f"{args.stage_seconds:g}"]
+    if args.processes:
+        cmd += ["--processes", str(args.processes)]
+    cmd += pairs("--target-option", args.target_option) + pairs("--workload-option", wopts)
+    return run_engine(cmd + cloudwatch_flags(args) + setup.rest)
+
+
+def after(setup: Setup, run_id: str, code: int) -> int:
+    """Annotate the engine's run.json and show the table (one per repetition with --repeat N)."""
+    run_dir = Path(setup.args.results_dir) / run_id
+    annotation = {"scenario": NAME, "scenario_settings": setup.settings, "target_name": setup.args.target}
     if (run_dir / "repetitions.csv").is_file():  # --repeat N went to dbsurge run: one table per repetition
         for sub in sorted((d for d in run_dir.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
             if (sub / "stages.csv").is_file():
-                annotate_run(sub, scenario=NAME, scenario_settings=settings, target_name=args.target)
+                annotate_run(sub, **annotation)
                 write_report(sub, report(sub), title=f"dbsurge scenario spike: {run_id}/{sub.name}")
         print(f"\nresults: {run_dir} (repetitions 1..N; `dbsurge scenario spike --from {run_dir}/1` prints one)")
         return code
     if not (run_dir / "stages.csv").is_file():
         return code or 1
-    annotate_run(run_dir, scenario=NAME, scenario_settings=settings, target_name=args.target)
-    result = report(run_dir)
-    write_report(run_dir, result, title=f"dbsurge scenario spike: {run_id}")
-    print("\n" + result.text() + f"\n\nresults: {run_dir}", flush=True)
+    annotate_run(run_dir, **annotation)
+    SCENARIO.show(run_dir)
     return code
-
-
-def _cloudwatch_options(args: argparse.Namespace) -> list[str]:
-    out = []
-    if args.cloudwatch_region:
-        out += ["--cloudwatch-region", args.cloudwatch_region]
-    if args.cloudwatch_endpoint_url:
-        out += ["--cloudwatch-endpoint-url", args.cloudwatch_endpoint_url]
-    return out
 
 
 # -- the table (pure, from stages.csv and metrics/cloudwatch.csv) ---------------------------------------
@@ -133,23 +109,6 @@ def spike_rows(stage_rows: list[dict], capacity: dict[str, str]) -> list[dict]:
             row[f"{op}_p95_ms"] = opt_float(r.get("p95_ms")) if r.get("count") not in (None, "", "0") else None
             row[f"{op}_p99_ms"] = opt_float(r.get("p99_ms")) if r.get("count") not in (None, "", "0") else None
         out.append(row)
-    return out
-
-
-def stage_capacity_text(run_dir: Path) -> dict[str, str]:
-    """Per stage, the maximum of each capacity series, from metrics/cloudwatch.csv (empty without one)."""
-    if not (run_dir / "metrics" / "cloudwatch.csv").is_file():
-        return {}
-    from dbsurge.collectors.merge import stage_capacity
-
-    frame = stage_capacity(run_dir)
-    out: dict[str, str] = {}
-    if frame is None or frame.empty:
-        return out
-    columns = [c for c in frame.columns if c.endswith(" (max)")]
-    for _, row in frame.iterrows():
-        parts = [f"{c[:-len(' (max)')]} {row[c]:g}" for c in columns if row[c] == row[c]]
-        out[str(row["stage"])] = "; ".join(parts)
     return out
 
 
@@ -180,3 +139,11 @@ def report(run_dir: Path) -> Report:
                  f"operations sent, {results.get('dropped', 0):,} dropped.")
     return Report(heading=f"dbsurge scenario spike (study 001): {meta.get('target_display')}", tables=[table],
                   notes=notes)
+
+
+SCENARIO = Scenario(NAME, "Study 001: the 20%->200%->100%->5% spike on the orders workload.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, launch=launch, after=after, cloudwatch=True)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

@@ -18,27 +18,20 @@ unless ``--drop`` is given, which drops it first.
 from __future__ import annotations
 
 import argparse
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.rundir import utc_iso
+from dbsurge.scenarios.arguments import positive
+from dbsurge.scenarios.base import Scenario, Setup
+from dbsurge.scenarios.client_threads import Start, run_client_threads
+from dbsurge.scenarios.files import error_cell, is_ok, iter_rows, read_meta
 from dbsurge.scenarios.latency import ms, number, summarize_ms
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    ScenarioRun,
-    Table,
-    apply_defaults,
-    iter_rows,
-    parse_key_values,
-    positive,
-    print_from,
-    read_meta,
-    say,
-    scenario_parser,
-)
+from dbsurge.scenarios.report import Report, Table, say
+from dbsurge.scenarios.scenario_run import ScenarioRun
+from dbsurge.timing import elapsed_ms, time_call
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
@@ -49,53 +42,41 @@ TABLE_COLUMNS = ["records", "inserted", "clients", "batch_size", "seconds", "ins
                  "calls", "p50_ms", "p99_ms", "max_ms", "failures"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 002: the YCSB load phase (inserts), batched or not.")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=None, help="records to insert (recordcount; study 1,000,000 here; "
                                                              "quick 2,000)")
     p.add_argument("--batch-size", type=int, default=None, help="records per insert call (1 = unbatched)")
     p.add_argument("--clients", type=int, default=None, help="concurrent inserting clients (study 16; quick 4)")
     p.add_argument("--drop", action="store_true", help="drop the table first if it already holds records")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    settings = apply_defaults(args, STUDY, QUICK)
+def check(setup: Setup) -> None:
+    args, wopts = setup.args, setup.workload_options
     positive(args.records, "--records")
     positive(args.batch_size, "--batch-size")
     positive(args.clients, "--clients")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
     wopts.setdefault("recordcount", str(args.records))
     wopts["batchsize"] = str(args.batch_size)
+
+
+def phases(run: ScenarioRun, setup: Setup) -> None:
     from dbsurge.workloads import get_workload
 
-    with ScenarioRun(NAME, args, settings) as run:
-        target = run.connect_target(topts)
-        workload = get_workload("ycsb", target, wopts)
-        if table_has_rows(workload):
-            if not args.drop:
-                raise UserError(f"table {workload.table} already holds records: the load phase measures inserts "
-                                "into an empty table; pass --drop to drop it first (or another "
-                                "--workload-option table=NAME)")
-            drop_table(workload)
-        create_table(workload)
-        run.begin(workload="ycsb", workload_options=workload.options)
-        say(f"load phase: {workload.recordcount:,} records, {args.clients} clients, batch size {args.batch_size}")
-        t0_epoch = load(workload, args.clients, args.batch_size,
-                        sink=lambda rows: run.append_rows("inserts.csv", INSERT_COLUMNS, rows))
-        run.meta(time_zero_utc=_utc(t0_epoch))
-        run.finish(report)
-    return 0
-
-
-def _utc(epoch_s: float) -> str:
-    from dbsurge.rundir import utc_iso
-
-    return utc_iso(epoch_s)
+    args = setup.args
+    target = run.connect_target(setup.target_options)
+    workload = get_workload("ycsb", target, setup.workload_options)
+    if table_has_rows(workload):
+        if not args.drop:
+            raise UserError(f"table {workload.table} already holds records: the load phase measures inserts "
+                            "into an empty table; pass --drop to drop it first (or another "
+                            "--workload-option table=NAME)")
+        drop_table(workload)
+    create_table(workload)
+    run.begin(workload="ycsb", workload_options=workload.options)
+    say(f"load phase: {workload.recordcount:,} records, {args.clients} clients, batch size {args.batch_size}")
+    t0_epoch = load(workload, args.clients, args.batch_size,
+                    sink=lambda rows: run.append_rows("inserts.csv", INSERT_COLUMNS, rows))
+    run.meta(time_zero_utc=utc_iso(t0_epoch))
 
 
 def table_has_rows(workload: Any) -> bool:
@@ -143,7 +124,7 @@ def record_batches(workload: Any, start: int, stop: int, batch_size: int) -> Ite
 
     def make(rng: Any, first: int, last: int) -> list[tuple]:
         # the rows of YcsbWorkload.load(): key, then the fields from the block's generator
-        return [(workload.key_for(i), *workload._record(rng)) for i in range(first, last)]
+        return [(workload.key_for(i), *workload.record(rng)) for i in range(first, last)]
 
     pending: list[tuple] = []
     first_pending = start
@@ -163,7 +144,7 @@ def inserter(workload: Any, session: Any, batch_size: int) -> Any:
     if workload.kind == "postgres":
         from dbsurge.workloads.base import pg_executor
         from dbsurge.workloads.loading import pg_insert_sql
-        from dbsurge.workloads.ycsb import KEY_COLUMN
+        from dbsurge.workloads.ycsb_keys import KEY_COLUMN
 
         columns = (KEY_COLUMN, *workload.fields)
         sql_for = {}
@@ -180,7 +161,7 @@ def inserter(workload: Any, session: Any, batch_size: int) -> Any:
                 session.run_transaction(lambda conn: conn.execute(sql, params, prepare=True))
 
         return insert_pg
-    collection = workload._collection(session)  # honours the workload's writeconcern option
+    collection = workload.collection(session)  # honours the workload's writeconcern option
     fields = workload.fields
 
     def insert_mongo(rows: list[tuple]) -> None:
@@ -201,66 +182,30 @@ def load(workload: Any, clients: int, batch_size: int, sink: Any) -> float:
     """
     total = workload.recordcount
     bounds = [total * i // clients for i in range(clients + 1)]
-    ready = threading.Barrier(clients + 1, timeout=120)
-    go = threading.Event()
-    clock: dict[str, float] = {}
-    errors: list[str] = []
 
-    def client(i: int) -> None:
-        session = None
-        try:
-            session = workload.target.connect()
-            insert = inserter(workload, session, batch_size)
-        except Exception as e:  # noqa: BLE001 - reported as one line below
-            errors.append(f"{type(e).__name__}: {e}")
-            _wait(ready)
-            return
-        try:
-            _wait(ready)
-            go.wait()
-            t0 = clock["t0"]
-            perf = time.perf_counter_ns
-            out: list[dict] = []
-            for first, rows in record_batches(workload, bounds[i], bounds[i + 1], batch_size):
-                start = perf()
-                try:
-                    insert(rows)
-                    error = ""
-                except Exception as e:  # noqa: BLE001 - a failed insert is data (a duplicate key, a timeout)
-                    error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
-                end = perf()
-                out.append({"client": i, "first_record": first, "records": len(rows),
-                            "t_since_start_s": round((start - t0) / 1e9, 6),
-                            "latency_ms": round((end - start) / 1e6, 3),
-                            "ok": 0 if error else 1, "error": error})
-                if len(out) >= SINK_EVERY:
-                    sink(out)
-                    out = []
-            sink(out)
-        finally:
-            session.close()
+    def open_client(i: int) -> tuple[Any, Any]:
+        session = workload.target.connect()
+        return session, inserter(workload, session, batch_size)
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
-    _wait(ready)
-    if errors:
-        go.set()
-        raise UserError(f"a loading client could not connect: {errors[0]}")
-    clock["t0"] = time.perf_counter_ns()
-    t0_epoch = time.time()
-    go.set()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.5)
-    return t0_epoch
+    def client(i: int, insert: Any, start: Start) -> None:
+        out: list[dict] = []
+        for first, rows in record_batches(workload, bounds[i], bounds[i + 1], batch_size):
+            # a failed insert is data (a duplicate key, a timeout)
+            ok, value, begun, end = time_call(insert, rows)
+            error = "" if ok else error_cell(value)
+            out.append({"client": i, "first_record": first, "records": len(rows),
+                        "t_since_start_s": round((begun - start.t0_ns) / 1e9, 6),
+                        "latency_ms": round(elapsed_ms(begun, end), 3), "ok": 0 if error else 1, "error": error})
+            if len(out) >= SINK_EVERY:
+                sink(out)
+                out = []
+        sink(out)
 
+    def all_connected(start: Start) -> None:
+        if start.connect_errors:
+            raise UserError(f"a loading client could not connect: {next(iter(start.connect_errors))}")
 
-def _wait(barrier: threading.Barrier) -> None:
-    try:
-        barrier.wait()
-    except threading.BrokenBarrierError:
-        pass
+    return run_client_threads(clients, open_client, client, before_go=all_connected, name="loader").t0_epoch_s
 
 
 # -- the table (pure, from inserts.csv) -----------------------------------------------------------------
@@ -275,7 +220,7 @@ def load_row(inserts: Iterable[dict], records: int, clients: int, batch_size: in
         calls += 1
         end = float(r["t_since_start_s"]) + float(r["latency_ms"]) / 1000
         seconds_ = end if seconds_ is None else max(seconds_, end)
-        if str(r["ok"]) in ("0", "False", "false"):
+        if not is_ok(r):
             failures += 1
             continue
         inserted += int(r["records"])
@@ -308,3 +253,11 @@ def report(run_dir: Path) -> Report:
         notes.append(f"{row['failures']} insert calls failed (inserts.csv has the errors).")
     return Report(heading=f"dbsurge scenario ycsb-load (study 002): {meta.get('target_display')}", tables=[table],
                   notes=notes)
+
+
+SCENARIO = Scenario(NAME, "Study 002: the YCSB load phase (inserts), batched or not.", STUDY, QUICK,
+                    report=report, options=add_options, check=check, phases=phases)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

@@ -27,23 +27,14 @@ import argparse
 from pathlib import Path
 
 from dbsurge.errors import UserError
-from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
+from dbsurge.rundir import RunDirectory, utc_iso
+from dbsurge.scenarios.arguments import seconds
+from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
+from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
-from dbsurge.scenarios.scenario_run import (
-    Report,
-    Table,
-    apply_defaults,
-    opt_float,
-    parse_key_values,
-    print_from,
-    read_meta,
-    read_rows,
-    scenario_parser,
-    seconds,
-    versions,
-    write_report,
-)
+from dbsurge.scenarios.report import Report, Table
+from dbsurge.versions import versions
 
 NAME = "ycsb-run"
 STUDY = {"distribution": "uniform", "duration": "30m", "users": 16, "records": 1_000_000}
@@ -56,8 +47,7 @@ SCALE_COLUMNS = ["workers", "users", "throughput_ops_s", "ideal_ops_s", "pct_of_
                  "theoretical_pct", "read_p99_ms", "update_p99_ms", "failures"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = scenario_parser(NAME, "Study 002: YCSB workload A at a target rate or flat out, and its scalability.")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--distribution", default=None, choices=["uniform", "hotspot", "zipfian", "latest"],
                    help="request distribution (uniform)")
     p.add_argument("--target-tps", type=float, default=None,
@@ -71,7 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this host")
     p.add_argument("--scale-workers", default=None, metavar="N,N,...",
                    help="scalability mode: run flat out with each number of worker processes, e.g. 1,2,4")
-    return p
 
 
 def parse_workers(text: str) -> list[int]:
@@ -85,15 +74,10 @@ def parse_workers(text: str) -> list[int]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    args, rest = build_parser().parse_known_args(argv)
-    if args.from_run:
-        return print_from(args.from_run, report, NAME)
-    users_given = args.users is not None
-    if args.distribution is None:
-        given = parse_key_values(args.workload_option, "--workload-option")
-        args.distribution = given.get("requestdistribution") or None
-    settings = apply_defaults(args, STUDY, QUICK)
+def check(setup: Setup) -> None:
+    args, wopts = setup.args, setup.workload_options
+    if "distribution" not in setup.given and wopts.get("requestdistribution"):
+        args.distribution = setup.settings["distribution"] = wopts["requestdistribution"]
     duration_s = seconds(args.duration, "--duration")
     if duration_s <= 0:
         raise UserError("--duration must be positive")
@@ -101,66 +85,66 @@ def main(argv: list[str]) -> int:
         raise UserError("--users and --records must be positive")
     if args.target_tps is not None and args.target_tps <= 0:
         raise UserError("--target-tps must be positive")
-    workers = parse_workers(args.scale_workers) if args.scale_workers else None
+    workers = setup.values["workers"] = parse_workers(args.scale_workers) if args.scale_workers else None
     if workers and args.target_tps is not None:
         raise UserError("--scale-workers runs flat out (a target rate would cap the throughput): leave out "
                         "--target-tps")
-    if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
-    topts = parse_key_values(args.target_option, "--target-option")
-    wopts = parse_key_values(args.workload_option, "--workload-option")
     wopts.setdefault("recordcount", str(args.records))
     wopts["requestdistribution"] = args.distribution
     if args.distribution == "hotspot":
         for k, v in STUDY_HOTSPOT.items():
             wopts.setdefault(k, v)
-    consistency = {k: v for k, v in topts.items() if k in CONSISTENCY_OPTIONS}
+    consistency = {k: v for k, v in setup.target_options.items() if k in CONSISTENCY_OPTIONS}
     consistency.update({k: v for k, v in wopts.items() if k in ("readpreference", "writeconcern")})
-    from dbsurge.embedded import resolve_embedded
+    setup.values["consistency"] = consistency
 
-    run_id = args.run_id or new_run_id(NAME)
-    uri, handle = resolve_embedded(args.target)
-    try:
-        base = ["--workload", "ycsb", "--target", uri, "--duration", args.duration, "--quiet", "--seed",
-                str(args.seed)]
-        base += pairs("--target-option", args.target_option)
-        base += pairs("--workload-option", [f"{k}={v}" for k, v in wopts.items()])
-        if workers:
-            return _scale(args, settings, run_id, base + rest, workers, consistency)
-        cmd = base + ["--results-dir", args.results_dir, "--run-id", run_id]
-        if args.target_tps is not None:
-            # under an arrival rate the shape sizes the pool; --users, when given, caps it
-            cmd += ["--shape", "constant", "--rate", f"{args.target_tps:g}"]
-            cmd += ["--users", str(args.users)] if users_given else []
-        else:
-            cmd += ["--users", str(args.users)]
-        if args.processes:
-            cmd += ["--processes", str(args.processes)]
-        code = run_engine(cmd + rest)
-    finally:
-        if handle is not None:
-            handle.stop()
+
+def launch(setup: Setup, uri: str, run_id: str) -> int:
+    """One engine run (at ``--target-tps`` or flat out), or one per worker count with ``--scale-workers``."""
+    args = setup.args
+    base = ["--workload", "ycsb", "--target", uri, "--duration", args.duration, "--quiet", "--seed", str(args.seed)]
+    base += pairs("--target-option", args.target_option)
+    base += pairs("--workload-option", [f"{k}={v}" for k, v in setup.workload_options.items()])
+    if setup.values["workers"]:
+        return _scale(setup, run_id, base + setup.rest)
+    cmd = base + ["--results-dir", args.results_dir, "--run-id", run_id]
+    if args.target_tps is not None:
+        # under an arrival rate the shape sizes the pool; --users, when given, caps it
+        cmd += ["--shape", "constant", "--rate", f"{args.target_tps:g}"]
+        cmd += ["--users", str(args.users)] if "users" in setup.given else []
+    else:
+        cmd += ["--users", str(args.users)]
+    if args.processes:
+        cmd += ["--processes", str(args.processes)]
+    return run_engine(cmd + setup.rest)
+
+
+def after(setup: Setup, run_id: str, code: int) -> int:
+    """Annotate a single run's run.json and show the table (a scale run wrote its own run.json)."""
+    args = setup.args
     run_dir = Path(args.results_dir) / run_id
-    if not (run_dir / "summary.csv").is_file():
-        return code or 1
-    annotate_run(run_dir, scenario=NAME, mode="single", scenario_settings=settings, target_name=args.target,
-                 distribution=args.distribution, target_tps=args.target_tps, consistency=consistency)
-    _print(run_dir)
+    if not setup.values["workers"]:
+        if not (run_dir / "summary.csv").is_file():
+            return code or 1
+        annotate_run(run_dir, scenario=NAME, mode="single", scenario_settings=setup.settings,
+                     target_name=args.target, distribution=args.distribution, target_tps=args.target_tps,
+                     consistency=setup.values["consistency"])
+    SCENARIO.show(run_dir)
     return code
 
 
-def _scale(args, settings: dict, run_id: str, base: list[str], workers: list[int], consistency: dict) -> int:
+def _scale(setup: Setup, run_id: str, base: list[str]) -> int:
     """One flat-out run per worker count, each in runs/workers-N of the scenario's directory."""
+    import time
+
+    args, workers = setup.args, setup.values["workers"]
     rd = RunDirectory(args.results_dir, run_id)
     try:
-        import time
-
-        started = time.time()
-        runs = []
-        rd.write_meta(run_id=run_id, scenario=NAME, mode="scale", started_utc=utc_iso(started), ended_utc=None,
-                      target_name=args.target, distribution=args.distribution, consistency=consistency,
-                      scenario_settings=settings, workers=workers, users_per_process=args.users, runs=runs,
-                      versions=versions())
+        runs: list[dict] = []
+        rd.write_meta(run_id=run_id, scenario=NAME, mode="scale", started_utc=utc_iso(time.time()), ended_utc=None,
+                      target_name=args.target, distribution=args.distribution,
+                      consistency=setup.values["consistency"], scenario_settings=setup.settings, workers=workers,
+                      users_per_process=args.users, runs=runs, versions=versions())
         code = 0
         for n in workers:
             sub = f"workers-{n}"
@@ -176,14 +160,7 @@ def _scale(args, settings: dict, run_id: str, base: list[str], workers: list[int
         rd.event("run_end")
     finally:
         rd.close()
-    _print(rd.path)
     return code
-
-
-def _print(run_dir: Path) -> None:
-    result = report(run_dir)
-    write_report(run_dir, result, title=f"dbsurge scenario ycsb-run: {run_dir.name}")
-    print("\n" + result.text() + f"\n\nresults: {run_dir}", flush=True)
 
 
 # -- the tables (pure, from summary.csv files) ----------------------------------------------------------
@@ -270,3 +247,11 @@ def _scale_report(run_dir: Path, meta: dict, consistency: str, dist: str) -> Rep
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}%"
+
+
+SCENARIO = Scenario(NAME, "Study 002: YCSB workload A at a target rate or flat out, and its scalability.", STUDY,
+                    QUICK, report=report, options=add_options, check=check, launch=launch, after=after)
+
+
+def main(argv: list[str]) -> int:
+    return SCENARIO.main(argv)

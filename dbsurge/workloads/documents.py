@@ -16,12 +16,12 @@ is a server-side cursor read with FETCH in batches, so the cache scenarios run o
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import bson
 
+from dbsurge.timing import Laps
 from dbsurge.workloads.base import (
     LOAD_CHUNK,
     LoadProgress,
@@ -192,26 +192,24 @@ class DocumentsWorkload(Workload):
 
 
 def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
-    clock = time.perf_counter_ns
-
     # A named (server-side) cursor lives in a transaction; each fetchmany is one FETCH round trip.
     # run_transaction also notices a broken connection; a rerun after a conflict starts the count over.
     def scan(conn: Any) -> int:
         total = 0
         index = 0
         with conn.cursor(name="dbsurge_full_scan") as cursor:
-            started = clock()
+            laps = Laps()
             cursor.execute(f"select id, category, payload from {TABLE} where category = %s", (MATCH,))
             while True:
                 rows = cursor.fetchmany(batch_size)
                 if not rows:
                     break
-                elapsed = clock() - started
+                elapsed = laps.lap()
                 total += len(rows)
                 if on_batch is not None:
                     on_batch(index, len(rows), elapsed)
                 index += 1
-                started = clock()
+                laps.restart()
         return total
 
     return session.run_transaction(scan)
@@ -220,21 +218,20 @@ def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> i
 def _mongo_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
     total = 0
     index = 0
-    clock = time.perf_counter_ns
     # find_raw_batches yields exactly one server reply (find, then each getMore) per iteration,
     # so a batch's time is one round trip plus decoding it.
     cursor = session.db[TABLE].find_raw_batches({"category": MATCH}, batch_size=batch_size)
     try:
-        started = clock()
+        laps = Laps()
         for raw in cursor:
             docs = bson.decode_all(raw)
-            elapsed = clock() - started
+            elapsed = laps.lap()
             if docs:
                 total += len(docs)
                 if on_batch is not None:
                     on_batch(index, len(docs), elapsed)
                 index += 1
-            started = clock()
+            laps.restart()
     finally:
         cursor.close()
     return total

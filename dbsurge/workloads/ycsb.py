@@ -38,7 +38,6 @@ from dbsurge.distributions import (
     ScrambledZipfianGenerator,
     SkewedLatestGenerator,
     UniformGenerator,
-    ZipfianGenerator,
     fnvhash64,
 )
 from dbsurge.errors import WorkloadError
@@ -55,11 +54,13 @@ from dbsurge.workloads.base import (
     text,
 )
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
+from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
+from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, record_values
+
+__all__ = ["KEY_COLUMN", "YcsbWorkload"]
 
 KEY_PREFIX = "user"
-KEY_COLUMN = "ycsb_key"
 PG_MAX_PARAMS = 65_535  # bind parameters in one statement (the protocol counts them in 16 bits)
-INSERT_SLOT = 10**9  # record numbers a client may insert before its range runs into the next client's
 INSERT_SLOTS = 9 * 10**9  # client ranges: recordcount + slot * INSERT_SLOT stays below 2**63
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _READ_PREFERENCES = ("primary", "primarypreferred", "secondary", "secondarypreferred", "nearest")
@@ -191,10 +192,9 @@ class YcsbWorkload(Workload):
         """The first record number of the insert range owned by the client with ``client_seed``."""
         return self.recordcount + (client_seed % INSERT_SLOTS) * INSERT_SLOT
 
-    def _record(self, rng: random.Random) -> list[str]:
-        length = self.options["fieldlength"]
-        blob = rng.randbytes((len(self.fields) * length + 1) // 2).hex()
-        return [blob[i * length : (i + 1) * length] for i in range(len(self.fields))]
+    def record(self, rng: random.Random) -> list[str]:
+        """The field values of one record, drawn from ``rng`` (as the load and the insert operation write them)."""
+        return record_values(rng, len(self.fields), self.options["fieldlength"])
 
     # ---- data -------------------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class YcsbWorkload(Workload):
                 columns = (KEY_COLUMN, *self.fields)
 
                 def rows(rng: random.Random, first: int, last: int) -> list[tuple[str, ...]]:
-                    return [(self.key_for(i), *self._record(rng)) for i in range(first, last)]
+                    return [(self.key_for(i), *self.record(rng)) for i in range(first, last)]
 
                 inserted = pg_load(
                     session,
@@ -254,10 +254,10 @@ class YcsbWorkload(Workload):
             else:
 
                 def docs(rng: random.Random, first: int, last: int) -> list[dict[str, str]]:
-                    return [self._document(self.key_for(i), self._record(rng)) for i in range(first, last)]
+                    return [self._document(self.key_for(i), self.record(rng)) for i in range(first, last)]
 
                 inserted = mongo_load(
-                    self._collection(session),
+                    self.collection(session),
                     label=self.name,
                     seed=seed,
                     make=docs,
@@ -277,7 +277,8 @@ class YcsbWorkload(Workload):
         doc.update(zip(self.fields, values))
         return doc
 
-    def _collection(self, session: Any) -> Any:
+    def collection(self, session: Any) -> Any:
+        """The MongoDB collection on ``session``, with the readpreference and writeconcern options applied."""
         collection = session.db[self.table]
         read_preference = self.options["readpreference"]
         write_concern = self.options["writeconcern"]
@@ -293,58 +294,9 @@ class YcsbWorkload(Workload):
             collection = collection.with_options(**kwargs)
         return collection
 
+    _collection = collection  # the former private name (tests/test_workloads.py)
+
     # ---- operations -------------------------------------------------------------------------
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
-        from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
-
         return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)
-
-
-class ClientKeys:
-    """One client's view of the record numbers: the loaded ``0..recordcount-1``, then its own inserts.
-
-    Index ``i < recordcount`` is record ``i``; index ``recordcount + n`` is the client's ``n``-th
-    insert, record ``insert_base + n``. `SkewedLatestGenerator` draws over `count`.
-    """
-
-    __slots__ = ("base", "inserted", "recordcount")
-
-    def __init__(self, recordcount: int, base: int, inserted: int = 0) -> None:
-        self.recordcount = recordcount
-        self.base = base
-        self.inserted = inserted
-
-    def count(self) -> int:
-        return self.recordcount + self.inserted
-
-    def keynum(self, index: int) -> int:
-        return index if index < self.recordcount else self.base + index - self.recordcount
-
-
-def first_free(exists: Callable[[int], bool], base: int, limit: int = INSERT_SLOT) -> int:
-    """The first ``n`` with record ``base + n`` absent, assuming records ``base..`` were inserted in order.
-
-    A galloping search: about 2 * log2(n) point reads, done once per client.
-    """
-    if not exists(base):
-        return 0
-    present, absent = 0, 1
-    while absent < limit and exists(base + absent):
-        present, absent = absent, absent * 2
-    absent = min(absent, limit)
-    while absent - present > 1:
-        middle = (present + absent) // 2
-        if exists(base + middle):
-            present = middle
-        else:
-            absent = middle
-    return absent
-
-
-def scan_length_generator(workload: YcsbWorkload, rng: random.Random) -> Any:
-    """Scan lengths in ``1..maxscanlength`` (uniform or zipfian, YCSB's scanlengthdistribution)."""
-    longest = workload.options["maxscanlength"]
-    if workload.options["scanlengthdistribution"] == "zipfian":
-        return ZipfianGenerator(rng, 1, longest, workload.options["zipfianconstant"])
-    return UniformGenerator(rng, 1, longest)

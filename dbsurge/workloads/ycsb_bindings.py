@@ -13,13 +13,14 @@ import os
 import random
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dbsurge.workloads.base import pg_executor, pg_lookup
-from dbsurge.workloads.ycsb import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
+from dbsurge.workloads.ycsb_keys import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
 
-if TYPE_CHECKING:
-    from dbsurge.workloads.ycsb import YcsbWorkload
+# The workload (a `dbsurge.workloads.ycsb.YcsbWorkload`) is passed in; it is not imported, so the
+# imports run one way (ycsb -> ycsb_bindings -> ycsb_keys). Its public `record` and `collection` are used.
+YcsbWorkload = Any
 
 Operations = dict[str, Callable[[], object]]
 ID_INDEX = [("_id", 1)]
@@ -40,7 +41,7 @@ class _Common:
         self.read_all = workload.options["readallfields"]
         self.write_all = workload.options["writeallfields"]
         self.wants_inserts = "insert" in workload.operations
-        self.record = lambda: workload._record(rng)
+        self.record = lambda: workload.record(rng)
         length = workload.options["fieldlength"]
         nbytes = (length + 1) // 2
         randbytes = rng.randbytes
@@ -92,7 +93,29 @@ def _traced(choose: Callable[[], int], path: str, flush_every: int = 1000) -> Ca
     return traced
 
 
-def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:  # noqa: C901 - closures of one client, built together
+def _pg_writer(workload: YcsbWorkload, session: Any, execute: Any) -> Callable[[str, Sequence[object]], int]:
+    """``write(sql, params) -> rowcount``: one write statement as the target wants it."""
+    if getattr(workload.target, "flavor", None) == "dsql":
+        # DSQL can answer 40001 to any write under optimistic concurrency: run writes through
+        # run_transaction, which retries them and counts the retries apart from failures.
+        def write(sql: str, params: Sequence[object]) -> int:
+            rowcount = [0]
+
+            def transaction(conn: Any) -> None:
+                rowcount[0] = conn.execute(sql, params, prepare=True).rowcount
+
+            session.run_transaction(transaction)
+            return rowcount[0]
+
+    else:
+        # PostgreSQL and Aurora: one autocommit statement, one round trip (YCSB's JDBC binding).
+        def write(sql: str, params: Sequence[object]) -> int:
+            return execute(sql, params, prepare=True).rowcount
+
+    return write
+
+
+def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
     """The ycsb operations of one client on a PostgreSQL session."""
     c = _Common(workload, seed)
     table, fields = workload.table, c.fields
@@ -121,22 +144,7 @@ def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:  #
             raise LookupError(f"ycsb read: no record {key}")
         return row
 
-    if getattr(workload.target, "flavor", None) == "dsql":
-        # DSQL can answer 40001 to any write under optimistic concurrency: run writes through
-        # run_transaction, which retries them and counts the retries apart from failures.
-        def write(sql: str, params: Sequence[object]) -> int:
-            rowcount = [0]
-
-            def transaction(conn: Any) -> None:
-                rowcount[0] = conn.execute(sql, params, prepare=True).rowcount
-
-            session.run_transaction(transaction)
-            return rowcount[0]
-
-    else:
-        # PostgreSQL and Aurora: one autocommit statement, one round trip (YCSB's JDBC binding).
-        def write(sql: str, params: Sequence[object]) -> int:
-            return execute(sql, params, prepare=True).rowcount
+    write = _pg_writer(workload, session, execute)
 
     def update_key(key: str) -> object:
         if write_all:
@@ -174,7 +182,7 @@ def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:  #
 def mongo_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
     """The ycsb operations of one client on a MongoDB session."""
     c = _Common(workload, seed)
-    collection = workload._collection(session)
+    collection = workload.collection(session)
     fields = c.fields
     find_one, update_one, insert_one, find = (
         collection.find_one,

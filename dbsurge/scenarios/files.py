@@ -1,0 +1,85 @@
+"""Reading a scenario's run directory: run.json, its CSVs as dicts, and the cells in them.
+
+Every table is built from these files by a scenario's pure ``report(run_dir)``, so a finished
+run's table can be printed again (``--from``). Writing goes through `dbsurge.rundir.RunDirectory`
+(run.json, the tables' CSVs) and `ScenarioRun.append_rows` (raw rows as they are measured).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dbsurge.errors import UserError
+
+
+def read_meta(run_dir: Path) -> dict:
+    """run.json of a run directory; `UserError` when there is none."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no run.json)")
+    return json.loads(path.read_text())
+
+
+def read_rows(run_dir: Path, name: str) -> list[dict]:
+    """A CSV of the run directory as dicts (``[]`` when it does not exist)."""
+    return list(iter_rows(run_dir, name))
+
+
+def iter_rows(run_dir: Path, name: str) -> Iterator[dict]:
+    """The rows of a CSV of the run directory, one at a time (nothing when it does not exist)."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        return
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def is_ok(row: dict) -> bool:
+    """A raw row's ``ok`` cell as a boolean (missing counts as ok)."""
+    return str(row.get("ok", "1")).lower() not in ("0", "false")
+
+
+def floats(rows: Iterable[dict], column: str, *, ok_only: bool = True) -> list[float]:
+    """The non-empty values of a column as floats (rows with ``ok`` false left out)."""
+    out = []
+    for r in rows:
+        if ok_only and not is_ok(r):
+            continue
+        v = r.get(column)
+        if v not in (None, ""):
+            out.append(float(v))
+    return out
+
+
+def opt_float(v: Any) -> float | None:
+    """A cell as a float, None when blank."""
+    return None if v in (None, "") else float(v)
+
+
+def epoch_of(utc_text: str | None) -> float | None:
+    """Seconds since the epoch of a run directory's UTC time (`dbsurge.rundir.utc_iso`); None when blank."""
+    if not utc_text:
+        return None
+    return datetime.fromisoformat(utc_text).timestamp()
+
+
+def csv_cell(v: Any) -> Any:
+    """A value as a table's CSV holds it: blank for None, floats to 6 decimals."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return round(v, 6)
+    return v
+
+
+def error_cell(e: BaseException, limit: int = 160) -> str:
+    """A raw row's ``error`` cell: ``Kind: first line of the message`` (trimmed), secrets removed."""
+    from dbsurge.redact import redact_text
+    from dbsurge.targets import one_line
+
+    return redact_text(f"{type(e).__name__}: {one_line(str(e), limit)}")
