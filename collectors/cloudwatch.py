@@ -649,3 +649,16 @@ class CloudWatchPoller:
             self._greenlet = None
             if final_poll:
                 self.poll_once()
+
+
+def cloudwatch_collector(specs: list[str] | None, region: str | None = None, endpoint_url: str | None = None) -> Any:
+    """The checked collector of ``--cloudwatch PRESET:ID...``, None without specs.
+
+    Parses the presets and makes one cheap CloudWatch call, so a wrong id, region or credentials
+    fail before any load: a `UserError` with one line.
+    """
+    if not specs:
+        return None
+    collector = CloudWatchCollector(parse_presets(specs), region=region, endpoint_url=endpoint_url)
+    collector.check()
+    return collector

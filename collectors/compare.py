@@ -70,7 +70,7 @@ class Side:
 
 
 def _meta(path: Path) -> dict:
-    from dbsurge.scenarios.scenario_run import read_meta
+    from dbsurge.scenarios.files import read_meta
 
     return read_meta(path)
 
@@ -334,7 +334,7 @@ def _cache_rows(sides: Sequence[Side]) -> list[Row]:
 
 
 def _ycsb_rows(sides: Sequence[Side]) -> list[Row]:
-    from dbsurge.scenarios.scenario_run import read_rows
+    from dbsurge.scenarios.files import read_rows
     from dbsurge.scenarios.ycsb_run import summary_numbers
 
     rows = []

@@ -285,3 +285,20 @@ def stage_capacity(run_dir: str | Path) -> pd.DataFrame:
     """Per stage of the run: max and mean of each capacity series (from ``metrics/cloudwatch.csv``)."""
     run = open_run(run_dir)
     return stage_capacity_frame(run.stages, read_cloudwatch(run.path))
+
+
+def stage_capacity_texts(frame: pd.DataFrame | None, *, labels: bool = True, sep: str = "; ") -> dict[str, str]:
+    """Per stage, the maximum of each capacity series, from `collectors.merge.stage_capacity`'s frame.
+
+    ``labels``: ``a2/writer ACU 21; a2/reader ACU 4`` (the spike's table); without: ``21/4`` with
+    ``sep="/"`` (the engine's stage table). A stage without a datapoint is left out.
+    """
+    out: dict[str, str] = {}
+    if frame is None or len(frame) == 0:
+        return out
+    columns = [c for c in frame.columns if c.endswith(" (max)")]
+    for _, row in frame.iterrows():
+        present = [(c[: -len(" (max)")], row[c]) for c in columns if row[c] == row[c]]
+        if present:
+            out[str(row["stage"])] = sep.join(f"{label} {v:g}" if labels else f"{v:g}" for label, v in present)
+    return out

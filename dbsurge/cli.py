@@ -252,7 +252,7 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
             port = str(free_port())
             cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
         cmd += rest
-        return _run_child(cmd, env)
+        return run_child(cmd, env)
     finally:
         if handle is not None:
             handle.stop()
@@ -272,7 +272,7 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_offline(ns, args.workload)
 
 
-def _run_child(cmd: list[str], env: dict | None = None) -> int:
+def run_child(cmd: list[str], env: dict | None = None) -> int:
     """Run Locust as a child in its own process group; forward SIGINT and SIGTERM to it, once each.
 
     In the terminal's process group the child would get Ctrl-C from the terminal *and* from us,

@@ -328,18 +328,10 @@ def _capacity(run) -> dict[str, str] | None:
         return None
     try:
         from .collectors.merge import stage_capacity
+        from .collectors.merge import stage_capacity_texts
 
-        df = stage_capacity(run.rundir.path)
+        return stage_capacity_texts(stage_capacity(run.rundir.path), labels=False, sep="/")
     except Exception as e:
         log.info("no capacity per stage yet (%s)", e)
         return {}
-    out = {}
-    if df is None or len(df) == 0:
-        return out
-    for _, row in df.iterrows():
-        cols = [c for c in df.columns if c.endswith("(max)")]
-        vals = [row[c] for c in cols if row[c] == row[c]]
-        if vals:
-            out[str(row["stage"])] = "/".join(f"{v:g}" for v in vals)
-    return out
 

@@ -104,7 +104,7 @@ def repeat_main(argv: list[str]) -> int:
             runs.append({"index": i, "run_dir": str(i), "exit_code": code})
             sub = parent.path / str(i)
             if i == 1 and (sub / "run.json").is_file():
-                from .scenarios.scenario_run import read_meta
+                from .scenarios.files import read_meta
 
                 parent.write_meta(target_display=read_meta(sub).get("target_display"))
             parent.write_meta(repetitions={"count": count, "runs": runs})

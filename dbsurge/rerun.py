@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def load_meta(run_dir: str | Path) -> dict:
     """run.json of an engine run; `UserError` (one line) when the directory is not one."""
-    from .scenarios.scenario_run import read_meta
+    from .scenarios.files import read_meta
 
     path = Path(run_dir)
     if not path.is_dir():

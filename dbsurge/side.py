@@ -22,12 +22,10 @@ def preflight_side(run) -> None:
     opts = run.options
     run.cloudwatch_collector = None
     if opts.cloudwatch:
-        from .collectors.cloudwatch import CloudWatchCollector, parse_presets
+        from .collectors.cloudwatch import cloudwatch_collector
 
-        collector = CloudWatchCollector(parse_presets(opts.cloudwatch), region=opts.cloudwatch_region,
-                                        endpoint_url=opts.cloudwatch_endpoint_url)
-        collector.check()
-        run.cloudwatch_collector = collector
+        run.cloudwatch_collector = cloudwatch_collector(opts.cloudwatch, opts.cloudwatch_region,
+                                                        opts.cloudwatch_endpoint_url)
     if opts.cost_cap is not None and not opts.cost_cap > 0:
         raise UserError(f"--cost-cap must be a positive number of dollars, not {opts.cost_cap}")
 

@@ -29,6 +29,7 @@ from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_STOPPING
 
 from .redact import redact_text
+from .timing import time_call
 
 log = logging.getLogger("dbsurge")
 _user_numbers = iter(range(1, 1 << 62))
@@ -169,19 +170,14 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                         fail(k, stage, intended, start, last_connect_error)
                     continue
             retries_before = session.retries
-            start = clock()
-            timer = gevent.Timeout(op_bound_s, OperationTimeout)
+            timer = gevent.Timeout(op_bound_s, OperationTimeout)  # an Exception: time_call returns it
             timer.start()
             try:
-                fns[k]()
-                exc = None
-            except OperationTimeout as e:
-                exc = e
-            except Exception as e:  # a failed operation is data, not a crash
-                exc = e
+                ok, exc, start, end = time_call(fns[k])  # the one timing helper (dbsurge.timing)
             finally:
                 timer.close()
-            end = clock()
+            if ok:
+                exc = None
             if pacer is not None and not pacer.done(slot):
                 continue  # written off as not sent while it ran (the run ended or stopped)
             if intended == 0:

@@ -16,22 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dbsurge.collectors.cloudwatch import cloudwatch_collector  # noqa: F401 - the scenarios' import
+from dbsurge.collectors.merge import stage_capacity_texts
 from dbsurge.errors import UserError
-
-
-def cloudwatch_collector(specs: list[str] | None, region: str | None = None, endpoint_url: str | None = None) -> Any:
-    """The checked collector of ``--cloudwatch PRESET:ID...``, None without specs.
-
-    Parses the presets and makes one cheap CloudWatch call, so a wrong id, region or credentials
-    fail before any load: a `UserError` with one line.
-    """
-    if not specs:
-        return None
-    from dbsurge.collectors.cloudwatch import CloudWatchCollector, parse_presets
-
-    collector = CloudWatchCollector(parse_presets(specs), region=region, endpoint_url=endpoint_url)
-    collector.check()
-    return collector
 
 
 def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, margin_s: float = 120.0) -> str:
@@ -101,23 +88,6 @@ def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average")
 def capacity_text(values: dict[str, float]) -> str:
     """``a2/writer ACU 10.5; a2/reader ACU 4`` or blank."""
     return "; ".join(f"{label} {value:g}" for label, value in values.items())
-
-
-def stage_capacity_texts(frame: Any, *, labels: bool = True, sep: str = "; ") -> dict[str, str]:
-    """Per stage, the maximum of each capacity series, from `collectors.merge.stage_capacity`'s frame.
-
-    ``labels``: ``a2/writer ACU 21; a2/reader ACU 4`` (the spike's table); without: ``21/4`` with
-    ``sep="/"`` (the engine's stage table). A stage without a datapoint is left out.
-    """
-    out: dict[str, str] = {}
-    if frame is None or len(frame) == 0:
-        return out
-    columns = [c for c in frame.columns if c.endswith(" (max)")]
-    for _, row in frame.iterrows():
-        present = [(c[: -len(" (max)")], row[c]) for c in columns if row[c] == row[c]]
-        if present:
-            out[str(row["stage"])] = sep.join(f"{label} {v:g}" if labels else f"{v:g}" for label, v in present)
-    return out
 
 
 def stage_capacity_text(run_dir: Path) -> dict[str, str]:

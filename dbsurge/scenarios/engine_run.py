@@ -22,17 +22,17 @@ from dbsurge.rundir import RunDirectory
 def run_engine(run_args: list[str]) -> int:
     """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results).
 
-    The child runs as ``dbsurge run`` runs Locust (`dbsurge.cli._run_child`: its own process group,
+    The child runs as ``dbsurge run`` runs Locust (`dbsurge.cli.run_child`: its own process group,
     SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
     command line.
     """
-    from dbsurge.cli import _run_child, move_target_to_env
+    from dbsurge.cli import run_child, move_target_to_env
 
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
     env = {**os.environ, "DBSURGE_TARGET": target} if target is not None else None
     sys.stdout.flush()
-    return _run_child(cmd, env)
+    return run_child(cmd, env)
 
 
 def pairs(flag: str, values: list[str] | None) -> list[str]:

@@ -1,6 +1,6 @@
 """Latency arithmetic for the scenarios' tables: pure functions over lists of milliseconds.
 
-Percentiles come from the engine's microsecond HdrHistogram (`dbsurge.histogram.Histogram`), so a
+Percentiles come from the engine's microsecond HdrHistogram (`dbsurge.measure.histogram.Histogram`), so a
 scenario's P99 means what the engine's P99 means (the highest value equivalent to the bucket,
 within 0.1%)::
 
