@@ -154,9 +154,19 @@ def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
     run.safe_event("worker_refused", worker=cid, reason=why, host=worker_host(cid))
 
 
+def _has_users(runner, cid: str) -> bool:
+    node = runner.clients.get(cid)
+    return bool(node is not None and sum((node.user_classes_count or {}).values()))
+
+
 def _reshare_if_needed(run: DbSurgeRun) -> None:
+    """Move shares when a worker was lost or a new one can take a share.
+
+    A worker that joins mid-run gets a share only once Locust has given it users (without
+    ``--enable-rebalancing`` it never does): a share without users would be slots nobody takes.
+    """
     env = run.environment
-    workers = _worker_ids(env.runner, run)
+    workers = [w for w in _worker_ids(env.runner, run) if w in run.shares or _has_users(env.runner, w)]
     if set(workers) == set(run.shares) or not workers:
         return
     elapsed = run.elapsed_s() or 0.0

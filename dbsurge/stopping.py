@@ -41,7 +41,7 @@ log = logging.getLogger("dbsurge")
 #: more than the plan. Back in touch, it asks for its share again (``dbsurge:hello`` with ``rejoin``).
 MASTER_SILENCE_S = 1.5
 #: ... and after this long it gives up and exits 3.
-MASTER_GONE_S = 5.0
+MASTER_GONE_S = 15.0
 #: Extra time the master waits for final accounts after the drain.
 FINAL_WAIT_S = 3.0
 

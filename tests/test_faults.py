@@ -216,9 +216,10 @@ def test_master_sigkilled(tmp_path, pg_uri):
     workers = master.children()
     killed_at = time.time()
     master.kill()
-    gone, alive = psutil.wait_procs(workers, timeout=9)
+    gone, alive = psutil.wait_procs(workers, timeout=20)
     assert not alive, "workers outlived their master"
-    assert time.time() - killed_at < 9  # they pause after 1.5 s of silence and exit after 5 s
+    # they stop sending after 1.5 s of silence, and give up (exit 3) after 15 s: a partition may heal
+    assert time.time() - killed_at < 20
     _finish(proc, tmp_path)
     seconds = timeline_seconds(run)
     last = datetime.fromisoformat(seconds[-1].replace("Z", "+00:00")).timestamp()
