@@ -43,13 +43,12 @@ def test_non_loopback_master_needs_a_token(tmp_path, pg_uri):
     assert not (tmp_path / "results").exists()
 
 
-def test_processes_master_binds_loopback(tmp_path, pg_uri):
-    from dbsurge.options import add_options
-    from locust.argument_parser import get_parser
-
-    parser = get_parser()
-    add_options(parser)
-    assert parser.parse_args(["-f", FILES]).master_bind_host == "127.0.0.1"
+def test_processes_master_binds_loopback():
+    # in a child: importing Locust here would monkey-patch this test process (ssl, boto3) for the tests after
+    code = ("from locust.argument_parser import get_parser\nfrom dbsurge.options import add_options\n"
+            "p = get_parser(); add_options(p)\nprint(p.parse_args(['-f', 'x.py']).master_bind_host)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "127.0.0.1", out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("ns_worker_has_token", [False, True])
