@@ -183,7 +183,8 @@ def master_web(tmp_path, password_uri):
              *common], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
     worker = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-host", "127.0.0.1", "--master-port",
-         str(master_port), *common], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         str(master_port), *common], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "DBSURGE_TARGET": password_uri})  # the master never sends a password: the worker's own
     base = f"http://127.0.0.1:{web_port}"
 
     def master_log():
