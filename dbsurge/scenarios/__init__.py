@@ -24,6 +24,8 @@ from dbsurge.errors import UserError
 SCENARIOS: dict[str, tuple[str, str]] = {
     "spike": ("dbsurge.scenarios.spike",
               "study 001: orders at 20%->200%->100%->5% of a baseline; per-stage TPS, p95/p99, failures, capacity"),
+    "capacity": ("dbsurge.scenarios.capacity_search",
+                 "the highest constant rate with p99 under a bound (step search, bisect); target or generator limit"),
     "idle": ("dbsurge.scenarios.idle",
              "study 001: close every connection, wait, then time a new connection, a first query and 20 more"),
     "cache": ("dbsurge.scenarios.cache",
