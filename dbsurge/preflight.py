@@ -90,7 +90,8 @@ def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
     They run before time zero and are not part of the ledger. None when they fail (the run will say why).
     """
     import statistics
-    import time
+
+    from .timing import time_call
 
     try:
         workload = run.workload(sorted({u.workload for u in dbsurge_user_classes(run.environment)})[0])
@@ -103,9 +104,10 @@ def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
         times = []
         for _ in range(rounds):
             for name in names:
-                t0 = time.perf_counter()
-                fns[name]()
-                times.append(time.perf_counter() - t0)
+                ok, _, start_ns, end_ns = time_call(fns[name])  # the one timing helper
+                if not ok:
+                    return None
+                times.append((end_ns - start_ns) / 1e9)
         return statistics.median(times) if times else None
     except Exception:
         return None

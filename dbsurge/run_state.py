@@ -25,7 +25,7 @@ from .clocks import ClockBook, wall_ns
 from .measure.aggregator import Aggregator
 from .measure.recorder import Recorder
 from .membership import Membership
-from .pacer import Pacer
+from .pacer import BACKLOG_S, Pacer
 from .redact import redact_text
 from .rundir import RunDirectory
 from .stage_plan import Schedule, StagePlan, parse_duration
@@ -228,7 +228,7 @@ class DbSurgeRun:
             skipped = self.pacer.set_schedule(self.schedule, at_s)
             if skipped:
                 log.warning("rate change: %d late slots of the old rate were dropped (this worker was more than "
-                            "%.0f s behind)", skipped, 1.0)
+                            "%.0f s behind)", skipped, BACKLOG_S)
 
 
 class ShipToMaster(logging.Handler):
