@@ -63,7 +63,10 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
                                         help="run time, e.g. 30s or 2m (closed model and constant shape; closed "
                                              "model default 30s)")),
-    ("measurement", ("--quiet",), dict(action="store_true", help="only print the final tables")),
+    ("measurement", ("--quiet",), dict(action="store_true",
+                                       help="no progress lines: stage changes, warnings and the final tables")),
+    ("measurement", ("--verbose",), dict(action="store_true",
+                                         help="Locust's own log lines and periodic tables as well as dbsurge's")),
     ("measurement", ("--repeat",), dict(default=None, metavar="N",
                                         help="run N times into <results>/<run-id>/1..N and print the spread "
                                              "(median, min, max) of each stage's figures")),
@@ -233,9 +236,7 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
         env = {**os.environ, "DBSURGE_TARGET": uri}
         if not args.web:
             cmd.append("--headless")
-        if args.quiet:
-            cmd.append("--only-summary")
-            env["DBSURGE_QUIET"] = "1"  # dbsurge's tables only, not Locust's as well
+        cmd += _console_options(args, rest, env)
         if args.shape:
             if args.users:
                 cmd += ["--max-users", str(args.users)]
@@ -256,6 +257,17 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     finally:
         if handle is not None:
             handle.stop()
+
+
+def _console_options(args, rest: list[str], env: dict) -> list[str]:
+    """How the Locust child talks (`dbsurge.console`): Locust's chatter and tables only under --verbose."""
+    env["DBSURGE_CONSOLE"] = "verbose" if args.verbose else "quiet" if args.quiet else "normal"
+    if args.verbose:
+        return []
+    options = ["--only-summary"]  # no periodic whole-millisecond tables
+    if not any(a in ("-L", "--loglevel") or a.startswith("--loglevel=") for a in rest):
+        options += ["--loglevel", "WARNING"]  # from Locust's first line on; dbsurge's logger stays at INFO
+    return options
 
 
 def _preflight(args, ns: argparse.Namespace) -> None:

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from . import console
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
 from .checks import evaluate_checks, parse_checks
@@ -115,8 +116,11 @@ def finish_run(run, hurry: bool = False) -> None:
     verdict = judge(run, stages, summary, total, write_failed)
     run.exit_code = verdict.code
     if run.options.headless or run.role == "local":
-        sys.stdout.write("\n" + summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
-                         + "\n")
+        if console.final_tables():
+            text = summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
+        else:  # a scenario prints the study's table from the files; the checks and the verdict are the engine's
+            text = "\n\n".join(_check_lines(verdict.results) + [verdict.text])
+        sys.stdout.write("\n" + text + "\n")
         sys.stdout.flush()
     _write_summary(run, stages, summary, total, verdict, booked)
     if run.role != "worker" and not hurry and not write_failed:

@@ -15,7 +15,7 @@ import time
 
 import gevent
 
-from . import protocol, stopping
+from . import console, protocol, stopping
 from .measure.aggregator import Aggregator
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
@@ -76,12 +76,27 @@ def begin_run(run: DbSurgeRun) -> None:
     else:
         run.make_pacer(protocol.setup_for(run, 0, 1, max_lag_s))
         run.ready.set()
-    run.side_tasks = [gevent.spawn(_master_loop, run)]
+    run.side_tasks = [gevent.spawn(_master_loop, run)] + _announce_stages(run)
+    run.progress = (console.Progress(start_s, stage_names)
+                    if opts.headless and console.mode() != "quiet" else None)
     if run.role == "master":
         run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
     from .side import start_side_collectors
 
     run.side_tasks += start_side_collectors(run)
+
+
+def _announce_stages(run: DbSurgeRun) -> list:
+    """A console line as each stage of the plan begins (`dbsurge.console.stage_line`)."""
+    if not run.plan:
+        return []
+    start_s = run.start_epoch_ns / 1e9
+    tasks = []
+    for i, st in enumerate(run.plan.starts):
+        if math.isfinite(st):
+            line = console.stage_line(run.plan, i, start_s)
+            tasks.append(gevent.spawn_later(max(0.0, start_s + st - time.time()), log.info, line))
+    return tasks
 
 
 def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
@@ -110,6 +125,10 @@ def _master_loop(run: DbSurgeRun) -> None:
         if run.role == "local" and run.closing is None:
             run.merge_payload(run.recorder.drain(), source="local")
         try:
-            run.rundir.write_flush(run.aggregator.flush())
+            flush = run.aggregator.flush()
+            run.rundir.write_flush(flush)
         except Exception as e:
             run.note_problem("writing the timeline", e)
+            continue
+        for line in run.progress.add(flush.rows) if run.progress is not None else []:
+            log.info(line)

@@ -20,7 +20,6 @@ listener hands over to the module that does the work:
 from __future__ import annotations
 
 import logging
-import os
 from functools import partial
 
 import gevent
@@ -28,7 +27,7 @@ import locust.runners
 import locust.stats
 from locust import events
 
-from . import finish, latency_buckets, protocol, stopping
+from . import console, finish, latency_buckets, protocol, stopping
 from .errors import UserError
 from .lifecycle import begin_run
 from .membership import Membership
@@ -62,6 +61,7 @@ def _on_parser(parser, **_kw):
 def _on_init(environment, runner=None, web_ui=None, **_kw):
     if runner is None or environment.parsed_options is None or not dbsurge_user_classes(environment):
         return
+    console.set_up_logging()
     run = DbSurgeRun(environment)
     environment.dbsurge = run
     # Locust's report events carry no environment: these listeners carry the run themselves
@@ -162,9 +162,7 @@ def _on_quitting(environment, **_kw):
             finish.finish_run(run)
         if run.exit_code is not None:
             environment.process_exit_code = run.exit_code
-        if os.environ.get("DBSURGE_QUIET"):
-            # `dbsurge run --quiet`: dbsurge's tables were printed; Locust's would repeat them, rounded
-            logging.getLogger("locust.stats_logger").setLevel(logging.WARNING)
+        console.hide_locust_tables()
     finally:
         if run.embedded_handle is not None:
             run.embedded_handle.stop()

@@ -85,6 +85,7 @@ class DbSurgeRun:
         self.shares: dict[str, int] = {}
         self.finished = False
         self.side_tasks: list = []
+        self.progress = None  # dbsurge.console.Progress: the headless console's progress lines
         self.exit_code: int | None = None
         self.cloudwatch_collector = None
         # stopping and the ledger (see dbsurge.stopping)

@@ -63,6 +63,9 @@ def test_spike_prints_the_study_table_from_stages_csv(tmp_path, pg_uri):
     summary = (run / "summary.md").read_text()
     assert "order creation p95 / p99 ms" in summary and "max capacity" in summary
     assert "successful TPS" in proc.stdout and "No collector attached" in proc.stdout
+    # the study's table once, the engine's verdict once, one results line: no second copy of the tables
+    assert proc.stdout.count("successful TPS") == 1 and proc.stdout.count("results: ") == 1, proc.stdout
+    assert "Operations (" not in proc.stdout and proc.stdout.count("OK: the plan was delivered") == 1, proc.stdout
     # Once the collector has the capacity (as `dbsurge collect` writes it), --from fills the column.
     (run / "metrics").mkdir(exist_ok=True)
     lines = ["time_utc,preset,id,metric,stat,value"]

@@ -30,7 +30,9 @@ def run_engine(run_args: list[str]) -> int:
 
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
-    env = {**os.environ, "DBSURGE_TARGET": target} if target is not None else None
+    env = {**os.environ, "DBSURGE_FINAL_TABLES": "0"}  # the scenario prints its table; the engine its verdict
+    if target is not None:
+        env["DBSURGE_TARGET"] = target
     sys.stdout.flush()
     return run_child(cmd, env)
 

@@ -1,0 +1,98 @@
+"""The console a person reads under ``dbsurge run``: stage lines, progress lines, no Locust chatter."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from dbsurge.console import Progress, ShortFormatter, stage_line
+from dbsurge.stage_plan import StagePlan
+from dbsurge.utc import utc_iso
+
+from runs import dbsurge, explain, only_run_dir, read_csv
+
+START = 1_796_000_000.0  # a whole second, so each row's second is easy to read
+
+
+def _row(second: int, stage: str, achieved: float, target: float, p99: float, failures: int = 0, dropped: int = 0,
+         lag: float = 1.0, operation: str = "ALL") -> dict:
+    return {"time_utc": utc_iso(START + second), "stage": stage, "operation": operation, "achieved_tps": achieved,
+            "target_tps": target, "p99_ms": p99, "failures": failures, "dropped": dropped, "lag_p99_ms": lag}
+
+
+def test_stage_line_names_the_stage_its_rate_and_when():
+    plan = StagePlan.parse("20s@20%,20s@200%,10s@ramp(100%..5%)", 200)
+    assert stage_line(plan, 1, START) == "stage 2/3 200%: 400 TPS from " + utc_iso(START + 20)[11:19] + "Z for 20 s"
+    assert stage_line(plan, 2, START).startswith("stage 3/3 ") and ": 200→10 TPS from " in stage_line(plan, 2, START)
+    assert stage_line(StagePlan.constant(50), 0, START).endswith(": 50 TPS from " + utc_iso(START)[11:19]
+                                                                  + "Z until stopped")
+
+
+def test_progress_line_is_the_timeline_rows_and_never_mixes_stages():
+    progress = Progress(START, ["20%", "200%"], every_s=3600)  # no timed line: only the stage change makes one
+    assert progress.add([_row(0, "20%", 10, 10, 2.5), _row(0, "20%", 9, 0, 9.0, operation="op")]) == []
+    lines = progress.add([_row(1, "20%", 8, 10, 3.25, failures=2, dropped=1), _row(2, "200%", 100, 100, 7.0)])
+    # the two 20% seconds: mean rate, the worst second's p99, failures and drops summed; ALL rows only
+    assert lines == ["t=2s stage 1/2 20%: 9.0/10.0 TPS, p99 3.250 ms, lag p99 1.000 ms, 2 failed (2 in all), "
+                     "1 dropped (last 2 s)"]
+    progress.every_s = 0.0
+    [line] = progress.add([_row(3, "200%", 98, 100, 12.0, failures=1, lag=4.5)])
+    assert line.startswith("t=4s stage 2/2 200%: 99.0/100.0 TPS, p99 12.000 ms, lag p99 4.500 ms, 1 failed (3 in all)")
+
+
+def test_short_format_keeps_the_level_of_warnings():
+    fmt = ShortFormatter()
+    info = logging.LogRecord("dbsurge", logging.INFO, __file__, 1, "probe: 1.2 ms", None, None)
+    warn = logging.LogRecord("locust.runners", logging.WARNING, __file__, 1, "worker lost", None, None)
+    assert re.fullmatch(r"\d\d:\d\d:\d\dZ probe: 1.2 ms", fmt.format(info))
+    assert re.fullmatch(r"\d\d:\d\d:\d\dZ WARNING locust.runners: worker lost", fmt.format(warn))
+
+
+LOCUST_CHATTER = ("Starting Locust", "Shutting down", "All users spawned", "Ramping to", "/INFO/locust")
+LOCUST_TABLES = ("Aggregated", "Response time percentiles", "# reqs")
+
+
+def _spike(tmp_path, pg_uri, *extra: str):
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "spike", "--baseline-tps", "20",
+                   "--stage-seconds", "3", "--align-start", "1", "--workload-option", "products=300", "--no-db-sampler",
+                   "--results-dir", str(tmp_path / "results"), *extra, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    return proc
+
+
+def test_console_by_default_stage_lines_progress_and_the_tables_once(tmp_path, pg_uri):
+    proc = _spike(tmp_path, pg_uri)
+    out, err = proc.stdout, proc.stderr
+    for text in LOCUST_CHATTER + LOCUST_TABLES:
+        assert text not in out + err, (text, explain(proc))
+    stage_lines = re.findall(r"^\d\d:\d\d:\d\dZ (stage \d/4 \S+): \d+ TPS from \d\d:\d\d:\d\dZ for 3 s$", err, re.M)
+    assert stage_lines == ["stage 1/4 20%", "stage 2/4 200%", "stage 3/4 100%", "stage 4/4 5%"], err
+    progress = re.findall(r"^\d\d:\d\d:\d\dZ t=(\d+)s stage \d/4 \S+: ([\d.]+)/([\d.]+) TPS, p99 \d+\.\d{3} ms, "
+                          r"lag p99 \d+\.\d{3} ms, (\d+) failed \(\d+ in all\), (\d+) dropped \(last \d+ s\)$",
+                          err, re.M)
+    assert len(progress) >= 2, err
+    assert [int(p[0]) for p in progress] == sorted(int(p[0]) for p in progress)
+    # the progress lines' rates are the timeline's: stages start on whole seconds (--align-start 1), so
+    # the 200% stage's seconds are all 40 TPS planned
+    assert any(float(p[2]) == 40.0 for p in progress), progress
+    assert out.count("Operations (") == 1 and out.count("Ledger (") == 1 and out.count("results: ") == 1, out
+    run = only_run_dir(tmp_path / "results")
+    assert {r["stage"] for r in read_csv(run / "stages.csv")} == {"20%", "200%", "100%", "5%"}
+
+
+def _constant(tmp_path, pg_uri, *extra: str):
+    tmp_path.mkdir()
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "20",
+                   "--duration", "2s", "--workload-option", "products=300", "--no-db-sampler",
+                   "--results-dir", str(tmp_path / "results"), *extra, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    return proc
+
+
+def test_console_quiet_and_verbose(tmp_path, pg_uri):
+    quiet = _constant(tmp_path / "q", pg_uri, "--quiet")
+    assert " t=" not in quiet.stderr and len(re.findall(r"Z stage 1/1 20tps: 20 TPS from ", quiet.stderr)) == 1
+    assert quiet.stdout.count("Operations (") == 1 and "Aggregated" not in quiet.stdout + quiet.stderr
+    verbose = _constant(tmp_path / "v", pg_uri, "--verbose")
+    assert "Starting Locust" in verbose.stderr and "Aggregated" in verbose.stdout + verbose.stderr
+    assert verbose.stdout.count("Operations (") == 1
