@@ -175,6 +175,8 @@ class Pacer:
         self.closed: str | None = None  # the not-sent reason once closed
         self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
         self.stop_number: int | None = None  # leaving: arrivals from here on are the others' (`stop_at`)
+        # closed: arrivals from here on were never planned (an open-ended plan cut where it stopped)
+        self.cut_number: int | None = None
         self._pending: tuple[int, int, int] | None = None  # (index, count, from_number) of a reshare
         # Precise waits need the real monotonic clock (tests pass their own clocks).
         self._alarm = Alarm.create() if clock_ns is time.perf_counter_ns else None
@@ -264,7 +266,8 @@ class Pacer:
         if slot.position >= self.schedule.total():
             return  # a rate change moved it past the plan's end: no longer planned
         if self.closed is not None:
-            self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + self.closed)
+            if self._planned(slot):
+                self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + self.closed)
         else:
             self.returned.appendleft(slot)
 
@@ -367,12 +370,18 @@ class Pacer:
         if not math.isfinite(end):
             end = self.schedule.cumulative(max(0.0, (self.clock_ns() - self.start_ns) / NS))
         column = "not_sent:" + reason
+        stop_k = self.sequence.first_at_or_after(end)
+        if until_position is not None and until_position >= 0:
+            # an open-ended plan cut where it stopped: arrivals from here on were never planned, and
+            # a slot beyond the cut that a user took ahead of its time is let go uncounted. (A leaving
+            # worker passes -1: nothing of its share is left to write off, and what it holds is its own.)
+            self.cut_number = stop_k
         n = 0
         for slot in self.returned:
-            self.sink.count(slot.stage, self.op_ids[slot.op], column)
-            n += 1
+            if slot.number < stop_k:
+                self.sink.count(slot.stage, self.op_ids[slot.op], column)
+                n += 1
         self.returned.clear()
-        stop_k = self.sequence.first_at_or_after(end)
         if self._pending is not None:
             index, count, from_number = self._pending
             n += self._write_off(self.next_number, min(from_number, stop_k), self.count, column)
@@ -399,15 +408,25 @@ class Pacer:
         return n
 
     def write_off_in_flight(self, reason: str = "in_flight") -> tuple[int, float]:
-        """Count every slot still held by a user as not sent; returns (count, oldest age in seconds)."""
+        """Count every slot still held by a user as not sent; returns (count, oldest age in seconds).
+
+        A slot past the cut of a closed open-ended plan was taken ahead of its time by a waiting
+        user: it was never planned, so it is let go without a count.
+        """
         now = self.clock_ns()
         oldest = 0.0
+        n = 0
         for slot in self.in_flight.values():
-            self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
-            oldest = max(oldest, (now - slot.intended_ns) / NS)
-        n = len(self.in_flight)
+            if self._planned(slot):
+                self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
+                oldest = max(oldest, (now - slot.intended_ns) / NS)
+                n += 1
         self.in_flight.clear()
         return n, oldest
+
+    def _planned(self, slot: Slot) -> bool:
+        """False for a slot past the cut of a closed plan (`close`): no ledger entry is due for it."""
+        return self.cut_number is None or slot.number < self.cut_number
 
 
 CHUNK = 1 << 20  # arrivals counted per numpy pass when closing

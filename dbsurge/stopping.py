@@ -49,6 +49,10 @@ FINAL_WAIT_S = 3.0
 # -- the master's side (and a local run's) ------------------------------------------------------------
 
 
+#: How far ahead of the master's stop an open-ended plan is cut: longer than the close message takes.
+CLOSE_LEAD_S = 0.25
+
+
 def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str = "in_flight") -> None:
     """Stop the plan everywhere and collect every worker's final account; blocks at most drain + 3 s.
 
@@ -65,7 +69,10 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
         if reason != "users_exhausted":
             agg.stop_epoch_s = max(now, run.start_epoch_ns / 1e9)
         if not math.isfinite(run.schedule.end_s):
-            until = run.schedule.cumulative(max(elapsed, 0.0))
+            # an open-ended plan ends where it stopped; workers get the message a little later, so
+            # the cut is that much ahead: no slot they start meanwhile falls beyond the plan
+            lead = CLOSE_LEAD_S if run.role == "master" else 0.0
+            until = run.schedule.cumulative(max(elapsed + lead, 0.0))
         run.until_position = until
     msg = {"reason": reason, "drain_s": float(drain_s), "in_flight_reason": in_flight_reason, "until_position": until}
     runner = run.environment.runner
@@ -259,7 +266,10 @@ def _on_signal(run, signum: int) -> None:
         run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
         close_run(run, "interrupted", drain_s=float(run.options.drain), in_flight_reason="interrupted")
         finish_run(run)
-        _quit(run)
+        # a signal ends the process, web UI or not (the UI's Stop button is the way to stop and stay):
+        # with the UI, stopping its server ends Locust's main loop, which quits the runner and exits
+        web_ui = run.environment.web_ui
+        gevent.spawn(web_ui.stop if web_ui is not None else run.environment.runner.quit)
         return
     # the second signal: write what we have and go
     sys.stderr.write(f"dbsurge: {name} again: stopping now\n")

@@ -118,6 +118,28 @@ def test_close_writes_off_the_untaken_rest_by_stage():
     assert p.next_slot() is None
 
 
+def test_closing_an_open_plan_lets_go_of_slots_past_the_cut():
+    # Users take slots ahead of their time and wait for them. An open-ended plan cut at position 5
+    # planned arrivals 0-4; a slot past the cut that a user held is neither sent nor planned.
+    schedule = Schedule.from_plan(StagePlan.constant(10))
+    sink = Recorder()
+    p, clock = _pacer(schedule, sink=sink)
+    taken = [p.next_slot() for _ in range(8)]  # arrivals 0..7, due at 0.0 .. 0.7 s
+    clock.now = 450_000_000
+    for s in taken[:4]:
+        assert p.done(s)
+    cut = schedule.cumulative(0.5)
+    assert p.close("interrupted", until_position=cut) == 0
+    p.give_back(taken[5])
+    p.give_back(taken[6])
+    n, _ = p.write_off_in_flight("interrupted")
+    assert n == 1  # arrival 4 (due at 0.4 s, before the cut) was still held: planned, not sent
+    ledger = {(st, col): n for st, _, col, n in sink.drain()["ledger"]}
+    assert ledger == {(0, "not_sent:interrupted"): 1}
+    mix = OperationMix([("op", 1.0)], 0)
+    assert sum(planned_counts(schedule, ArrivalSequence("uniform", 0), mix, cut).values()) == 4 + 1
+
+
 def test_a_rate_change_leaves_no_backlog_behind():
     """1,000x the rate for 2 s, then back: the slots of the spike a worker could not reach are dropped at the
     change (counted), not sent flat out afterwards."""
