@@ -124,12 +124,17 @@ def report_main(argv: Sequence[str]) -> int:
             if path is None:
                 continue
             add_section(path, section)
-            _say(f"wrote {path} (with the comparison of {len(args.run_dirs)} runs), "
-                 f"{path.with_name('timeline.png')} and {path.with_name('summary.md')}")
+            _say(f"wrote {_report_files(path, f' (with the comparison of {len(args.run_dirs)} runs)')}")
         return 0
     path = build_report(args.run_dirs[0])
-    _say(f"wrote {path}, {path.with_name('timeline.png')} and {path.with_name('summary.md')}")
+    _say(f"wrote {_report_files(path)}")
     return 0
+
+
+def _report_files(report: Path, note: str = "") -> str:
+    """The report's files that were written (a run without a timeline has no timeline.png)."""
+    others = [str(report.with_name(n)) for n in ("timeline.png", "summary.md") if report.with_name(n).exists()]
+    return f"{report}{note}, " + " and ".join(others) if others else f"{report}{note}"
 
 
 def cost_main(argv: Sequence[str]) -> int:

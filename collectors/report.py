@@ -1,28 +1,33 @@
 """The run report: ``report.html`` (self-contained), ``timeline.png`` and ``summary.md``.
 
-`build_report` merges the run (``merged.csv``), estimates its cost (``cost.csv``) and draws, on
-one UTC time axis with the stages shaded:
+`build_report` merges the run (``merged.csv``), estimates its cost (``cost.csv``) and writes:
 
-1. response-time percentiles per operation (p50 and p99, from the intended start),
-2. target versus achieved arrival rate, with failures,
-3. scheduling lag (p99) and dropped slots,
-4. capacity units (CloudWatch, as steps over each period) beside the cache hit ratio (the
-   PostgreSQL sampler's 1-second buffer hit ratio, MongoDB's cache hit ratio, CloudWatch's
-   BufferCacheHitRatio), which is where a 60-second average hides a cold cache (study 000).
+- the tables the console printed at the end of the run, from the same files (``summary.csv``,
+  ``stages.csv``) through the same functions (`dbsurge.tables`): per operation (planned, ok, failed,
+  ops/s, response p50/p95/p99/p99.9/max, service p50/p99, lag p99), per stage (with the CloudWatch
+  capacity of each stage when the run has it) and the ledger; in the HTML also every stage and
+  operation in full;
+- the plots of `collectors.timeline_plots`: per operation the response-time percentiles with service
+  time beside them, the operations completed per second (the samples behind each per-second
+  percentile), target versus achieved rate, lag and drops, and capacity and cache hit ratio, on one
+  axis of seconds since the run started with UTC along the top;
+- the cost, when there is one to show: a local run costs nothing that dbsurge can price, so its
+  report has no cost section rather than a table of $0.0000.
 
-The HTML embeds every plot as a base64 PNG and uses no script and no network, so a browser opens
-it from disk. ``timeline.png`` holds the four panels in one picture for pasting into a document.
-``summary.md`` has the same tables for a terminal or a pull request. Plots use matplotlib's Agg
-canvas directly (no pyplot state), so building a report is safe inside a running engine.
+A section without data is left out. The HTML embeds every plot as a base64 PNG and uses no script,
+stylesheet, font or image from elsewhere, so a browser opens it from disk. ``timeline.png`` holds
+the panels in one picture for pasting into a document; ``summary.md`` has the tables for a terminal
+or a pull request.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import html
-import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +37,14 @@ import pandas as pd
 from dbsurge.errors import UserError
 
 from .cost import CostReport, estimate_cost
-from .merge import capacity_frames, infer_period_s, merge_run, series_label, stage_capacity_frame
+from .merge import merge_run, stage_capacity_frame
 from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events, read_stages
+from .timeline_plots import RESPONSE, panels, render_panel, render_timeline, samples_for, stage_ok
 
-_STAGE_SHADES = ("#eef2f7", "#ffffff")
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
+
+Table = tuple[list[str], list[list[str]]]
 
 
 @dataclass
@@ -85,238 +91,7 @@ def load_report_data(run_dir: str | Path) -> ReportData:
     )
 
 
-# -- plots -------------------------------------------------------------------------------------------
-
-
-def _naive(times: Any) -> Any:
-    """UTC timestamps without a zone, which matplotlib plots as they are."""
-    if isinstance(times, pd.Timestamp):
-        return times.tz_convert("UTC").tz_localize(None).to_pydatetime()
-    return pd.DatetimeIndex(times).tz_convert("UTC").tz_localize(None)
-
-
-def _x_limits(data: ReportData) -> tuple[Any, Any] | None:
-    times = data.merged["time_utc"]
-    if times.empty:
-        return None
-    return _naive(times.min()), _naive(times.max() + pd.Timedelta(seconds=1))
-
-
-def _shade_stages(ax: Any, data: ReportData, label: bool) -> None:
-    for i, stage in enumerate(data.run.stages):
-        ax.axvspan(_naive(stage.start), _naive(stage.end), color=_STAGE_SHADES[i % 2], zorder=0, lw=0)
-        if label:
-            ax.text(_naive(stage.start + (stage.end - stage.start) / 2), 1.01, stage.name,
-                    transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8, color="#333333")
-    for stage in data.run.stages[1:]:
-        ax.axvline(_naive(stage.start), color="#9aa7b8", lw=0.8, zorder=1)
-
-
-def _mark_events(ax: Any, data: ReportData) -> None:
-    for event in data.events:
-        if event.get("kind") in _MARKED_EVENTS and event.get("time_utc"):
-            try:
-                when = pd.Timestamp(event["time_utc"])
-            except ValueError:
-                continue
-            ax.axvline(_naive(when.tz_convert("UTC") if when.tzinfo else when.tz_localize("UTC")), color="#d62728",
-                       lw=0.8, ls=":", zorder=2)
-
-
-def _empty(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#777777", fontsize=9)
-
-
-def _mid(data: ReportData) -> Any:
-    """The middle of each second: where a per-second value is drawn."""
-    return _naive(data.merged["time_utc"] + pd.Timedelta(milliseconds=500))
-
-
-def draw_latency(ax: Any, data: ReportData) -> None:
-    """Response-time p50 and p99 per operation, log scale."""
-    x = _mid(data)
-    drawn = False
-    for i, op in enumerate(data.operations):
-        color = _COLORS[i % len(_COLORS)]
-        for stat, width, style in (("p50_ms", 1.0, "-"), ("p99_ms", 1.4, "--")):
-            column = f"{op}.{stat}"
-            if column in data.merged and data.merged[column].notna().any():
-                ax.plot(x, data.merged[column], color=color, lw=width, ls=style, label=f"{op} {stat[:3]}")
-                drawn = True
-    if drawn:
-        ax.set_yscale("log")
-        ax.legend(loc="upper left", fontsize=7, ncol=2, framealpha=0.8)
-    else:
-        _empty(ax, "no latency data (timeline.csv)")
-    ax.set_ylabel("response time (ms)")
-    ax.set_title("Response time from the intended start", fontsize=10, loc="left", pad=16)
-
-
-def draw_rate(ax: Any, data: ReportData) -> None:
-    """Target (plan) versus achieved operations per second, and failures."""
-    m = data.merged
-    x = _naive(m["time_utc"])
-    if m["target_tps"].notna().any():
-        ax.step(x, m["target_tps"], where="post", color="#555555", lw=1.2, ls="--", label="target")
-    if m["achieved_tps"].notna().any():
-        ax.step(x, m["achieved_tps"], where="post", color=_COLORS[0], lw=1.2, label="achieved")
-    if "failures" in m and m["failures"].fillna(0).gt(0).any():
-        ax.bar(x, m["failures"].fillna(0), width=1 / 86400, align="edge", color=_COLORS[1], label="failures/s",
-               zorder=3)
-    if m["target_tps"].notna().any() or m["achieved_tps"].notna().any():
-        ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
-    else:
-        _empty(ax, "no rate data")
-    ax.set_ylabel("operations/s")
-    ax.set_title("Arrival rate: target vs achieved", fontsize=10, loc="left", pad=16)
-
-
-def draw_lag(ax: Any, data: ReportData) -> None:
-    """Scheduling lag (worst operation's p99) and dropped slots per second."""
-    m = data.merged
-    x = _naive(m["time_utc"])
-    mid = _mid(data)
-    lag_columns = [f"{op}.lag_p99_ms" for op in data.operations if f"{op}.lag_p99_ms" in m]
-    if lag_columns and m[lag_columns].notna().any().any():
-        ax.plot(mid, m[lag_columns].max(axis=1), color=_COLORS[4], lw=1.2, label="lag p99 (ms)")
-        ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
-    else:
-        _empty(ax, "no lag data")
-    ax.set_ylabel("lag p99 (ms)")
-    if "dropped" in m and m["dropped"].fillna(0).gt(0).any():
-        twin = ax.twinx()
-        twin.bar(x, m["dropped"].fillna(0), width=1 / 86400, align="edge", color=_COLORS[1], alpha=0.7,
-                 label="dropped/s")
-        twin.set_ylabel("dropped slots/s")
-        twin.legend(loc="upper right", fontsize=7, framealpha=0.8)
-    ax.set_title("Lag behind the schedule and dropped slots", fontsize=10, loc="left", pad=16)
-
-
-def draw_capacity(ax: Any, data: ReportData) -> None:  # noqa: C901 - one series per preset, flat
-    """Capacity units as steps over their periods, and cache hit ratios on the right axis."""
-    frames = capacity_frames(data.cloudwatch)
-    keys = list(frames)
-    drawn = False
-    for i, key in enumerate(keys):
-        series = frames[key]
-        for stat in ("Average", "Sum", "Maximum"):
-            chosen = series[series["stat"] == stat].sort_values("time_utc")
-            if not chosen.empty:
-                break
-        period = pd.Timedelta(seconds=infer_period_s(chosen["time_utc"]))
-        x = list(_naive(chosen["time_utc"])) + [_naive(chosen["time_utc"].iloc[-1] + period)]
-        y = list(chosen["value"]) + [chosen["value"].iloc[-1]]
-        label = f"{series_label(*key, keys)} ({stat.lower()})"
-        ax.step(x, y, where="post", color=_COLORS[i % len(_COLORS)], lw=1.6, label=label)
-        drawn = True
-    ax.set_ylabel("capacity units")
-    twin = ax.twinx()
-    hit = False
-    m = data.merged
-    x = _mid(data)
-    for column, label, color in (("pg.buffer_hit_ratio", "PostgreSQL buffer hit % (1 s)", "#2ca02c"),
-                                 ("mongo.cache_hit_ratio", "MongoDB cache hit % (1 s)", "#17becf")):
-        if column in m and m[column].notna().any():
-            twin.plot(x, m[column], color=color, lw=0.9, label=label)
-            hit = True
-    cw = data.cloudwatch[data.cloudwatch["metric"] == "BufferCacheHitRatio"] if not data.cloudwatch.empty else None
-    if cw is not None and not cw.empty:
-        for series_id, group in cw.groupby("id", sort=False):
-            group = group.sort_values("time_utc")
-            period = pd.Timedelta(seconds=infer_period_s(group["time_utc"]))
-            xs = list(_naive(group["time_utc"])) + [_naive(group["time_utc"].iloc[-1] + period)]
-            twin.step(xs, list(group["value"]) + [group["value"].iloc[-1]], where="post", color="#8c564b", lw=1.0,
-                      ls="--", label=f"{series_id} BufferCacheHitRatio (60 s)")
-            hit = True
-    if hit:
-        twin.set_ylabel("cache hit ratio (%)")
-        low = min(float(v) for v in _hit_values(m, cw))
-        twin.set_ylim(max(0.0, min(90.0, low - 2)), 100.5)
-        twin.legend(loc="lower right", fontsize=7, framealpha=0.8)
-    else:
-        twin.set_yticks([])
-    if drawn:
-        ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
-        ax.set_ylim(bottom=0)
-    elif not hit:
-        _empty(ax, "no capacity or cache data (run with --cloudwatch, or a database sampler)")
-    else:
-        ax.text(0.5, 0.3, "no CloudWatch capacity series (run with --cloudwatch, or dbsurge collect)",
-                transform=ax.transAxes, ha="center", va="center", color="#777777", fontsize=9)
-    ax.set_title("Capacity units and cache hit ratio", fontsize=10, loc="left", pad=16)
-
-
-def _hit_values(merged: pd.DataFrame, cw: pd.DataFrame | None) -> list[float]:
-    values: list[float] = []
-    for column in ("pg.buffer_hit_ratio", "mongo.cache_hit_ratio"):
-        if column in merged:
-            values += [float(v) for v in merged[column].dropna()]
-    if cw is not None and not cw.empty:
-        values += [float(v) for v in cw["value"].dropna()]
-    return values or [0.0]
-
-
-_PANELS = (
-    ("latency", "Response-time percentiles over time", draw_latency),
-    ("rate", "Target vs achieved rate", draw_rate),
-    ("lag", "Lag and dropped slots", draw_lag),
-    ("capacity", "Capacity units and cache hit ratio", draw_capacity),
-)
-
-
-def _format_axis(ax: Any, data: ReportData, bottom: bool) -> None:
-    from matplotlib.dates import AutoDateLocator, DateFormatter
-
-    limits = _x_limits(data)
-    if limits:
-        ax.set_xlim(*limits)
-    ax.xaxis.set_major_locator(AutoDateLocator(minticks=4, maxticks=10))
-    ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))
-    ax.grid(True, axis="y", color="#dddddd", lw=0.6)
-    if bottom:
-        ax.set_xlabel("time (UTC)")
-
-
-def _figure(height: float, rows: int) -> tuple[Any, list[Any]]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
-    return fig, list(axes)
-
-
-def render_panel(data: ReportData, name: str) -> bytes:
-    """One panel as PNG bytes."""
-    draw = {key: fn for key, _, fn in _PANELS}[name]
-    fig, (ax,) = _figure(3.2, 1)
-    _shade_stages(ax, data, label=True)
-    _mark_events(ax, data)
-    draw(ax, data)
-    _format_axis(ax, data, bottom=True)
-    return _png(fig)
-
-
-def render_timeline(data: ReportData) -> bytes:
-    """All panels stacked on one time axis, as PNG bytes."""
-    fig, axes = _figure(12.5, len(_PANELS))
-    for i, (ax, (_, _, draw)) in enumerate(zip(axes, _PANELS)):
-        _shade_stages(ax, data, label=i == 0)
-        _mark_events(ax, data)
-        draw(ax, data)
-        _format_axis(ax, data, bottom=i == len(_PANELS) - 1)
-    fig.suptitle(f"dbsurge {data.run.run_id}", fontsize=11)
-    return _png(fig)
-
-
-def _png(fig: Any) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
-# -- tables ------------------------------------------------------------------------------------------
+# -- number formats (cost and capacity; latency and rates use dbsurge.tables' formats) ------------------
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -331,16 +106,6 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{number:,.{digits}f}".rstrip("0").rstrip(".") if digits else f"{number:,.0f}"
 
 
-def _ms(value: Any) -> str:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return ""
-    if math.isnan(number):
-        return ""
-    return f"{number:.1f}" if number >= 10 else f"{number:.2f}" if number >= 1 else f"{number:.3f}"
-
-
 def _usd(value: Any) -> str:
     try:
         number = float(value)
@@ -351,52 +116,108 @@ def _usd(value: Any) -> str:
     return f"${number:,.2f}" if abs(number) >= 100 else f"${number:.4f}"
 
 
-def _pct(value: Any) -> str:
+# -- tables: what the console printed, from the same files --------------------------------------------------
+
+
+def _read_rows(path: Path) -> list[dict]:
     try:
-        number = float(value)
-    except (TypeError, ValueError):
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def _csv_rows(data: ReportData, name: str) -> list[dict]:
+    """Rows of stages.csv or summary.csv as the console's table functions take them: every column, blank if absent.
+
+    Files written before a column existed (the ledger's ``planned`` and ``ok``) then show ``-`` in it.
+    """
+    from dbsurge.rundir import STAGE_COLUMNS
+
+    return [{**dict.fromkeys(STAGE_COLUMNS, ""), **row} for row in _read_rows(data.run.path / name)]
+
+
+def operation_rows(data: ReportData) -> Table:
+    """Per operation over the whole run (summary.csv), as the console's "Operations" table."""
+    from dbsurge.tables import operation_table
+
+    rows = _csv_rows(data, "summary.csv")
+    return operation_table(rows) if rows else ([], [])
+
+
+def stage_table(data: ReportData) -> Table:
+    """Per stage (stages.csv) as the console's "Stages" table, with each capacity series' max and mean."""
+    from dbsurge.tables import stage_table as console_stage_table
+
+    rows = _csv_rows(data, "stages.csv")
+    if not rows:
+        return [], []
+    headers, lines = console_stage_table(rows)
+    columns = [c for c in data.capacity.columns if c.endswith(("(max)", "(mean)"))]
+    for line in lines:
+        cap = data.capacity[data.capacity["stage"] == line[0]] if not data.capacity.empty else pd.DataFrame()
+        line += [_num(cap[c].iloc[0], 2) if not cap.empty else "" for c in columns]
+    return headers + columns, lines
+
+
+def stage_operation_rows(data: ReportData) -> Table:
+    """Every stage and operation in full: the console's operation columns, one row per stages.csv row."""
+    from dbsurge.tables import operation_table
+
+    rows = _csv_rows(data, "stages.csv")
+    if not rows:
+        return [], []
+    headers, lines = operation_table(rows)
+    return ["stage", *headers], [[row["stage"], *line] for row, line in zip(rows, lines)]
+
+
+def ledger_rows(data: ReportData) -> Table:
+    """The ledger per stage from stages.csv (or the run from summary.csv)."""
+    from dbsurge.tables import ledger_table
+
+    rows = _read_rows(data.run.path / "stages.csv") or _read_rows(data.run.path / "summary.csv")
+    if not rows or "planned" not in rows[0]:
+        return [], []
+    return ledger_table(rows)
+
+
+def thin_note(rows: list[dict], group: Callable[[dict], str] | None = None) -> str:
+    """A sentence naming the rows whose p95, p99 or p99.9 rests on fewer than 100 / (100 - q) successful operations.
+
+    Rows are named by operation, gathered under ``group`` (a row's stage) when one is given; "" when none is thin.
+    """
+    parts = []
+    for name, q, _ in reversed(RESPONSE[1:]):
+        need = samples_for(q)
+        thin = [r for r in rows if 0 < stage_ok(r) < need]
+        if not thin:
+            continue
+        if len(thin) == len(rows):
+            where = "every row"
+        elif group is None:
+            where = ", ".join(r["operation"] for r in thin)
+        else:
+            by_group: dict[str, list[str]] = {}
+            for r in thin:
+                by_group.setdefault(group(r), []).append(r["operation"])
+            where = ", ".join(f"{g} ({', '.join(ops)})" for g, ops in by_group.items())
+        parts.append(f"{name} (fewer than {need:,}) in {where}")
+    if not parts:
         return ""
-    return "" if math.isnan(number) else f"{100 * number:.4g}%"
+    return ("A percentile of fewer than 100 / (100 − q) successful operations is their maximum or next to it: "
+            + "; ".join(parts) + ".")
 
 
-def stage_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
-    """The per-stage table: rates, failure rate, p95/p99 per operation, lag, drops, capacity max/mean."""
-    ops = data.operations
-    capacity_columns = [c for c in data.capacity.columns if c.endswith(("(max)", "(mean)"))]
-    headers = ["Stage", "Target TPS", "Achieved TPS", "Failure rate"]
-    headers += [f"{op} p95 / p99 (ms)" for op in ops]
-    headers += ["Lag p99 (ms)", "Dropped"] + capacity_columns
-    rows = []
-    stages = data.stages_csv
-    names = [s.name for s in data.run.stages] or (list(dict.fromkeys(stages["stage"].astype(str))) if stages is not None else [])
-    for name in names:
-        sel = stages[stages["stage"].astype(str) == name] if stages is not None else pd.DataFrame()
-        every = _row_of(sel, "ALL")
-        plan = next((s for s in data.run.stages if s.name == name), None)
-        target = every.get("target_tps") if every else (plan.target_tps if plan else None)
-        row = [name, _num(target if target is not None else (plan.target_tps if plan else None)),
-               _num(every.get("achieved_tps")) if every else "", _pct(every.get("failure_rate")) if every else ""]
-        for op in ops:
-            one = _row_of(sel, op)
-            row.append(f"{_ms(one.get('p95_ms'))} / {_ms(one.get('p99_ms'))}" if one else "")
-        row += [_ms(every.get("lag_p99_ms")) if every else "", _num(every.get("dropped"), 0) if every else ""]
-        cap = data.capacity[data.capacity["stage"] == name] if not data.capacity.empty else pd.DataFrame()
-        for column in capacity_columns:
-            row.append(_num(cap[column].iloc[0], 2) if not cap.empty else "")
-        rows.append(row)
-    return headers, rows
+def _operation_thin_note(data: ReportData) -> str:
+    return thin_note(_csv_rows(data, "summary.csv"))
 
 
-def _row_of(frame: pd.DataFrame, operation: str) -> dict:
-    if frame is None or frame.empty or "operation" not in frame.columns:
-        return {}
-    sel = frame[frame["operation"].astype(str) == operation]
-    if sel.empty and operation == "ALL" and len(frame["operation"].unique()) == 1:
-        sel = frame
-    return sel.iloc[0].to_dict() if not sel.empty else {}
+def _stage_thin_note(data: ReportData) -> str:
+    rows = [r for r in _csv_rows(data, "stages.csv") if r["operation"] != "ALL"]
+    return thin_note(rows, group=lambda r: r["stage"])
 
 
-def cost_tables(cost: CostReport) -> tuple[tuple[list[str], list[list[str]]], tuple[list[str], list[list[str]]]]:
+def cost_tables(cost: CostReport) -> tuple[Table, Table]:
     """The bill (items and total) and the per-stage cost table."""
     items = [[i.name, f"{_num(i.usage, 4)} {i.unit}", _usd(i.unit_price_usd) if i.unit_price_usd is not None else "",
               _usd(i.cost_usd), i.note] for i in cost.items]
@@ -408,7 +229,14 @@ def cost_tables(cost: CostReport) -> tuple[tuple[list[str], list[list[str]]], tu
         ["Stage", "Duration (s)", "Cost", "Operations", "Ops per $"], stages)
 
 
-_NUMERIC = re.compile(r"^[-+$]?[\d,.]+(%| s| ms|[ A-Za-z-]*hours| GB-months| DPUs| million requests)?$|^[\d.]+ / [\d.]+$")
+def has_cost(data: ReportData) -> bool:
+    """Whether the run has a cost worth a section: some item priced above zero (a local run has none)."""
+    return data.cost is not None and data.cost.total_usd > 0
+
+
+def cost_failure(data: ReportData) -> str | None:
+    """Why a run that should have a cost (it polled CloudWatch) has none; None otherwise."""
+    return data.cost_error if data.cost is None and data.cost_error and data.run.cloudwatch else None
 
 
 def _ops_note(operations: int | None, per_usd: float | None) -> str:
@@ -417,17 +245,30 @@ def _ops_note(operations: int | None, per_usd: float | None) -> str:
     return f"{_num(operations, 0)} operations" + (f", {_num(per_usd, 0)} per $" if per_usd else "")
 
 
+_NUMERIC = re.compile(r"^[-+$]?[\d,.]+(%| s| ms|[ A-Za-z-]*hours| GB-months| DPUs| million requests)?$"
+                      r"|^[\d.,]+ / [\d.,]+$")
+_BLANK = ("", "-")
+
+
+def _numeric_columns(headers: list[str], rows: list[list[str]]) -> list[bool]:
+    """A column is numeric when every filled cell is a number (blanks and ``-`` do not count)."""
+    out = []
+    for i in range(len(headers)):
+        cells = [str(r[i]).strip() for r in rows if i < len(r) and str(r[i]).strip() not in _BLANK]
+        out.append(i > 0 and bool(cells) and all(_NUMERIC.match(c) for c in cells))
+    return out
+
+
 def html_table(headers: list[str], rows: list[list[str]]) -> str:
-    """An HTML table; numeric cells are right-aligned, text cells left-aligned."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    """An HTML table; numeric columns are right-aligned, text columns left-aligned."""
+    numeric = _numeric_columns(headers, rows)
 
-    def cell(value: str) -> str:
-        text = str(value)
-        align = ' class="num"' if _NUMERIC.match(text.strip()) else ""
-        return f"<td{align}>{html.escape(text)}</td>"
+    def attr(i: int) -> str:
+        return ' class="num"' if i < len(numeric) and numeric[i] else ""
 
+    head = "".join(f"<th{attr(i)}>{html.escape(h)}</th>" for i, h in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" if i == 0 else cell(c) for i, c in enumerate(row)) + "</tr>"
+        "<tr>" + "".join(f"<td{attr(i)}>{html.escape(str(c))}</td>" for i, c in enumerate(row)) + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -440,6 +281,9 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+# -- the facts ------------------------------------------------------------------------------------------------
 
 
 def completeness(data: ReportData) -> str | None:
@@ -462,26 +306,6 @@ def completeness(data: ReportData) -> str | None:
             f"last data at {last or 'unknown'}. Tables hold what was written until then.")
 
 
-def _read_rows(path: Path) -> list[dict]:
-    import csv
-
-    try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
-    except OSError:
-        return []
-
-
-def ledger_rows(data: ReportData) -> tuple[list[str], list[list[str]]]:
-    """The ledger per stage from stages.csv (or the run from summary.csv)."""
-    from dbsurge.tables import ledger_table
-
-    rows = _read_rows(data.run.path / "stages.csv") or _read_rows(data.run.path / "summary.csv")
-    if not rows or "planned" not in rows[0]:
-        return [], []
-    return ledger_table(rows)
-
-
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     run = data.run
     window = run.window()
@@ -499,78 +323,114 @@ def _facts(data: ReportData) -> list[tuple[str, str]]:
     return [(k, v) for k, v in facts if v]
 
 
+# -- HTML -------------------------------------------------------------------------------------------------------
+
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1150px;
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
 color:#1d2733;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #d5dbe3}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:.9em}dt{font-weight:600}dd{margin:0}
 table{border-collapse:collapse;font-size:.85em;margin:.6em 0}th,td{border:1px solid #d5dbe3;padding:.3em .6em;
-text-align:left}th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
+text-align:left}th{background:#eef2f7}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #e3e7ed}figcaption{font-size:.8em;color:#555}
-.note{font-size:.85em;color:#555}
+.note{font-size:.85em;color:#555}summary{cursor:pointer;font-weight:600;margin-top:1.2em}
 """
 
+_TIME_NOTE = ("Every plot shares one time axis: seconds since the run started along the bottom, the same instants in "
+              "UTC along the top. Shaded bands are the plan's stages; dotted red lines mark errors and rate changes. "
+              "Per-second values go by the second an operation completed; the tables go by intended start.")
 
-def render_html(data: ReportData, panels: dict[str, bytes]) -> str:
-    """The report page (plots given as PNG bytes)."""
+
+def _section(title: str, table: Table, *notes: str) -> list[str]:
+    """An h2, its table and notes; nothing when the table has no rows."""
+    headers, rows = table
+    if not rows:
+        return []
+    return [f"<h2>{html.escape(title)}</h2>", html_table(headers, rows),
+            *(f'<p class="note">{html.escape(n)}</p>' for n in notes if n)]
+
+
+def _figure_html(name: str, caption: str, png: bytes) -> str:
+    encoded = base64.b64encode(png).decode()
+    return (f'<figure id="plot-{html.escape(name)}"><img src="data:image/png;base64,{encoded}" '
+            f'alt="{html.escape(caption.split(".")[0])}"><figcaption>{html.escape(caption)}</figcaption></figure>')
+
+
+def render_html(data: ReportData, images: dict[str, bytes]) -> str:
+    """The report page; ``images`` holds each panel's PNG by panel name (`timeline_plots.panels`)."""
     title = f"dbsurge report: {data.run.run_id}"
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<link rel="icon" href="data:,">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in _facts(data)) + "</dl>",
-        "<h2>Timeline</h2>",
     ]
-    for name, caption, _ in _PANELS:
-        encoded = base64.b64encode(panels[name]).decode()
-        parts.append(f'<figure id="plot-{name}"><img src="data:image/png;base64,{encoded}" alt="{html.escape(caption)}">'
-                     f"<figcaption>{html.escape(caption)}. Shaded bands are the plan's stages.</figcaption></figure>")
-    headers, rows = stage_table(data)
-    parts += ["<h2>Per stage</h2>", html_table(headers, rows)]
-    lh, lr = ledger_rows(data)
-    if lh:
-        parts += ["<h2>Ledger</h2>", '<p class="note">planned = ok + failed (by kind) + dropped + not sent '
-                  "(by reason)</p>", html_table(lh, lr)]
-    parts.append('<p class="note">Capacity per stage: CloudWatch datapoints whose timestamp (the start of their '
-                 "period) falls in the stage; max from the Maximum statistic, mean from the Average.</p>")
-    parts.append("<h2>Cost</h2>")
-    if data.cost is not None:
-        (ih, ir), (sh, sr) = cost_tables(data.cost)
-        parts += [html_table(ih, ir), html_table(sh, sr)]
-        notes = [data.cost.prices.note, *data.cost.notes]
-        parts.append('<p class="note">Prices: ' + html.escape("; ".join(notes)) + "</p>")
-    else:
-        parts.append(f'<p class="note">No cost estimate: {html.escape(data.cost_error or "")}</p>')
+    parts += _section("Operations", operation_rows(data),
+                      "Response time from the intended start (what the user waited), successful operations only; "
+                      "svc = service time (from the actual start); milliseconds with microsecond precision.",
+                      _operation_thin_note(data))
+    capacity_note = ("Capacity per stage: CloudWatch datapoints whose timestamp (the start of their period) falls in "
+                     "the stage; max from the Maximum statistic, mean from the Average."
+                     if any(c.endswith("(max)") for c in data.capacity.columns) else "")
+    parts += _section("Per stage", stage_table(data), capacity_note, _stage_thin_note(data))
+    figures = [_figure_html(p.name, p.caption, images[p.name]) for p in panels(data) if p.name in images]
+    if figures:
+        parts += ["<h2>Timeline</h2>", f'<p class="note">{html.escape(_TIME_NOTE)}</p>', *figures]
+    parts += _section("Ledger", ledger_rows(data),
+                      "planned = ok + failed (by kind) + dropped + not sent (by reason)")
+    detail_headers, detail_rows = stage_operation_rows(data)
+    if detail_rows:
+        parts += ['<details id="stage-operations"><summary>Every stage and operation</summary>',
+                  html_table(detail_headers, detail_rows), "</details>"]
+    parts += _cost_html(data)
     shown = [e for e in data.events if e.get("kind") not in ("stage",)]
     if shown:
         rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")),
                  ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]
         parts += ["<h2>Events</h2>", html_table(["Time (UTC)", "Kind", "Details"], rows)]
-    parts.append('<p class="note">Files: merged.csv (one row per second), cost.csv, timeline.png, summary.md, '
-                 "metrics/.</p></body></html>")
+    files = ["merged.csv (one row per second)", "cost.csv", *(["timeline.png"] if figures else []), "summary.md",
+             "metrics/"]
+    parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
 
 
+def _cost_html(data: ReportData) -> list[str]:
+    if has_cost(data):
+        (ih, ir), (sh, sr) = cost_tables(data.cost)
+        notes = [data.cost.prices.note, *data.cost.notes]
+        return ["<h2>Cost</h2>", html_table(ih, ir), html_table(sh, sr),
+                '<p class="note">Prices: ' + html.escape("; ".join(notes)) + "</p>"]
+    failure = cost_failure(data)
+    return ["<h2>Cost</h2>", f'<p class="note">No cost estimate: {html.escape(failure)}</p>'] if failure else []
+
+
+# -- summary.md -------------------------------------------------------------------------------------------------
+
+
+def _md_section(title: str, table: Table, *notes: str) -> list[str]:
+    headers, rows = table
+    if not rows:
+        return []
+    return [f"## {title}", "", markdown_table(headers, rows), "", *(f"{n}\n" for n in notes if n)]
+
+
 def render_markdown(data: ReportData) -> str:
-    """summary.md: the facts, the per-stage table and the cost tables."""
+    """summary.md: the facts, the operation, stage and ledger tables, the cost when there is one."""
     lines = [f"# dbsurge run {data.run.run_id}", ""]
     lines += [f"- **{k}**: {v}" for k, v in _facts(data)]
-    headers, rows = stage_table(data)
-    lines += ["", "## Per stage", "", markdown_table(headers, rows), ""]
-    lh, lr = ledger_rows(data)
-    if lh:
-        lines += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + not sent (by reason)", "",
-                  markdown_table(lh, lr), ""]
-    lines += ["## Cost", ""]
-    if data.cost is not None:
+    lines.append("")
+    lines += _md_section("Operations", operation_rows(data),
+                         "Response time from the intended start; svc = service time; ms.", _operation_thin_note(data))
+    lines += _md_section("Per stage", stage_table(data), _stage_thin_note(data))
+    lines += _md_section("Ledger", ledger_rows(data), "planned = ok + failed (by kind) + dropped + not sent (by reason)")
+    if has_cost(data):
         (ih, ir), (sh, sr) = cost_tables(data.cost)
-        lines += [markdown_table(ih, ir), "", markdown_table(sh, sr), "", "Prices: " + "; ".join(
+        lines += ["## Cost", "", markdown_table(ih, ir), "", markdown_table(sh, sr), "", "Prices: " + "; ".join(
             [data.cost.prices.note, *data.cost.notes]), ""]
-    else:
-        lines += [f"No cost estimate: {data.cost_error}", ""]
+    elif cost_failure(data):
+        lines += ["## Cost", "", f"No cost estimate: {cost_failure(data)}", ""]
     lines += _generator_lines(data.run.meta.get("results") or {})
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
@@ -578,7 +438,8 @@ def render_markdown(data: ReportData) -> str:
         lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {e.get('message') or e.get('source') or ''}".rstrip()
                   for e in errors]
         lines.append("")
-    lines += ["Plots: report.html and timeline.png beside this file.", ""]
+    if panels(data):
+        lines += ["Plots: report.html and timeline.png beside this file.", ""]
     return "\n".join(lines)
 
 
@@ -603,9 +464,13 @@ def _generator_lines(results: dict) -> list[str]:
 def build_report(run_dir: str | Path) -> Path:
     """Write ``report.html``, ``timeline.png`` and ``summary.md`` (and ``merged.csv``, ``cost.csv``)."""
     data = load_report_data(run_dir)
-    panels = {name: render_panel(data, name) for name, _, _ in _PANELS}
+    images = {panel.name: render_panel(data, panel) for panel in panels(data)}
     path = data.run.path
-    (path / "timeline.png").write_bytes(render_timeline(data))
+    timeline = render_timeline(data)
+    if timeline is not None:
+        (path / "timeline.png").write_bytes(timeline)
+    else:  # nothing to draw: no picture rather than an empty one (or a stale one from an earlier report)
+        (path / "timeline.png").unlink(missing_ok=True)
     summary = path / "summary.md"
     kept = ""
     if summary.exists():  # a scenario's own table (`dbsurge scenario`) follows its marker: keep it
@@ -614,5 +479,6 @@ def build_report(run_dir: str | Path) -> Path:
             kept = "\n" + old[old.index(SCENARIO_MARK):]
     summary.write_text(render_markdown(data) + kept)
     out = path / "report.html"
-    out.write_text(render_html(data, panels))
+    out.write_text(render_html(data, images))
     return out
+
