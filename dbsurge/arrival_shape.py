@@ -7,23 +7,28 @@ service time x headroom``, for the highest rate still ahead in the plan, using t
 time the run has measured so far, capped by ``--max-users``. The pool only grows during a
 plan: stopping a Locust user kills it where it stands, and an operation in flight would be
 lost. Idle users cost a greenlet and a connection.
-The shape ends the test ``--drain`` seconds after the plan's last slot, after closing the
-ledger (`dbsurge.stopping.close_run`): slots still untaken then are booked as ``users_exhausted``
-and operations still in flight as ``in_flight``. Stages in which the pool wanted more users
+The shape ends the test when every arrival of the plan is accounted for, or ``--drain`` seconds
+after the plan's last slot if some are still out then (a slow target: late slots are still sent,
+with their lag), after closing the ledger (`dbsurge.stopping.close_run`): slots still untaken
+then are booked as ``users_exhausted`` and operations still in flight as ``in_flight``. Stages in which the pool wanted more users
 than ``--max-users`` are remembered, so the summary can blame lag on the cap.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
+import gevent
 from locust import LoadTestShape
 
+from .arrivals import ArrivalSequence
 from .stage_plan import StagePlan
 
 HEADROOM = 2.0
 ASSUMED_SERVICE_S = 0.005  # before the first measurement, when the preflight probe could not run
 MIN_USERS_PER_WORKER = 2
+TICK_S = 1.0  # how often Locust calls tick()
 
 
 class ArrivalRateShape(LoadTestShape):
@@ -46,9 +51,12 @@ class ArrivalRateShape(LoadTestShape):
         inflate = workers / max(1, min(members, workers))
         elapsed = run.elapsed_s()
         schedule = run.schedule
-        if elapsed is not None and schedule is not None and elapsed > schedule.end_s + float(opts.drain):
+        if elapsed is not None and schedule is not None and elapsed > schedule.end_s - TICK_S:
+            # Locust calls tick() once a second: the last tick before the end waits here, so the
+            # run ends as soon as it can rather than up to a second (and a whole --drain) late
             from .stopping import close_run
 
+            _wait_for_the_last_arrivals(run, run.start_epoch_ns / 1e9 + schedule.end_s, float(opts.drain))
             close_run(run, "users_exhausted", in_flight_reason="in_flight")
             return None
         t = max(0.0, elapsed or 0.0)
@@ -64,6 +72,29 @@ class ArrivalRateShape(LoadTestShape):
             run.capped_stages.add(schedule.stage_at(t))
         self._users = users
         return users, max(users, 50)
+
+
+def _wait_for_the_last_arrivals(run, end_epoch_s: float, drain_s: float) -> None:
+    """Until every arrival of the plan is accounted for (sent and finished, dropped or written
+    off), at most until ``drain_s`` after the plan's end."""
+    while time.time() < end_epoch_s:
+        gevent.sleep(min(0.05, max(0.0, end_epoch_s - time.time())))
+    planned = None
+    if run.role == "master" and run.schedule is not None:
+        planned = ArrivalSequence(run.options.arrivals, run.options.seed).first_at_or_after(run.schedule.total())
+    deadline = end_epoch_s + drain_s
+    while time.time() < deadline and not _all_accounted(run, planned):
+        gevent.sleep(0.05)
+
+
+def _all_accounted(run, planned: int | None) -> bool:
+    """Nothing of the plan is left: a local run asks its pacer; a master counts what the workers
+    reported (``planned`` arrivals in all; their reports come once a second)."""
+    if run.role == "local":
+        return run.pacer is not None and run.pacer.nothing_left()
+    if run.aggregator is None or planned is None:
+        return False
+    return sum(run.aggregator.per_source.values()) >= planned
 
 
 def _peak_rate(schedule, plan: StagePlan, t: float) -> float:

@@ -259,6 +259,11 @@ class Pacer:
             self.in_flight[slot.number] = slot
             return slot
 
+    def nothing_left(self) -> bool:
+        """Every arrival of this share is taken and finished, dropped or written off."""
+        return (self._pending is None and not self.in_flight and not self.returned
+                and self.sequence.position(self.next_number) >= self.schedule.total())
+
     def give_back(self, slot: Slot) -> None:
         """Return a slot a user took but did not run (stopped while waiting, or the pacer closed)."""
         if self.in_flight.pop(slot.number, None) is None:

@@ -1,6 +1,7 @@
 """A run with --cloudwatch against a real AWS-compatible endpoint (moto's server on 127.0.0.1).
 
-The run lines its stages up with CloudWatch's one-minute periods (--align-start 60). Aurora's
+The run lines its stages up with CloudWatch's one-minute periods (--align-start 60): the first
+stage is the first minute, the second (10 s, to keep the test short) starts the next one. Aurora's
 capacity series is seeded after the run, as CloudWatch publishes it minutes late: 4 ACU in the
 first stage's minute, 21 ACU in the second's. ``dbsurge collect`` fetches it, ``dbsurge report``
 and ``dbsurge cost`` use it: the step lands in the right stage, the stage maxima are right, and
@@ -32,7 +33,7 @@ def _utc(s: str) -> datetime:
 @pytest.mark.slow
 def test_capacity_step_lands_in_its_stage_and_costs_what_it_should(tmp_path, pg_uri, moto_url, aws_env, monkeypatch):
     proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "stages",
-                   "--stages", "1m@20tps,1m@60tps", "--align-start", "60", "--operation", "product_lookup",
+                   "--stages", "1m@20tps,10s@60tps", "--align-start", "60", "--operation", "product_lookup",
                    "--cloudwatch", "aurora:e2e", "--cloudwatch-endpoint-url", moto_url, "--cloudwatch-interval", "5",
                    "--quiet", "--workload-option", "products=2000", cwd=tmp_path, env=aws_env, timeout=300)
     assert proc.returncode == 0, explain(proc)

@@ -1,9 +1,9 @@
 """The stall experiment: dbsurge gives pgbench's answer when the database stops for a second.
 
-200 TPS of key lookups for 20 s; 10 s in, every server process of the embedded PostgreSQL is
+200 TPS of key lookups for 12 s; 6 s in, every server process of the embedded PostgreSQL is
 stopped (SIGSTOP) for one second. pgbench with ``-R 200`` measures latency from the scheduled
 start; a closed-model tool would stop sending during the stall and hide it. dbsurge's p99 and
-p99.9 must be within 10% of pgbench's, and it must send exactly the planned 4,000 operations.
+p99.9 must be within 10% of pgbench's, and it must send exactly the planned 2,400 operations.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from runs import explain, only_run_dir, read_csv
 
 from dbsurge.measure.histogram import Histogram
 
-RATE, SECONDS, STALL_AT, STALL_S = 200, 20, 10.0, 1.0
+RATE, SECONDS, STALL_AT, STALL_S = 200, 12, 6.0, 1.0
 
 
 def _stall(server, at_epoch: float) -> None:
