@@ -575,7 +575,7 @@ def render_markdown(data: ReportData) -> str:
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
         lines += ["## Events", ""]
-        lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {e.get('message') or e.get('source') or ''}".rstrip()
+        lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {e.get('message') or e.get('label') or e.get('source') or ''}".rstrip()
                   for e in errors]
         lines.append("")
     lines += ["Plots: report.html and timeline.png beside this file.", ""]
