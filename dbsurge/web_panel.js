@@ -180,6 +180,7 @@
       if (p.override) where.push('override ' + p.override);
     }
     $('dbsurge-position').hidden = !p.running;
+    if (!p.overrides.length) setText('dbsurge-note', ''); // a new test: the last test's override is history
     setText('dbsurge-position-text', where.length ? where.join(' \u00b7 ') + ' \u00b7' : '');
     setText('dbsurge-target', p.target_tps === null ? '-' : tps(p.target_tps));
     setText('dbsurge-max-rate', p.max_rate ? '(at most ' + rate(p.max_rate) + ', --max-rate)' : '');
