@@ -22,6 +22,7 @@ and submitting it unchanged keeps the real one (`protect_secret_options`). A rat
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ from .redact import MASK, redact_uri
 from .web_state import live_state, max_rate, plan_state, remaining_peak
 
 log = logging.getLogger("dbsurge")
+
 
 def install_web_controls(web_ui, run) -> None:
     """Add the endpoints, the panel and the form's adjustments to Locust's Flask app."""
@@ -101,8 +103,6 @@ def _add_panel(app) -> None:
 
 def panel_asset(name: str) -> str:
     """The panel's script or stylesheet, shipped beside this module (package data)."""
-    import importlib.resources
-
     return (importlib.resources.files("dbsurge") / name).read_text(encoding="utf-8")
 
 
