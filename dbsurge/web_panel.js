@@ -128,13 +128,18 @@
     window.dispatchEvent(new Event('resize')); // Locust's charts take the new width
   }
 
-  // The panel starts below Locust's header, which scrolls away with the page.
+  // The panel starts below Locust's header, which scrolls away with the page (until Locust has drawn
+  // its header, the stylesheet's 64 px stand in for it).
   function place() {
     var header = document.querySelector('#root header');
-    var top = header ? Math.max(0, header.getBoundingClientRect().bottom) : 0;
-    $('dbsurge-panel').style.top = top + 'px';
-    if (header) document.body.classList.toggle('dbsurge-nomain', !document.querySelector('#root main'));
+    if (!header) return;
+    var top = Math.max(0, Math.round(header.getBoundingClientRect().bottom)) + 'px';
+    var panel = $('dbsurge-panel');
+    if (panel.style.top !== top) panel.style.top = top;
+    document.body.classList.toggle('dbsurge-nomain', !document.querySelector('#root main'));
   }
+
+  function pageChanged() { place(); formNote(); }
 
   // -- what the state says ---------------------------------------------------------------------------
 
@@ -363,6 +368,6 @@
   $('dbsurge-collapse').onclick = function () { collapse(!document.body.classList.contains('dbsurge-collapsed')); };
   window.addEventListener('scroll', place, {passive: true});
   window.addEventListener('resize', place);
-  new MutationObserver(formNote).observe(document.body, {childList: true, subtree: true});
+  new MutationObserver(pageChanged).observe(document.body, {childList: true, subtree: true});
   refresh();
 })();

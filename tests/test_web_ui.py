@@ -103,8 +103,15 @@ def _start_form(page, shots: Path) -> None:
         assert not page.locator(f'input[name="{name}"]').is_visible(), name
     args = page.evaluate("window.templateArgs")
     assert args["hide_common_options"] is True
+    _beside_the_header(page)
     assert not {"baseline_tps", "rate", "stages", "stage_seconds"} & set(args["extra_options"])
     page.screenshot(path=str(shots / "1-start-form.png"))
+
+
+def _beside_the_header(page) -> None:
+    """The panel starts below Locust's header: Status, RPS and the Stop button stay in view."""
+    header, panel = page.locator("#root header").bounding_box(), page.locator("#dbsurge-panel").bounding_box()
+    assert not _overlaps(header, panel), (header, panel)
 
 
 def _override(page, n: int, rate: int) -> None:
@@ -124,6 +131,7 @@ def _charts_beside_the_panel(page, shots: Path) -> None:
     charts = [page.locator("main [_echarts_instance_]").nth(i).bounding_box()
               for i in range(page.locator("main [_echarts_instance_]").count())]
     assert len(charts) >= 3 and panel["width"] >= 300, (charts, panel)
+    _beside_the_header(page)
     for chart in charts:
         assert not _overlaps(chart, panel), (chart, panel)
         assert chart["width"] >= 600, chart  # the charts took the room left, not a sliver
