@@ -184,8 +184,8 @@ def test_the_panel_follows_the_run_its_overrides_and_points_to_the_results(locus
         assert page.inner_text("#dbsurge-status") == "stopped: results written"
         assert "planned" in page.inner_text("#dbsurge-verdict")
         assert page.locator("#dbsurge-set-rate").is_disabled()
-        report = page.evaluate("fetch('./dbsurge/report').then(r => r.text().then(t => "
-                               "[r.status, r.headers.get('content-type'), r.headers.get('content-security-policy'), t]))")
+        report = page.evaluate("fetch('./dbsurge/report').then(r => r.text().then(t => [r.status, "
+                               "r.headers.get('content-type'), r.headers.get('content-security-policy'), t]))")
         page.screenshot(path=str(shots / "4-stopped.png"))
         browser.close()
     assert not errors, errors
