@@ -435,12 +435,16 @@ def render_markdown(data: ReportData) -> str:
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
         lines += ["## Events", ""]
-        lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {e.get('message') or e.get('source') or ''}".rstrip()
-                  for e in errors]
+        lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {_event_text(e)}".rstrip() for e in errors]
         lines.append("")
     if panels(data):
         lines += ["Plots: report.html and timeline.png beside this file.", ""]
     return "\n".join(lines)
+
+
+def _event_text(event: dict) -> str:
+    """An event's one line: an error's message, a rate override's label (``override 2: 80 TPS from ...``)."""
+    return event.get("message") or event.get("label") or event.get("source") or ""
 
 
 def _generator_lines(results: dict) -> list[str]:

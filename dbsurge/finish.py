@@ -23,13 +23,14 @@ import time
 from dataclasses import dataclass
 
 from . import console
+from .checks import evaluate_checks, parse_checks
+from .errors import EXIT_CHECKS, EXIT_INCOMPLETE
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
-from .checks import evaluate_checks, parse_checks
-from .rundir import utc_iso
+from .rundir import SEGMENT_COLUMNS, utc_iso
+from .segments import segment_rows
 from .stage_plan import parse_duration
-from .errors import EXIT_CHECKS, EXIT_INCOMPLETE
-from .tables import ledger_table, markdown, operation_table, render, stage_table
+from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
 
 log = logging.getLogger("dbsurge")
 
@@ -104,6 +105,7 @@ def finish_run(run, hurry: bool = False) -> None:
     if run.finished or run.aggregator is None:
         return
     run.finished = True
+    run.finish_state = "writing"
     _collect(run)
     try:
         booked = _book_ledger(run)
@@ -124,12 +126,14 @@ def finish_run(run, hurry: bool = False) -> None:
         sys.stdout.flush()
     _write_summary(run, stages, summary, total, verdict, booked)
     if run.role != "worker" and not hurry and not write_failed:
+        run.finish_state = "report"
         try:
             from .collectors.report import build_report
 
-            build_report(run.rundir.path)
+            run.report_path = build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
+    run.finish_state = "done"
 
 
 def _collect(run) -> None:
@@ -157,7 +161,19 @@ def _write_measurements(run) -> bool:
     except Exception as e:
         ok = False
         run.note_problem("writing stages.csv and summary.csv", e)
+    if run.changes:
+        try:
+            run.rundir.write_csv("segments.csv", SEGMENT_COLUMNS, segments(run))
+        except Exception as e:
+            ok = False
+            run.note_problem("writing segments.csv", e)
     return ok
+
+
+def segments(run) -> list[dict]:
+    """The run's rows by stage and rate override (`dbsurge.segments`), from the timeline's seconds."""
+    agg = run.aggregator
+    return segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s)
 
 
 def judge(run, stages: list[dict], summary: list[dict], total: dict, write_failed: bool) -> Verdict:
@@ -272,6 +288,10 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
             f"+ dropped {total.get('dropped')} + not sent {total.get('not_sent')}")
 
 
+SEGMENTS_TITLE = ("Rate overrides: a row per stage and per override in force (segments.csv: timeline.csv's seconds, "
+                  "each in the row in force at its start; the ledger stays per stage)")
+
+
 def _check_lines(results) -> list[str]:
     lines = []
     for c, ok, v in results:
@@ -296,6 +316,9 @@ def summary_text(run, stages, summary, findings, results, verdict: str = "") -> 
     if run.plan:
         h, rows = stage_table(stages, _capacity(run))
         parts.append(render(h, rows, f"Stages ({run.plan})"))
+    if run.changes:
+        h, rows = segment_table(segments(run))
+        parts.append(render(h, rows, SEGMENTS_TITLE))
     h, rows = ledger_table(stages if run.plan else summary)
     parts.append(render(h, rows, "Ledger (planned = ok + failed + dropped + not sent)" if run.plan
                         else "Ledger (closed model: no plan)"))
@@ -316,6 +339,9 @@ def summary_markdown(run, stages, summary, findings, results, verdict: str = "")
     if run.plan:
         h, rows = stage_table(stages, _capacity(run))
         out += [f"## Stages (`{run.plan}`)", "", markdown(h, rows), ""]
+    if run.changes:
+        h, rows = segment_table(segments(run))
+        out += ["## Rate overrides", "", SEGMENTS_TITLE, "", markdown(h, rows), ""]
     h, rows = ledger_table(stages if run.plan else summary)
     out += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + not sent (by reason)", "",
             markdown(h, rows), ""]
@@ -331,8 +357,7 @@ def _capacity(run) -> dict[str, str] | None:
     if not getattr(run.options, "cloudwatch", None):
         return None
     try:
-        from .collectors.merge import stage_capacity
-        from .collectors.merge import stage_capacity_texts
+        from .collectors.merge import stage_capacity, stage_capacity_texts
 
         return stage_capacity_texts(stage_capacity(run.rundir.path), labels=False, sep="/")
     except Exception as e:

@@ -33,6 +33,8 @@ def begin_run(run: DbSurgeRun) -> None:
     run.changes = []
     run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
     run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
+    run.finish_state, run.report_path = None, None
+    run.sequence = None  # the arrival process may have changed in the start form since the last test
     stopping.install_signal_handlers(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
     # a closed-model run starts now.
@@ -52,6 +54,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.aggregator = Aggregator(stage_names=stage_names)
     run.aggregator.set_schedule(lambda: run.schedule, start_s)  # the run's one schedule, read when needed
     run.aggregator.share_count = lambda: len(run.shares) or 1
+    run.aggregator.override_times = lambda: [at_s for at_s, _rate, _scale in run.changes]
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,

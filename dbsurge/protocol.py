@@ -30,6 +30,7 @@ from .clocks import wall_ns
 from .errors import UserError
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
+from .segments import override_label
 from .stage_plan import parse_duration
 
 log = logging.getLogger("dbsurge")
@@ -332,15 +333,27 @@ def _on_share_message(environment, msg, **_kw):
 
 
 def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float | None = None) -> dict:
-    """Change the arrival rate from now on, on every worker; returns the new state."""
+    """Override the arrival rate from now on, on every worker (`dbsurge.segments`); returns the override.
+
+    The override is numbered (1, 2, ...) and said three ways: an event, run.json, and a line on
+    the master's console.
+    """
     if run.schedule is None or run.start_epoch_ns is None:
         raise UserError("no arrival-rate plan is running: start a test with an arrival-rate shape first")
+    if run.closing is not None:
+        raise UserError("the run is stopping: its rate can no longer change")
     at_s = max(0.0, (run.elapsed_s() or 0.0) + 0.2)  # a little ahead, so every worker applies it on time
     run.apply_rate_change(at_s, rate_tps, scale)
     if run.role == "master":
         for cid in run.shares:
             run.environment.runner.send_message("dbsurge:rate", {"at_s": at_s, "rate_tps": rate_tps, "scale": scale},
                                                 client_id=cid)
-    run.rundir.event("rate_change", at_s=at_s, rate_tps=rate_tps, scale=scale)
+    n = len(run.changes)
+    label = override_label(n, at_s, rate_tps, scale, run.start_epoch_ns / 1e9)
+    rate_now = round(run.schedule.rate_at(at_s), 3)
+    run.rundir.event("rate_change", at_s=at_s, rate_tps=rate_tps, scale=scale, override=n, label=label,
+                     rate_now_tps=rate_now)
     run.rundir.write_meta(rate_changes=run.changes)
-    return {"at_s": at_s, "rate_tps": rate_tps, "scale": scale}
+    log.info("rate %s (t = %.1f s; now %g TPS)", label, at_s, rate_now)
+    return {"at_s": at_s, "rate_tps": rate_tps, "scale": scale, "override": n, "label": label,
+            "rate_now_tps": rate_now}

@@ -87,6 +87,9 @@ class DbSurgeRun:
         self.side_tasks: list = []
         self.progress = None  # dbsurge.console.Progress: the headless console's progress lines
         self.exit_code: int | None = None
+        # the end, as the web panel tells it: None while running, then "writing", "report", "done"
+        self.finish_state: str | None = None
+        self.report_path = None  # report.html once built (`dbsurge.finish`)
         self.cloudwatch_collector = None
         # stopping and the ledger (see dbsurge.stopping)
         self.closing: str | None = None  # why the plan was closed, once it was

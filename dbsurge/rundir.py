@@ -53,6 +53,14 @@ STAGE_COLUMNS = [
     "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "not_sent", *_NOT_SENT,
     "over_plan",
 ]
+#: segments.csv (runs with live rate overrides, `dbsurge.segments`): per stage and per override in force,
+#: the timeline's seconds merged (by second of completion, as timeline.csv; the ledger is stages.csv's).
+SEGMENT_COLUMNS = [
+    "segment", "stage", "override", "rate", "start_utc", "end_utc", "seconds", "target_tps", "achieved_tps",
+    "count", "ok", "failures", "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
+    "service_p50_ms", "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "failed_p99_ms", *_FAILED,
+    "failed_detail", "dropped",
+]
 
 
 

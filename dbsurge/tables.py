@@ -115,3 +115,22 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
             row.append(capacity.get(st, ""))
         rows.append(row)
     return headers, rows
+
+
+def _clock(utc: str | None) -> str:
+    """``12:00:20Z`` of an ISO UTC time."""
+    return utc[11:19] + "Z" if utc else "-"
+
+
+def segment_table(segment_rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One line per stage and per rate override in force (`dbsurge.segments`): from when, planned and
+    achieved TPS, response and service time, lag, failures and drops."""
+    headers = ["segment", "first second", "seconds", "target TPS", "achieved TPS", "p50 ms", "p99 ms", "svc p50 ms",
+               "svc p99 ms", "lag p99 ms", "failed", "dropped"]
+    rows = [[r["segment"], _clock(r.get("start_utc")),
+             fmt_num(r.get("seconds"), 0), fmt_num(r.get("target_tps"), 1), fmt_num(r.get("achieved_tps"), 1),
+             fmt_ms(r.get("p50_ms")), fmt_ms(r.get("p99_ms")), fmt_ms(r.get("service_p50_ms")),
+             fmt_ms(r.get("service_p99_ms")), fmt_ms(r.get("lag_p99_ms")), fmt_num(r.get("failures"), 0),
+             fmt_num(r.get("dropped"), 0)]
+            for r in segment_rows]
+    return headers, rows

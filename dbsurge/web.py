@@ -1,22 +1,28 @@
-"""Interactive spikes from Locust's web UI: a rate control on the page and an HTTP endpoint.
+"""dbsurge's panel in Locust's web UI, and its endpoints (docs/web-ui.md).
 
-- ``GET  /dbsurge/plan``: the plan, the current position in it, target and achieved rates.
-- ``POST /dbsurge/rate``: ``{"rate_tps": 800}`` (an absolute rate from now on) or
-  ``{"scale": 2}`` (the plan's remaining rates times 2, i.e. a multiple of the baseline).
+- ``GET  /dbsurge/plan``: the plan, the rate overrides, where the run is; after the end, where
+  its results are (`dbsurge.web_state`).
+- ``GET  /dbsurge/live``: that, and the live figures the panel shows (the timeline's seconds).
+- ``POST /dbsurge/rate``: ``{"rate_tps": 800}`` (this rate from now on) or ``{"scale": 2}`` (the
+  plan's own rates times 2 from now on, replacing any override; 1 is the plan again).
   Form fields work too: ``curl -X POST -d rate_tps=800 http://127.0.0.1:8089/dbsurge/rate``.
+- ``GET  /dbsurge/report``: the finished run's report.html (that file only).
 
-The control is a small panel added to Locust's own page (a script tag injected into the HTML
-of ``/``), so it works with any Locust version's React front end without rebuilding it.
+The panel is a script and a stylesheet added to Locust's own page (``/``): a column at the right,
+below Locust's header, for which Locust's main area makes room, so it works with Locust's React
+front end as shipped, without covering it. Under a plan, the start form's users, ramp-up and run
+time fields and the plan's own options leave the form (`adjust_swarm_form`): the plan sets them.
 
-The UI answers its own origin only (`SameOriginGuard`, see docs/web-ui.md): no CORS, and every
-state-changing request from another site is refused with 403. No page or endpoint shows a secret:
-the ``--target`` default in Locust's swarm form is the redacted URI, and submitting it unchanged
-keeps the real one (`protect_secret_options`). A rate is checked by `parse_rate_request`: a number,
-0 (a pause) or more, at most ``--max-rate``.
+The UI answers its own origin only (`SameOriginGuard`): no CORS, and every state-changing request
+from another site is refused with 403; the new endpoints are behind it like Locust's own. No page
+or endpoint shows a secret: the ``--target`` default in Locust's swarm form is the redacted URI,
+and submitting it unchanged keeps the real one (`protect_secret_options`). A rate is checked by
+`parse_rate_request`: a number, 0 (a pause) or more, at most ``--max-rate``.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import logging
 import math
@@ -27,103 +33,35 @@ from flask import Response, jsonify, request
 from .errors import UserError, clip
 from .options import _WEIGHT
 from .redact import MASK, redact_uri
+from .web_state import live_state, max_rate, plan_state, remaining_peak
 
 log = logging.getLogger("dbsurge")
 
-PANEL_JS = r"""
-(function () {
-  if (document.getElementById('dbsurge-panel')) return;
-  var p = document.createElement('div');
-  p.id = 'dbsurge-panel';
-  p.style.cssText = 'position:fixed;right:12px;bottom:12px;z-index:99999;background:#fff;color:#111;' +
-    'border:1px solid #888;border-radius:6px;padding:10px 12px;font:13px sans-serif;min-width:300px;' +
-    'box-shadow:0 2px 8px rgba(0,0,0,.3)';
-  p.innerHTML =
-    '<b>dbsurge arrival rate</b>' +
-    '<div id="dbsurge-plan" style="margin:6px 0;font-family:monospace;white-space:pre"></div>' +
-    '<div>target <span id="dbsurge-target">-</span> TPS, achieved <span id="dbsurge-achieved">-</span> TPS</div>' +
-    '<div style="margin-top:6px"><input id="dbsurge-rate" type="number" min="0" step="any" ' +
-    'placeholder="TPS" style="width:90px"> <button id="dbsurge-set-rate">Set rate</button></div>' +
-    '<div style="margin-top:4px"><input id="dbsurge-scale" type="number" min="0" step="any" ' +
-    'placeholder="x baseline" style="width:90px"> <button id="dbsurge-set-scale">Scale plan</button></div>' +
-    '<div id="dbsurge-msg" style="margin-top:4px;color:#a00"></div>';
-  document.body.appendChild(p);
-  function post(body) {
-    fetch('/dbsurge/rate', {method: 'POST', headers: {'Content-Type': 'application/json'},
-                            body: JSON.stringify(body)})
-      .then(function (r) { return r.json(); })
-      .then(function (j) { document.getElementById('dbsurge-msg').textContent = j.error || ''; refresh(); });
-  }
-  document.getElementById('dbsurge-set-rate').onclick = function () {
-    post({rate_tps: parseFloat(document.getElementById('dbsurge-rate').value)});
-  };
-  document.getElementById('dbsurge-set-scale').onclick = function () {
-    post({scale: parseFloat(document.getElementById('dbsurge-scale').value)});
-  };
-  function refresh() {
-    fetch('/dbsurge/plan').then(function (r) { return r.json(); }).then(function (s) {
-      var lines = (s.stages || []).map(function (st, i) {
-        return (i === s.stage_index && s.running ? '> ' : '  ') + st.name + '  ' +
-          (st.duration_s === null ? 'open' : st.duration_s + 's') + '  ' + Math.round(st.target_tps) + ' TPS';
-      });
-      lines.push(s.running ? ('t = ' + s.elapsed_s.toFixed(1) + ' s') : 'not running');
-      document.getElementById('dbsurge-plan').textContent = lines.join('\n');
-      document.getElementById('dbsurge-target').textContent = s.target_tps === null ? '-' : s.target_tps.toFixed(1);
-      document.getElementById('dbsurge-achieved').textContent = s.achieved_tps.toFixed(1);
-    }).catch(function () {});
-  }
-  refresh();
-  setInterval(refresh, 1000);
-})();
-"""
-
-
-def plan_state(run) -> dict:
-    """The plan and where the run is in it, for the panel and for scripts."""
-    plan = run.plan
-    elapsed = run.elapsed_s()
-    running = bool(elapsed is not None and not run.finished and run.aggregator is not None)
-    schedule = run.schedule
-    state = {
-        "plan": str(plan) if plan else None,
-        "stages": [],
-        "running": running,
-        "elapsed_s": round(elapsed, 3) if elapsed is not None else 0.0,
-        "stage_index": None,
-        "stage": None,
-        "target_tps": None,
-        "achieved_tps": round(run.aggregator.recent_achieved_tps(), 3) if run.aggregator else 0.0,
-        "dropped": sum(run.aggregator.dropped.values()) if run.aggregator else 0,
-        "rate_changes": run.changes,
-        "run_dir": str(run.rundir.path) if run.rundir else None,
-    }
-    if plan:
-        for st, s in zip(plan.starts, plan.stages):
-            state["stages"].append({"name": s.name, "start_s": st,
-                                    "duration_s": s.duration_s if math.isfinite(s.duration_s) else None,
-                                    "target_tps": s.mean_tps})
-    if plan and schedule is not None and elapsed is not None:
-        t = max(0.0, elapsed)
-        state["stage_index"] = plan.stage_index_at(t)
-        state["stage"] = plan.stages[state["stage_index"]].name
-        state["target_tps"] = round(schedule.rate_at(t), 3)
-    return state
-
 
 def install_web_controls(web_ui, run) -> None:
-    """Add the endpoints and the panel to Locust's Flask app."""
-    from .protocol import change_rate
-
+    """Add the endpoints, the panel and the form's adjustments to Locust's Flask app."""
     app = web_ui.app
     auth = getattr(web_ui, "auth_required_if_enabled", lambda f: f)
     if not isinstance(app.wsgi_app, SameOriginGuard):
-        app.wsgi_app = SameOriginGuard(app.wsgi_app)
+        app.wsgi_app = SameOriginGuard(app.wsgi_app)  # every route, these included
     protect_secret_options(web_ui, run.environment)
+    adjust_swarm_form(web_ui, run)
+    _add_endpoints(app, auth, run)
+    _add_panel(app)
+
+
+def _add_endpoints(app, auth, run) -> None:
+    from .protocol import change_rate
 
     @app.route("/dbsurge/plan")
     @auth
     def dbsurge_plan():
         return jsonify(plan_state(run))
+
+    @app.route("/dbsurge/live")
+    @auth
+    def dbsurge_live():
+        return jsonify(live_state(run))
 
     @app.route("/dbsurge/rate", methods=["POST"])
     @auth
@@ -137,19 +75,93 @@ def install_web_controls(web_ui, run) -> None:
             return jsonify({"error": str(e)}), 400
         return jsonify({"ok": True, "change": change, "state": plan_state(run)})
 
+    @app.route("/dbsurge/report")
+    @auth
+    def dbsurge_report():
+        return report_response(run)
+
+
+def _add_panel(app) -> None:
     @app.route("/dbsurge/panel.js")
     def dbsurge_panel_js():
-        return Response(PANEL_JS, mimetype="application/javascript")
+        return Response(panel_asset("web_panel.js"), mimetype="application/javascript")
+
+    @app.route("/dbsurge/panel.css")
+    def dbsurge_panel_css():
+        return Response(panel_asset("web_panel.css"), mimetype="text/css")
 
     @app.after_request
     def inject_panel(response):
         is_page = request.path in ("/", "/index.html") and response.mimetype == "text/html"
         if is_page and not response.direct_passthrough:
-            body = response.get_data(as_text=True)
-            if "dbsurge/panel.js" not in body and "</body>" in body:
-                body = body.replace("</body>", '<script src="./dbsurge/panel.js"></script></body>')
-                response.set_data(body)
+            response.set_data(with_panel(response.get_data(as_text=True)))
         return response
+
+
+# -- the panel: a script and a stylesheet on Locust's own page -------------------------------------------------
+
+
+def panel_asset(name: str) -> str:
+    """The panel's script or stylesheet, shipped beside this module (package data)."""
+    return (importlib.resources.files("dbsurge") / name).read_text(encoding="utf-8")
+
+
+def with_panel(page: str) -> str:
+    """Locust's page with the panel's stylesheet (in the head: the page is laid out with it from the
+    first paint, so Locust's charts size themselves beside the panel) and its script."""
+    if "dbsurge/panel.js" in page or "</body>" not in page:
+        return page
+    if "</head>" in page:
+        page = page.replace("</head>", '<link rel="stylesheet" href="./dbsurge/panel.css"></head>', 1)
+    return page.replace("</body>", '<script src="./dbsurge/panel.js"></script></body>', 1)
+
+
+#: The report is dbsurge's own escaped HTML and needs no script: none may run in the UI's origin.
+REPORT_CSP = "script-src 'none'; object-src 'none'; base-uri 'none'"
+
+
+def report_response(run):
+    """``GET /dbsurge/report``: this run's report.html, once built; nothing else is served from the run directory."""
+    path = run.report_path
+    if path is None or not path.is_file():
+        return jsonify({"error": "no report for this run yet: report.html is built when the run ends"}), 404
+    response = Response(path.read_bytes(), mimetype="text/html")
+    response.headers["Content-Security-Policy"] = REPORT_CSP
+    return response
+
+
+# -- Locust's start form under a dbsurge plan -------------------------------------------------------------------
+
+#: Options read once, when dbsurge starts and builds the plan: the form could change them, the run would not see it.
+PLAN_OPTIONS = ("baseline_tps", "stages", "stage_seconds", "rate")
+TARGET_HELP = "the database this dbsurge process was started with; shown here, not changed here"
+
+
+def adjust_swarm_form(web_ui, run) -> None:
+    """Keep Locust's start form from offering what the run would ignore.
+
+    - The plan's options (`PLAN_OPTIONS`) leave "Custom parameters": the plan was built from them
+      at start-up and the panel shows it (a ``baselineTps 1000`` beside a 50 TPS plan misleads).
+    - Under a plan, Locust's own "Number of users", "Ramp up" and "Run time" are disabled
+      (``hide_common_options``, as Locust does for shapes without common options): the plan
+      sets the rate and the shape sizes the pool. The panel hides them and says so in the form.
+    """
+    original_update = web_ui.update_template_args
+
+    def update_template_args():
+        original_update()
+        args = web_ui.template_args
+        extra = args.get("extra_options") or {}
+        for name in PLAN_OPTIONS:
+            extra.pop(name, None)
+        if isinstance(extra.get("target"), dict):
+            extra["target"]["help_text"] = TARGET_HELP
+        if run.plan is not None:
+            args["hide_common_options"] = True
+
+    web_ui.update_template_args = update_template_args
+    if getattr(web_ui, "template_args", None) is not None and web_ui.environment.runner is not None:
+        update_template_args()
 
 
 # -- the live rate: what a request may ask for -------------------------------------------------------------
@@ -189,7 +201,8 @@ def parse_rate_request(data, max_rate: float, scale_peak: float = 0.0) -> tuple[
     """Check a ``POST /dbsurge/rate`` body; return ``(rate_tps, scale)`` (one of them None) or raise UserError.
 
     ``data`` is the decoded JSON or the form fields: an object with exactly one of ``rate_tps``
-    (TPS, 0 pauses the load) and ``scale`` (a factor on the plan's rates from now on), each a JSON
+    (TPS, 0 pauses the load) and ``scale`` (the plan's own rates times this factor from now on, replacing
+    any override before it; `dbsurge.segments`), each a JSON
     number or a plain decimal string. Booleans, ``"1_000"``, ``nan``, ``inf``, negatives, arrays and
     objects are refused. ``rate_tps`` may be at most ``max_rate``; ``scale`` times ``scale_peak``
     (the plan's highest rate still ahead) too.
@@ -214,25 +227,6 @@ def parse_rate_request(data, max_rate: float, scale_peak: float = 0.0) -> tuple[
     return rate, scale
 
 
-def plan_peak(plan) -> float:
-    """The highest rate of a plan, in TPS (0 without a plan)."""
-    return max((max(s.start_tps, s.end_tps) for s in plan.stages), default=0.0) if plan else 0.0
-
-
-def remaining_peak(plan, t: float) -> float:
-    """The highest rate of the plan's stages that have not ended at ``t`` (what a scale multiplies)."""
-    if not plan:
-        return 0.0
-    return max((max(s.start_tps, s.end_tps) for st, s in zip(plan.starts, plan.stages)
-                if st + s.duration_s > t), default=0.0)
-
-
-def max_rate(run) -> float:
-    """``--max-rate``, or 10 times the plan's peak when it was not given."""
-    given = getattr(run.options, "max_rate", None)
-    return float(given) if given is not None else 10.0 * plan_peak(run.plan)
-
-
 # -- same origin only (docs/web-ui.md) -----------------------------------------------------------------------
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -245,6 +239,7 @@ SECURITY_HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
 }
+_SECURITY_HEADER_NAMES = {k.lower() for k in SECURITY_HEADERS}
 
 
 def _normal_origin(scheme: str, netloc: str) -> str:
@@ -331,11 +326,21 @@ class SameOriginGuard:
             return [body]
 
         def start(status, headers, exc_info=None):
-            kept = [(k, v) for k, v in headers
-                    if not k.lower().startswith("access-control-") and k not in SECURITY_HEADERS]
-            return start_response(status, kept + list(SECURITY_HEADERS.items()), exc_info)
+            return start_response(status, secured_headers(headers), exc_info)
 
         return self.app(environ, start)
+
+
+def secured_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A response's headers without CORS, with `SECURITY_HEADERS`; a policy of its own (the report's)
+    is kept, with ``frame-ancestors`` added to it."""
+    own_csp = [v for k, v in headers if k.lower() == "content-security-policy"]
+    kept = [(k, v) for k, v in headers
+            if not k.lower().startswith("access-control-") and k.lower() not in _SECURITY_HEADER_NAMES]
+    added = dict(SECURITY_HEADERS)
+    if own_csp:
+        added["Content-Security-Policy"] = f"{own_csp[0]}; {SECURITY_HEADERS['Content-Security-Policy']}"
+    return kept + list(added.items())
 
 
 # -- no secret in the swarm form --------------------------------------------------------------------------------

@@ -20,55 +20,19 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict, deque
-
 from dataclasses import dataclass, field
 
 from ..stage_plan import Schedule
 from ..utc import utc_iso
-from .cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell
+from .cells import Cell, cell_stats
+from .cells import us_to_ms as _ms
+from .live import LiveFigures
 
 ALL = "ALL"
 
 
-def _ms(us: float) -> float:
-    return round(us / 1000.0, 3)
-
-
-def cell_stats(cell: Cell, planned: int | None = None) -> dict:
-    """Percentiles, counts and the ledger of a cell; times in milliseconds with microsecond precision.
-
-    ``failure_rate`` counts over planned arrivals when the plan is known (an arrival that was
-    never sent is not a success either), else over operations sent.
-    """
-    r, s, lag, f = cell.response, cell.service, cell.lag, cell.failed_response
-    p50, p95, p99, p999 = r.percentiles([50, 95, 99, 99.9])
-    sp50, sp95, sp99 = s.percentiles([50, 95, 99])
-    fp50, fp99 = f.percentiles([50, 99])
-    failures = cell.failures
-    base = planned if planned else cell.count
-    by_family = cell.failed_by_family()
-    out = {
-        "planned": "" if planned is None else planned,
-        "count": cell.count, "ok": cell.ok,
-        "failures": failures,
-        "retries": cell.retries,
-        "failure_rate": round(failures / base, 6) if base else 0.0,
-        "p50_ms": _ms(p50), "p95_ms": _ms(p95), "p99_ms": _ms(p99), "p999_ms": _ms(p999),
-        "max_ms": _ms(r.max_value), "mean_ms": _ms(r.mean),
-        "service_p50_ms": _ms(sp50), "service_p95_ms": _ms(sp95), "service_p99_ms": _ms(sp99),
-        "lag_p99_ms": _ms(lag.percentile(99)), "lag_max_ms": _ms(lag.max_value),
-        "failed_p50_ms": _ms(fp50) if failures else "", "failed_p99_ms": _ms(fp99) if failures else "",
-        "failed_max_ms": _ms(f.max_value) if failures else "",
-        "dropped": cell.dropped,
-        "not_sent": sum(cell.not_sent.values()),
-        "failed_detail": ";".join(f"{k}={n}" for k, n in sorted(cell.failed.items())),
-    }
-    for fam in FAILURE_FAMILIES:
-        out[f"failed_{fam}"] = by_family[fam]
-    for reason in NOT_SENT_REASONS:
-        out[f"not_sent_{reason}"] = cell.not_sent.get(reason, 0)
-    out["over_plan"] = cell.over_plan
-    return out
+def _no_overrides() -> list[float]:
+    return []
 
 
 @dataclass
@@ -114,6 +78,9 @@ class Aggregator:
         self.worker_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         self._logs: list[tuple[str, dict]] = []
         self.share_count = lambda: 1  # how many workers share the plan (set by the master)
+        # the plan times (s) of the run's live rate overrides so far (set by the master: the run's own list)
+        self.override_times = _no_overrides
+        self.live = LiveFigures()  # the web panel's figures: the seconds written to the timeline
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -179,14 +146,29 @@ class Aggregator:
 
     # -- timeline -----------------------------------------------------------------------------------
 
-    def _stage_name_at(self, epoch_s: float) -> str:
+    def _stage_index_at(self, epoch_s: float) -> int | None:
+        """The stage of the second starting at epoch_s; None after the plan's end."""
         if self.schedule is None or self.start_epoch_s is None:
-            return self.stage_names[0] if self.stage_names else "run"
+            return 0
         # a second that straddles time zero or the end belongs to the stage it overlaps
         t = max(epoch_s - self.start_epoch_s, 0.0)
         if t >= self.schedule.end_s and epoch_s + 1 - self.start_epoch_s > self.schedule.end_s + 1:
+            return None
+        return self.schedule.stage_at(min(t, self.schedule.end_s - 1e-9))
+
+    def _stage_name_at(self, epoch_s: float) -> str:
+        i = self._stage_index_at(epoch_s)
+        if i is None:
             return ""
-        return self.stage_names[self.schedule.stage_at(min(t, self.schedule.end_s - 1e-9))]
+        return self.stage_names[i] if self.stage_names else "run"
+
+    def _row_key(self, sec: int) -> tuple[int, int] | None:
+        """The live table's row of a second: its stage and how many rate overrides were in force at its start."""
+        stage = self._stage_index_at(sec)
+        if stage is None:
+            return None
+        t = sec - (self.start_epoch_s or sec)
+        return stage, sum(1 for at_s in self.override_times() if at_s <= t)
 
     def target_tps_at(self, epoch_s: float) -> float | None:
         """Planned arrivals in the second starting at epoch_s (None without a plan)."""
@@ -251,8 +233,10 @@ class Aggregator:
             rows.append(self._timeline_row(sec, stage, op, target, cell))
             if intervals is not None and cell.ok:
                 intervals.append((op, sec, cell.response.max_value / 1000.0, cell.response.to_hdr().encode()))
-        rows.append(self._timeline_row(sec, stage, ALL, target, total))
+        all_row = self._timeline_row(sec, stage, ALL, target, total)
+        rows.append(all_row)
         if not provisional:
+            self.live.add_second(sec, self._row_key(sec), target, total, all_row)
             # failed operations count too: a database that times out every operation ties users up
             # as long as a slow one, and the pool must be sized for that
             n = total.ok + total.failures

@@ -7,6 +7,7 @@ a cell is ``[response, service, lag, failed_response, ok, retries, {kind: n}]``,
 its sparse form (`Histogram.to_wire`: bucket indexes and counts). `group_wire` builds cells'
 wire form straight from arrays of values; `Cell.add_wire` reads it. Adding wire cells is exact:
 the merged p99 is the p99 of every sample from every worker, to the histogram's precision.
+`cell_stats` turns a cell into the figures of every table (timeline.csv, stages.csv, the web panel).
 
     >>> import numpy as np
     >>> rows = group_wire(np.array([[0, 0], [1, 1]]), np.array([True, False]), np.array([0, 1]), ["", "timeout"],
@@ -140,3 +141,45 @@ def sparse_wire(values: np.ndarray) -> list:
     index = np.flatnonzero(counts)
     return [index.astype(np.int32).tobytes(), counts[index].astype(np.int64).tobytes(), int(values.min()),
             int(values.max()), int(values.sum())]
+
+
+def us_to_ms(us: float) -> float:
+    """Microseconds as milliseconds with three decimals (the precision of every table)."""
+    return round(us / 1000.0, 3)
+
+
+def cell_stats(cell: Cell, planned: int | None = None) -> dict:
+    """Percentiles, counts and the ledger of a cell; times in milliseconds with microsecond precision.
+
+    ``failure_rate`` counts over planned arrivals when the plan is known (an arrival that was
+    never sent is not a success either), else over operations sent.
+    """
+    r, s, lag, f = cell.response, cell.service, cell.lag, cell.failed_response
+    p50, p95, p99, p999 = r.percentiles([50, 95, 99, 99.9])
+    sp50, sp95, sp99 = s.percentiles([50, 95, 99])
+    fp50, fp99 = f.percentiles([50, 99])
+    failures = cell.failures
+    base = planned if planned else cell.count
+    by_family = cell.failed_by_family()
+    out = {
+        "planned": "" if planned is None else planned,
+        "count": cell.count, "ok": cell.ok,
+        "failures": failures,
+        "retries": cell.retries,
+        "failure_rate": round(failures / base, 6) if base else 0.0,
+        "p50_ms": us_to_ms(p50), "p95_ms": us_to_ms(p95), "p99_ms": us_to_ms(p99), "p999_ms": us_to_ms(p999),
+        "max_ms": us_to_ms(r.max_value), "mean_ms": us_to_ms(r.mean),
+        "service_p50_ms": us_to_ms(sp50), "service_p95_ms": us_to_ms(sp95), "service_p99_ms": us_to_ms(sp99),
+        "lag_p99_ms": us_to_ms(lag.percentile(99)), "lag_max_ms": us_to_ms(lag.max_value),
+        "failed_p50_ms": us_to_ms(fp50) if failures else "", "failed_p99_ms": us_to_ms(fp99) if failures else "",
+        "failed_max_ms": us_to_ms(f.max_value) if failures else "",
+        "dropped": cell.dropped,
+        "not_sent": sum(cell.not_sent.values()),
+        "failed_detail": ";".join(f"{k}={n}" for k, n in sorted(cell.failed.items())),
+    }
+    for fam in FAILURE_FAMILIES:
+        out[f"failed_{fam}"] = by_family[fam]
+    for reason in NOT_SENT_REASONS:
+        out[f"not_sent_{reason}"] = cell.not_sent.get(reason, 0)
+    out["over_plan"] = cell.over_plan
+    return out
