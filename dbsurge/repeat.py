@@ -66,7 +66,7 @@ def parse_repeat(text: str | None) -> int:
 
 def repeat_main(argv: list[str]) -> int:
     """``dbsurge run ... --repeat N``."""
-    from .cli import _run_parser, run_main
+    from .cli import _locust_namespace, _run_parser, run_main
     from .embedded import resolve_embedded
     from .rundir import RunDirectory, new_run_id, utc_iso
     from .validate import check_results_dir, validate_run_id
@@ -75,10 +75,13 @@ def repeat_main(argv: list[str]) -> int:
     count = parse_repeat(text)
     run_id, argv = take_option(argv, "--run-id")
     results_dir, argv = take_option(argv, "--results-dir")
-    results_dir = results_dir or "results"
-    args, _ = _run_parser().parse_known_args(argv)
+    args, rest = _run_parser().parse_known_args(argv)
+    ns = _locust_namespace(rest)  # what each run reads from the environment and config files too
+    results_dir = results_dir or getattr(ns, "results_dir", None) or "results"
+    args.target = args.target or ns.target
     if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo)")
+        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
+                        "or put `target = URI` in a config file")
     run_id = run_id or new_run_id(f"{args.workload}-x{count}")
     validate_run_id(run_id, results_dir)
     check_results_dir(results_dir)

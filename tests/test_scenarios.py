@@ -33,6 +33,7 @@ def _floats(rows: list[dict], column: str) -> list[float]:
 def test_bad_options_fail_in_one_line_before_any_run(tmp_path, pg_uri):
     for args in (["cache", "--target", pg_uri, "--restart-target", "--quick"],
                  ["ycsb-run", "--target", pg_uri, "--scale-workers", "1,x"],
+                 ["ycsb-run", "--target", pg_uri, "--scale-workers", "1,2", "--repeat", "2"],
                  ["idle", "--target", pg_uri, "--idle", "soon"],
                  ["spike", "--target", pg_uri, "--baseline-tps", "-5"],
                  ["nosuch"]):
@@ -386,6 +387,22 @@ def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, p
     assert float(row["read_p99_ms"]) == float(summary["read"]["p99_ms"])
     assert float(row["update_p99_ms"]) == float(summary["update"]["p99_ms"])
     assert row["failures"] == "0" and row["distribution"] == "hotspot"
+
+
+def test_ycsb_run_repeat_writes_each_repetition_and_the_spread(tmp_path, mongo_uri):
+    proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", mongo_uri, "--duration", "1s", "--target-tps",
+                   "50", "--repeat", "2", "--run-id", "rep", cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, explain(proc)
+    parent = tmp_path / "results" / "rep"
+    spread = read_csv(parent / "repetitions.csv")
+    assert {r["n"] for r in spread if r["operation"] == "ALL"} == {"2"}
+    for i in ("1", "2"):
+        meta = read_json(parent / i / "run.json")
+        assert meta["scenario"] == "ycsb-run" and meta["distribution"] == "uniform", meta
+        [row] = read_csv(parent / i / "ycsb-run.csv")
+        assert float(row["throughput_ops_s"]) > 0, row
+    # the spread once (from dbsurge run --repeat), then the study's table of each repetition
+    assert proc.stdout.count("Repetitions (2 runs") == 1 and proc.stdout.count("YCSB workload A") == 2, proc.stdout
 
 
 def test_ycsb_run_scalability_against_the_ideal_line(tmp_path, mongo_uri):

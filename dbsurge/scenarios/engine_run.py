@@ -37,6 +37,14 @@ def run_engine(run_args: list[str]) -> int:
     return run_child(cmd, env)
 
 
+def repetitions(run_dir: Path) -> list[Path] | None:
+    """The run directories 1..N of an engine run given ``--repeat N``, or None for a single run."""
+    if not (run_dir / "repetitions.csv").is_file():
+        return None
+    return sorted((d for d in run_dir.iterdir() if d.name.isdigit() and (d / "stages.csv").is_file()),
+                  key=lambda d: int(d.name))
+
+
 def pairs(flag: str, values: list[str] | None) -> list[str]:
     """``["--flag", v1, "--flag", v2, ...]``."""
     out: list[str] = []

@@ -25,7 +25,7 @@ from dbsurge.errors import UserError
 from dbsurge.scenarios.arguments import cloudwatch_flags
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.capacity import stage_capacity_text
-from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
+from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
 from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Report, Table, write_report
@@ -73,11 +73,10 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     """Annotate the engine's run.json and show the table (one per repetition with --repeat N)."""
     run_dir = Path(setup.args.results_dir) / run_id
     annotation = {"scenario": NAME, "scenario_settings": setup.settings, "target_name": setup.args.target}
-    if (run_dir / "repetitions.csv").is_file():  # --repeat N went to dbsurge run: one table per repetition
-        for sub in sorted((d for d in run_dir.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
-            if (sub / "stages.csv").is_file():
-                annotate_run(sub, **annotation)
-                write_report(sub, report(sub), title=f"dbsurge scenario spike: {run_id}/{sub.name}")
+    if (reps := repetitions(run_dir)) is not None:  # --repeat N went to dbsurge run: a table per repetition
+        for sub in reps:
+            annotate_run(sub, **annotation)
+            write_report(sub, report(sub), title=f"dbsurge scenario spike: {run_id}/{sub.name}")
         print(f"\nresults: {run_dir} (repetitions 1..N; `dbsurge scenario spike --from {run_dir}/1` prints one)")
         return code
     if not (run_dir / "stages.csv").is_file():

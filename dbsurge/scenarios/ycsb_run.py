@@ -18,7 +18,8 @@ The table: throughput, read p99, update p99, failures.
 per process) one after the other, and prints the achieved throughput per worker count against the
 ideal linear line (1-process throughput x n), as the study compared achieved with theoretical
 scalability. Each run's own directory is under ``runs/`` of the scenario's run directory.
-Options this scenario does not know go to ``dbsurge run``.
+``--repeat N`` (a single run only) repeats it into ``<run-id>/1..N`` with the spread across them
+and each repetition's table. Options this scenario does not know go to ``dbsurge run``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dbsurge.errors import UserError
 from dbsurge.rundir import RunDirectory, utc_iso
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
-from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
+from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
 from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Report, Table
@@ -86,6 +87,8 @@ def check(setup: Setup) -> None:
     if args.target_tps is not None and args.target_tps <= 0:
         raise UserError("--target-tps must be positive")
     workers = setup.values["workers"] = parse_workers(args.scale_workers) if args.scale_workers else None
+    if workers and any(a == "--repeat" or a.startswith("--repeat=") for a in setup.rest):
+        raise UserError("--repeat repeats one run; with --scale-workers, run the scenario again instead")
     if workers and args.target_tps is not None:
         raise UserError("--scale-workers runs flat out (a target rate would cap the throughput): leave out "
                         "--target-tps")
@@ -123,12 +126,21 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     """Annotate a single run's run.json and show the table (a scale run wrote its own run.json)."""
     args = setup.args
     run_dir = Path(args.results_dir) / run_id
-    if not setup.values["workers"]:
-        if not (run_dir / "summary.csv").is_file():
-            return code or 1
-        annotate_run(run_dir, scenario=NAME, mode="single", scenario_settings=setup.settings,
-                     target_name=args.target, distribution=args.distribution, target_tps=args.target_tps,
-                     consistency=setup.values["consistency"])
+    if setup.values["workers"]:
+        SCENARIO.show(run_dir)
+        return code
+    annotation = dict(scenario=NAME, mode="single", scenario_settings=setup.settings, target_name=args.target,
+                      distribution=args.distribution, target_tps=args.target_tps,
+                      consistency=setup.values["consistency"])
+    if (reps := repetitions(run_dir)) is not None:  # --repeat N went to dbsurge run: a table per repetition
+        for sub in reps:
+            annotate_run(sub, **annotation)
+            SCENARIO.show(sub)
+        print(f"\nresults: {run_dir} (repetitions 1..N and their spread: repetitions.csv)")
+        return code
+    if not (run_dir / "summary.csv").is_file():
+        return code or 1
+    annotate_run(run_dir, **annotation)
     SCENARIO.show(run_dir)
     return code
 
