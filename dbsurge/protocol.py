@@ -315,11 +315,19 @@ def _on_share_message(environment, msg, **_kw):
             run.pacer.paused = False
             log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
         return
-    if run.pacer is None:  # a worker that joined mid-run
+    if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
         s = Setup(**d["setup"])
-        credentials.configure_worker(run, s)
+        try:
+            credentials.configure_worker(run, s)  # the password from this worker's own sources
+        except UserError as e:
+            log.error("dbsurge: %s", e)
+            return
+        run.changes = list(s.changes)
         run.make_pacer(s)
+        if run.pacer is not None:
+            run.pacer.join_at(d["index"], d["count"], d["from_number"])
         run.ready.set()
+        return
     if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
         log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
