@@ -57,7 +57,8 @@ class Setup:
 class DbSurgeRun:
     """Per-process state: the target, workloads, pacer, recorder and (on the master) the aggregator."""
 
-    def __init__(self, environment):
+    def __init__(self, environment, own_options=None):
+        """``own_options``: this process's options as it was started (a worker's are overwritten by the master's)."""
         self.environment = environment
         self.options = environment.parsed_options
         self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
@@ -71,8 +72,8 @@ class DbSurgeRun:
         self.ready = gevent.event.Event()
         self.target = None
         self.target_uri: str | None = None
-        # this process's own ways to the password, read now: Locust overwrites the options with the master's
-        self.own_credentials = credentials.Sources.from_options(self.options)
+        # this process's own ways to the password, as started: Locust overwrites the options with the master's
+        self.own_credentials = credentials.Sources.from_options(own_options or self.options)
         self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
         self.target_options: dict = {}
         self.workload_options: dict = {}
