@@ -26,7 +26,7 @@ from itertools import accumulate
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
-from locust.user.users import LOCUST_STATE_STOPPING
+from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
 from .redact import redact_text
 from .timing import time_call
@@ -41,6 +41,23 @@ class DbUser(User):
     abstract = True
     workload: str = ""
     wait_time = constant(0)
+
+    def stop(self, force: bool = False):
+        """Stop this user; while a plan runs, after the slot it is on (the operation loop checks the state).
+
+        When a worker joins, Locust moves users to it from the others and, without ``--stop-timeout``,
+        kills each user it stops where it stands: an operation under way would have no result, and the
+        ledger would book its slot as in flight at the end. (Deciding by whether the user holds a slot
+        right now is not enough: a kill lands a loop iteration later, when it may have taken one.)
+        Once the plan is closed, its slots are written off already, and a kill loses nothing.
+        """
+        run = getattr(self.environment, "dbsurge", None)
+        pacer = getattr(run, "pacer", None)
+        if force and pacer is not None and pacer.closed is None \
+                and self._state in (LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING):
+            self._state = LOCUST_STATE_STOPPING
+            return False
+        return super().stop(force)
 
     @task
     def run_operations(self) -> None:
