@@ -202,7 +202,8 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             if intended == 0:
                 intended = start
             retries = session.retries - retries_before
-            kind = 0 if exc is None else recorder.kind_id(classify(exc), _describe(exc))
+            kind_name = None if exc is None else classify(exc)
+            kind = 0 if exc is None else recorder.kind_id(kind_name, _describe(exc))
             record(op_ids[k], stage, intended, start, end, kind, retries)
             fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                  response_length=0, exception=exc, context=None)
@@ -210,6 +211,15 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 # the driver was interrupted mid-protocol: this connection cannot be trusted again
                 _close_quietly(session)
                 session = None
+            elif kind_name == "connect":
+                # the session's own reconnect failed (the database is unreachable from here): back off like
+                # a user whose connect failed, so the slots due meanwhile fail at once instead of each one
+                # waiting out a connect timeout while the rest of this worker's share piles up behind it
+                _close_quietly(session)
+                session = None
+                last_connect_error = _as_connect_error(exc)
+                retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
+                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
     finally:
         if session is not None:
             _close_quietly(session)
