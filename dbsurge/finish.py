@@ -201,10 +201,11 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     refused = run.membership.refused if run.membership is not None else {}
     if refused:
         out.append("workers refused, with no share and no load: " + ", ".join(
-            f"{w} ({why})" for w, why in sorted(refused.items())))
+            f"{run.hosts.name(w)} ({why})" for w, why in sorted(refused.items())))
     out += run.clocks.warnings()
     if run.lost_workers:
-        out.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
+        lost = sorted(set(run.lost_workers))
+        out.append("workers lost during the run: " + ", ".join(run.hosts.name(w) for w in lost))
     return out
 
 
@@ -230,7 +231,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
                 "refused_workers": dict(run.membership.refused) if run.membership is not None else {},
-                "clock_offsets": run.clocks.describe(),
+                "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
                 "problems": dict(run.problems), "verdict": verdict.text,
             },
         )

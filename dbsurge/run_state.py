@@ -22,6 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from . import credentials, stopping
 from .arrivals import OperationMix
 from .clocks import ClockBook, wall_ns
+from .hosts import WorkerHosts
 from .measure.aggregator import Aggregator
 from .measure.recorder import Recorder
 from .membership import Membership
@@ -107,6 +108,7 @@ class DbSurgeRun:
         self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
         self.sequence = None  # master: the numbered arrivals, for reshare points
         self.clocks = ClockBook()  # master: each worker's clock offset
+        self.hosts = WorkerHosts()  # master: each worker's host name and address (dbsurge.hosts)
         self.departed: set[str] = set()  # master: workers that left gracefully
         self.leaving: str | None = None  # worker: why it is leaving
         self.leave_until: int | None = None

@@ -113,7 +113,8 @@ class Aggregator:
         self._new_failures: list[tuple[str, str, str]] = []
         self.worker_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         self._logs: list[tuple[str, dict]] = []
-        self.share_count = lambda: 1  # how many workers share the plan (set by the master)
+        self.share_counts: list[tuple[float, int]] = []  # (from epoch s, workers sharing the plan): `note_shares`
+        self.worker_label = lambda worker: ""  # a worker's host and address (set by the master: dbsurge.hosts)
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -231,13 +232,26 @@ class Aggregator:
         out.logs, self._logs = self._logs, []
         return out
 
+    def note_shares(self, from_epoch_s: float, count: int) -> None:
+        """From ``from_epoch_s`` on, ``count`` workers share the plan (a join, a loss or a leave moves the shares)."""
+        self.share_counts.append((from_epoch_s, max(1, count)))
+
+    def share_count_at(self, epoch_s: float) -> int:
+        """How many workers shared the plan at ``epoch_s`` (1 when nobody said: a local run)."""
+        count = self.share_counts[0][1] if self.share_counts else 1
+        for since, n in self.share_counts:
+            if since <= epoch_s:
+                count = n
+        return count
+
     def _worker_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
         """Per worker in this second: its share of the plan, what it sent and how it went."""
         target = self.target_tps_at(sec)
-        share = round(target / max(1, self.share_count()), 3) if target is not None else ""
-        return [{"time_utc": utc_iso(sec), "worker": w, "assigned": share, "sent": c.count, "ok": c.ok,
-                 "failed": c.failures, "dropped": c.dropped, "lag_p99_ms": _ms(c.lag.percentile(99)),
-                 "p99_ms": _ms(c.response.percentile(99))} for w, c in sorted(cells.items())]
+        share = round(target / self.share_count_at(sec), 3) if target is not None else ""
+        return [{"time_utc": utc_iso(sec), "worker": w, "host": self.worker_label(w), "assigned": share,
+                 "sent": c.count, "ok": c.ok, "failed": c.failures, "dropped": c.dropped,
+                 "lag_p99_ms": _ms(c.lag.percentile(99)), "p99_ms": _ms(c.response.percentile(99))}
+                for w, c in sorted(cells.items())]
 
     def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False,
                      intervals: list | None = None) -> list[dict]:
