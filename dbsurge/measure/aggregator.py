@@ -107,6 +107,8 @@ class Aggregator:
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=10)  # (second, ok, mean service us)
         self.operations: list[str] = []
         self.per_source: dict[str, int] = defaultdict(int)  # arrivals each worker accounted for
+        self.failed_by_source: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # worker -> kind -> n
+        self.first_errors_by_source: dict[str, dict[str, str]] = defaultdict(dict)  # worker -> kind -> first message
         self.loop_lag_us: dict[int, int] = defaultdict(int)  # stage -> worst event-loop stall on any worker
         self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
         self.warnings: list[str] = []
@@ -151,6 +153,7 @@ class Aggregator:
         for stage, us in payload.get("loop_lag_us", []):
             self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))
         for kind, message in payload.get("errors", {}).items():
+            self.first_errors_by_source[source].setdefault(kind, message)
             if kind not in self.first_errors:
                 self.first_errors[kind] = message
                 self._new_failures.append((kind, message, source))
@@ -163,6 +166,7 @@ class Aggregator:
             self.per_source[source] += cell.count - before
             for kind, n in wire[6].items():
                 self.errors[kind] += int(n)
+                self.failed_by_source[source][kind] += int(n)
 
     def _merge_ledger(self, ops: list[str], ledger: list, dropped_secs: list, source: str) -> None:
         """Dropped and not-sent arrivals, per (stage, operation); dropped ones also per second of their slot."""
