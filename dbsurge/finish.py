@@ -187,7 +187,7 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     # take the plan (exit 1); the measurement itself is whole
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
     lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
-    findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent)
+    findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
@@ -221,11 +221,33 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     refused = run.membership.refused if run.membership is not None else {}
     if refused:
         out.append("workers refused, with no share and no load: " + ", ".join(
-            f"{w} ({why})" for w, why in sorted(refused.items())))
+            f"{run.hosts.name(w)} ({why})" for w, why in sorted(refused.items())))
     out += run.clocks.warnings()
     if run.lost_workers:
-        out.append(f"workers lost during the run: {', '.join(sorted(set(run.lost_workers)))}")
+        lost = sorted(set(run.lost_workers))
+        out.append("workers lost during the run: " + ", ".join(run.hosts.name(w) for w in lost))
     return out
+
+
+def _failing_workers(run) -> list[str]:
+    """Master: whose operations failed, how, and the first error of the commonest kind.
+
+    A worker cut from the database (or with a wrong password) fails while the others succeed; the
+    summary names it, by host and address, instead of leaving a failure rate to guess from.
+    """
+    agg = run.aggregator
+    failing = {w: kinds for w, kinds in agg.failed_by_source.items() if sum(kinds.values())}
+    if run.role != "master" or not failing:
+        return []
+    workers = set(agg.per_source) | set(run.shares) | set(run.lost_workers)
+    parts = []
+    for w, kinds in sorted(failing.items(), key=lambda item: -sum(item[1].values())):
+        commonest = max(kinds, key=kinds.get)
+        first = agg.first_errors_by_source.get(w, {}).get(commonest)
+        detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        parts.append(f"{run.hosts.name(w)}: {sum(kinds.values())} failed ({detail})"
+                     + (f", first {commonest}: {first}" if first else ""))
+    return [f"operations failed on {len(failing)} of {len(workers)} workers: " + "; ".join(parts)]
 
 
 def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: dict) -> None:
@@ -250,7 +272,8 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
                 "refused_workers": dict(run.membership.refused) if run.membership is not None else {},
-                "clock_offsets": run.clocks.describe(),
+                "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
+                "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
             },
         )
@@ -278,8 +301,9 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
                "or results were not written",
             130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
     if code == 0 and int(total.get("failures") or 0):
+        judged = "every --check passed" if run.options.check else "no --check judged them"
         head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {total.get('failures')} operations failed "
-                f"(no --check judged them)")
+                f"({judged})")
     if run.stop_reason:
         head = f"STOPPED: {run.stop_reason}"
     if planned in ("", None):
@@ -303,7 +327,8 @@ def _check_lines(results) -> list[str]:
 def _title(run) -> str:
     title = f"dbsurge run {run.rundir.run_id}: {run.target.display}"
     if run.interrupted is not None:
-        title += f" -- interrupted at t = {run.interrupted[1]:.1f} s ({run.interrupted[0]}); rates over the time that ran"
+        title += (f" -- interrupted at t = {run.interrupted[1]:.1f} s ({run.interrupted[0]}); "
+                  "rates over the time that ran")
     elif run.stop_reason:
         title += f" -- stopped: {run.stop_reason}"
     return title

@@ -53,8 +53,8 @@ def begin_run(run: DbSurgeRun) -> None:
     run.schedule = Schedule.from_plan(run.plan) if run.plan else None
     run.aggregator = Aggregator(stage_names=stage_names)
     run.aggregator.set_schedule(lambda: run.schedule, start_s)  # the run's one schedule, read when needed
-    run.aggregator.share_count = lambda: len(run.shares) or 1
     run.aggregator.override_times = lambda: [at_s for at_s, _rate, _scale in run.changes]
+    run.aggregator.worker_label = run.hosts.label
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
@@ -68,7 +68,7 @@ def begin_run(run: DbSurgeRun) -> None:
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
     for cid, why in (run.membership.refused.items() if run.membership else []):
-        run.rundir.event("worker_refused", worker=cid, reason=why, host=protocol.worker_host(cid))
+        run.rundir.event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
     if run.plan:
         for st, stage in zip(run.plan.starts, run.plan.stages):
             if math.isfinite(st):

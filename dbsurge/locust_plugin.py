@@ -19,6 +19,7 @@ listener hands over to the module that does the work:
 
 from __future__ import annotations
 
+import argparse
 import logging
 from functools import partial
 
@@ -49,12 +50,39 @@ locust.runners.HEARTBEAT_LIVENESS = 5
 locust.stats.bucket_response_time = latency_buckets.bucket_response_time
 
 
+#: This process's own options as Locust first parsed them (`_keep_own_options`).
+_OWN_OPTIONS: dict = {}
+
+
 @events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw):
     from .spot import add_spot_options
 
     add_options(parser)
     add_spot_options(parser)
+    _keep_own_options(parser)
+
+
+def _keep_own_options(parser) -> None:
+    """Keep a copy of what this process was started with, as soon as Locust has parsed it.
+
+    A worker's options are overwritten by the master's with every spawn message, and a worker that
+    joins a running test gets its first spawn while it connects, before Locust fires ``init``: read
+    there, its join token, Spot watch and target would already be the master's (none, off, stripped).
+    """
+    parse_args = parser.parse_args
+
+    def parse_and_keep(*args, **kwargs):
+        options = parse_args(*args, **kwargs)
+        if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
+            _OWN_OPTIONS.update(vars(options))
+        return options
+
+    parser.parse_args = parse_and_keep
+
+
+def _own_options(environment) -> argparse.Namespace:
+    return argparse.Namespace(**_OWN_OPTIONS) if _OWN_OPTIONS else environment.parsed_options
 
 
 @events.init.add_listener
@@ -62,7 +90,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     if runner is None or environment.parsed_options is None or not dbsurge_user_classes(environment):
         return
     console.set_up_logging()
-    run = DbSurgeRun(environment)
+    own = _own_options(environment)
+    run = DbSurgeRun(environment, own)
     environment.dbsurge = run
     # Locust's report events carry no environment: these listeners carry the run themselves
     environment.events.report_to_master.add_listener(partial(_on_report, run))
@@ -70,11 +99,13 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     environment.events.heartbeat_sent.add_listener(partial(_on_heartbeat_sent, run))
     if run.role == "worker":
         # this host's own settings: Locust overwrites parsed_options with the master's at every spawn
-        run.local_options = {k: getattr(run.options, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
+        run.local_options = {k: getattr(own, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
         protocol.register(run, runner)
         logging.getLogger().addHandler(ShipToMaster(run.recorder))
         gevent.spawn(stopping.master_watchdog, run)
         gevent.spawn(stopping.loop_lag_monitor, run)
+        if runner.worker_state in (locust.runners.STATE_SPAWNING, locust.runners.STATE_RUNNING):
+            _arm_worker(run)  # joined a running test: Locust fired test_start before init, without us
         return
     if run.role == "master":
         run.membership = Membership(run.options.join_token)
@@ -103,15 +134,22 @@ def _on_test_start(environment, **_kw):
     if run is None:
         return
     if run.role == "worker":
-        # now, not at init: Locust installs its own SIGTERM handler after init, and the last one wins
-        stopping.install_worker_signal_handlers(run)
-        if run.local_options.get("spot_watch") and run.spot_watcher is None:
-            from .spot import start_spot_watcher
-
-            run.spot_watcher = start_spot_watcher(
-                run.local_options.get("imds_endpoint"), lambda notice: gevent.spawn(stopping.leave, run, notice.reason))
+        _arm_worker(run)
         return
     begin_run(run)
+
+
+def _arm_worker(run: DbSurgeRun) -> None:
+    """Worker, at test start: SIGTERM leaves gracefully, and the Spot watcher runs if asked for.
+
+    Not at init: Locust installs its own SIGTERM handler after init, and the last one wins.
+    """
+    stopping.install_worker_signal_handlers(run)
+    if run.local_options.get("spot_watch") and run.spot_watcher is None:
+        from .spot import start_spot_watcher
+
+        run.spot_watcher = start_spot_watcher(
+            run.local_options.get("imds_endpoint"), lambda notice: gevent.spawn(stopping.leave, run, notice.reason))
 
 
 # -- once-a-second reports and heartbeats (registered per environment at init) ----------------------------

@@ -201,6 +201,15 @@ class Pacer:
         self._pending = (index, count, math.ceil(from_number))
         self._maybe_switch()
 
+    def join_at(self, index: int, count: int, from_number: float) -> None:
+        """A worker that joins mid-run: take share ``index`` of ``count`` from arrival ``from_number`` on.
+
+        Unlike `reshare`, there is no old share to finish: the arrivals before ``from_number`` were the
+        other workers' (already sent, or theirs to send), so starting anywhere earlier would send them twice.
+        """
+        self._pending = None
+        self._assign(index, count, math.ceil(from_number))
+
     def _maybe_switch(self) -> None:
         if self._pending is not None and self.next_number >= self._pending[2]:
             self._assign(*self._pending)

@@ -28,6 +28,7 @@ import gevent
 from . import credentials
 from .clocks import wall_ns
 from .errors import UserError
+from .hosts import hello_fields
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
 from .segments import override_label
@@ -71,9 +72,10 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     workers = _worker_ids(runner, run)
     _measure_clocks(run, workers)
     run.shares = {cid: i for i, cid in enumerate(workers)}
+    _note_shares(run, 0.0)
     for cid, i in run.shares.items():
         runner.send_message("dbsurge:setup", setup_for(run, i, len(workers), max_lag_s, cid).__dict__, client_id=cid)
-        run.rundir.event("worker_join", worker=cid, index=i, count=len(workers), host=worker_host(cid))
+        run.rundir.event("worker_join", worker=cid, index=i, count=len(workers), **run.hosts.fields(cid))
 
 
 def register(run: DbSurgeRun, runner) -> None:
@@ -87,8 +89,8 @@ def register(run: DbSurgeRun, runner) -> None:
             runner.register_message(f"dbsurge:{name}", handler)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
-        # "client_ready" could arrive before them and be dropped as an unknown message)
-        runner.send_message("dbsurge:hello", {})
+        # "client_ready" could arrive before them and be dropped as an unknown message); say where we run
+        runner.send_message("dbsurge:hello", hello_fields(runner.master_host, runner.master_port))
         return
     runner.register_message("dbsurge:final", stopping.on_final_message)
     if run.role == "master":
@@ -126,11 +128,6 @@ def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
     return run.sequence.first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
 
 
-def worker_host(cid: str) -> str | None:
-    """The worker's host as Locust knows it (its id starts with the hostname), for events and the summary."""
-    return cid.rsplit("_", 1)[0] if "_" in cid else None
-
-
 def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
     """Give connected workers a moment to answer their challenge before the plan is shared."""
     if run.membership is None or run.membership.token is None:
@@ -151,8 +148,8 @@ def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
 def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
     run.membership.refused[cid] = why
     run.membership.nonces.pop(cid, None)
-    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", cid, why)
-    run.safe_event("worker_refused", worker=cid, reason=why, host=worker_host(cid))
+    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", run.hosts.name(cid), why)
+    run.safe_event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
 
 
 def _has_users(runner, cid: str) -> bool:
@@ -173,14 +170,17 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
     elapsed = run.elapsed_s() or 0.0
     from_number = number_at(run, elapsed + 0.5)
     for cid in sorted(set(run.shares) - set(workers)):
-        run.lost_workers.append(cid)
-        run.lost_from[cid] = from_number
-        silent = time.time() - run.last_seen.get(cid, time.time())
-        run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
-                       host=worker_host(cid))
-        log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
-                    "are booked as not sent (worker_lost)", cid)
+        _book_lost(run, cid, from_number)
+    joined = sorted(set(workers) - set(run.shares))
     run.shares = {cid: i for i, cid in enumerate(workers)}
+    _note_shares(run, elapsed + 0.5)
+    for cid in joined:
+        run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(workers),
+                       from_arrival=from_number, **run.hosts.fields(cid))
+        if cid in run.clocks.best:  # measured since its hello (`_on_hello_message`)
+            run.safe_event("clock", worker=cid, **run.clocks.describe()[cid])
+        log.info("worker %s joined: it takes share %d of %d from arrival %d", run.hosts.name(cid),
+                 run.shares[cid], len(workers), from_number)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for cid, i in run.shares.items():
         env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
@@ -188,6 +188,22 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
                                                   "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
                                 client_id=cid)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+
+
+def _note_shares(run: DbSurgeRun, from_elapsed_s: float) -> None:
+    """workers.csv's ``assigned``: the plan's rate over the workers sharing it from that moment on."""
+    run.aggregator.note_shares(run.start_epoch_ns / 1e9 + from_elapsed_s, len(run.shares))
+
+
+def _book_lost(run: DbSurgeRun, cid: str, from_number: int) -> None:
+    """A worker gone silent: its share is given away from ``from_number``; the ledger books the rest."""
+    run.lost_workers.append(cid)
+    run.lost_from[cid] = from_number
+    silent = time.time() - run.last_seen.get(cid, time.time())
+    run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
+                   **run.hosts.fields(cid))
+    log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
+                "are booked as not sent (worker_lost)", run.hosts.name(cid))
 
 
 def _on_leave_message(environment, msg, **_kw):
@@ -199,12 +215,14 @@ def _on_leave_message(environment, msg, **_kw):
         return
     run.departed.add(cid)
     from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
-    run.safe_event("worker_leaving", worker=cid, why=(msg.data or {}).get("why"), from_arrival=from_number)
-    log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", cid,
+    run.safe_event("worker_leaving", worker=cid, why=(msg.data or {}).get("why"), from_arrival=from_number,
+                   **run.hosts.fields(cid))
+    log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", run.hosts.name(cid),
                 (msg.data or {}).get("why"), from_number)
     environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
     workers = _worker_ids(environment.runner, run)
     run.shares = {w: i for i, w in enumerate(workers)}
+    _note_shares(run, (run.elapsed_s() or 0.0) + 0.3)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for w, i in run.shares.items():
         environment.runner.send_message(
@@ -264,6 +282,11 @@ def _on_clock_answer(environment, msg, **_kw):
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     run.last_seen[msg.node_id] = time.time()
+    run.hosts.note(msg.node_id, msg.data)
+    if msg.node_id not in run.clocks.best and run.start_epoch_ns is not None:
+        # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
+        for _ in range(3):
+            environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=msg.node_id)
     if (msg.data or {}).get("rejoin"):
         _resume_share(run, msg.node_id)
     nonce = run.membership.challenge(msg.node_id)
@@ -316,11 +339,19 @@ def _on_share_message(environment, msg, **_kw):
             run.pacer.paused = False
             log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
         return
-    if run.pacer is None:  # a worker that joined mid-run
+    if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
         s = Setup(**d["setup"])
-        credentials.configure_worker(run, s)
+        try:
+            credentials.configure_worker(run, s)  # the password from this worker's own sources
+        except UserError as e:
+            log.error("dbsurge: %s", e)
+            return
+        run.changes = list(s.changes)
         run.make_pacer(s)
+        if run.pacer is not None:
+            run.pacer.join_at(d["index"], d["count"], d["from_number"])
         run.ready.set()
+        return
     if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
         log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "

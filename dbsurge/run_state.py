@@ -22,6 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from . import credentials, stopping
 from .arrivals import OperationMix
 from .clocks import ClockBook, wall_ns
+from .hosts import WorkerHosts
 from .measure.aggregator import Aggregator
 from .measure.recorder import Recorder
 from .membership import Membership
@@ -57,7 +58,8 @@ class Setup:
 class DbSurgeRun:
     """Per-process state: the target, workloads, pacer, recorder and (on the master) the aggregator."""
 
-    def __init__(self, environment):
+    def __init__(self, environment, own_options=None):
+        """``own_options``: this process's options as it was started (a worker's are overwritten by the master's)."""
         self.environment = environment
         self.options = environment.parsed_options
         self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
@@ -71,8 +73,8 @@ class DbSurgeRun:
         self.ready = gevent.event.Event()
         self.target = None
         self.target_uri: str | None = None
-        # this process's own ways to the password, read now: Locust overwrites the options with the master's
-        self.own_credentials = credentials.Sources.from_options(self.options)
+        # this process's own ways to the password, as started: Locust overwrites the options with the master's
+        self.own_credentials = credentials.Sources.from_options(own_options or self.options)
         self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
         self.target_options: dict = {}
         self.workload_options: dict = {}
@@ -110,6 +112,7 @@ class DbSurgeRun:
         self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
         self.sequence = None  # master: the numbered arrivals, for reshare points
         self.clocks = ClockBook()  # master: each worker's clock offset
+        self.hosts = WorkerHosts()  # master: each worker's host name and address (dbsurge.hosts)
         self.departed: set[str] = set()  # master: workers that left gracefully
         self.leaving: str | None = None  # worker: why it is leaving
         self.leave_until: int | None = None

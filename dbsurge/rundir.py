@@ -41,8 +41,9 @@ TIMELINE_COLUMNS = [
     "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",
     "dropped", "failed_p99_ms", *_FAILED, "failed_detail",
 ]
-#: workers.csv: per worker and second (by completion), with its share of the plan's rate.
-WORKER_COLUMNS = ["time_utc", "worker", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
+#: workers.csv: per worker and second (by completion), with its share of the plan's rate; ``host`` is
+#: ``name (address)`` as the worker reported them (dbsurge.hosts).
+WORKER_COLUMNS = ["time_utc", "worker", "host", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
 #: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + not_sent, with
 #: failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code) and not_sent by
 #: reason (not_sent_*); over_plan counts operations sent beyond the plan (a bug or a partition).

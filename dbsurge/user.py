@@ -26,7 +26,7 @@ from itertools import accumulate
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
-from locust.user.users import LOCUST_STATE_STOPPING
+from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
 from .redact import redact_text
 from .timing import time_call
@@ -41,6 +41,23 @@ class DbUser(User):
     abstract = True
     workload: str = ""
     wait_time = constant(0)
+
+    def stop(self, force: bool = False):
+        """Stop this user; while a plan runs, after the slot it is on (the operation loop checks the state).
+
+        When a worker joins, Locust moves users to it from the others and, without ``--stop-timeout``,
+        kills each user it stops where it stands: an operation under way would have no result, and the
+        ledger would book its slot as in flight at the end. (Deciding by whether the user holds a slot
+        right now is not enough: a kill lands a loop iteration later, when it may have taken one.)
+        Once the plan is closed, its slots are written off already, and a kill loses nothing.
+        """
+        run = getattr(self.environment, "dbsurge", None)
+        pacer = getattr(run, "pacer", None)
+        if force and pacer is not None and pacer.closed is None \
+                and self._state in (LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING):
+            self._state = LOCUST_STATE_STOPPING
+            return False
+        return super().stop(force)
 
     @task
     def run_operations(self) -> None:
@@ -185,7 +202,8 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             if intended == 0:
                 intended = start
             retries = session.retries - retries_before
-            kind = 0 if exc is None else recorder.kind_id(classify(exc), _describe(exc))
+            kind_name = None if exc is None else classify(exc)
+            kind = 0 if exc is None else recorder.kind_id(kind_name, _describe(exc))
             record(op_ids[k], stage, intended, start, end, kind, retries)
             fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                  response_length=0, exception=exc, context=None)
@@ -193,6 +211,15 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 # the driver was interrupted mid-protocol: this connection cannot be trusted again
                 _close_quietly(session)
                 session = None
+            elif kind_name == "connect":
+                # the session's own reconnect failed (the database is unreachable from here): back off like
+                # a user whose connect failed, so the slots due meanwhile fail at once instead of each one
+                # waiting out a connect timeout while the rest of this worker's share piles up behind it
+                _close_quietly(session)
+                session = None
+                last_connect_error = _as_connect_error(exc)
+                retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
+                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
     finally:
         if session is not None:
             _close_quietly(session)

@@ -102,6 +102,15 @@ def test_reshare_keeps_the_old_share_until_the_switch():
     assert numbers == list(range(1, 500, 2)) + list(range(500, 1000))
 
 
+def test_a_worker_joining_mid_run_starts_at_the_hand_over():
+    """A new worker takes share 2 of 3 from arrival 600: none of the arrivals before it, which others sent."""
+    schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
+    p, _ = _pacer(schedule, worker_index=2, worker_count=3)
+    p.join_at(2, 3, from_number=600)
+    numbers = [s.number for s in _all_slots(p)]
+    assert numbers == list(range(602, 1000, 3))
+
+
 def test_close_writes_off_the_untaken_rest_by_stage():
     schedule = Schedule.from_plan(StagePlan.parse("1s@100tps,1s@50tps"))
     sink = Recorder()

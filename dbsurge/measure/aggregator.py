@@ -71,16 +71,19 @@ class Aggregator:
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=10)  # (second, ok, mean service us)
         self.operations: list[str] = []
         self.per_source: dict[str, int] = defaultdict(int)  # arrivals each worker accounted for
+        self.failed_by_source: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # worker -> kind -> n
+        self.first_errors_by_source: dict[str, dict[str, str]] = defaultdict(dict)  # worker -> kind -> first message
         self.loop_lag_us: dict[int, int] = defaultdict(int)  # stage -> worst event-loop stall on any worker
         self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
         self.warnings: list[str] = []
         self._new_failures: list[tuple[str, str, str]] = []
         self.worker_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         self._logs: list[tuple[str, dict]] = []
-        self.share_count = lambda: 1  # how many workers share the plan (set by the master)
         # the plan times (s) of the run's live rate overrides so far (set by the master: the run's own list)
         self.override_times = _no_overrides
         self.live = LiveFigures()  # the web panel's figures: the seconds written to the timeline
+        self.share_counts: list[tuple[float, int]] = []  # (from epoch s, workers sharing the plan): `note_shares`
+        self.worker_label = lambda worker: ""  # a worker's host and address (set by the master: dbsurge.hosts)
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -117,6 +120,7 @@ class Aggregator:
         for stage, us in payload.get("loop_lag_us", []):
             self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))
         for kind, message in payload.get("errors", {}).items():
+            self.first_errors_by_source[source].setdefault(kind, message)
             if kind not in self.first_errors:
                 self.first_errors[kind] = message
                 self._new_failures.append((kind, message, source))
@@ -129,6 +133,7 @@ class Aggregator:
             self.per_source[source] += cell.count - before
             for kind, n in wire[6].items():
                 self.errors[kind] += int(n)
+                self.failed_by_source[source][kind] += int(n)
 
     def _merge_ledger(self, ops: list[str], ledger: list, dropped_secs: list, source: str) -> None:
         """Dropped and not-sent arrivals, per (stage, operation); dropped ones also per second of their slot."""
@@ -213,13 +218,26 @@ class Aggregator:
         out.logs, self._logs = self._logs, []
         return out
 
+    def note_shares(self, from_epoch_s: float, count: int) -> None:
+        """From ``from_epoch_s`` on, ``count`` workers share the plan (a join, a loss or a leave moves the shares)."""
+        self.share_counts.append((from_epoch_s, max(1, count)))
+
+    def share_count_at(self, epoch_s: float) -> int:
+        """How many workers shared the plan at ``epoch_s`` (1 when nobody said: a local run)."""
+        count = self.share_counts[0][1] if self.share_counts else 1
+        for since, n in self.share_counts:
+            if since <= epoch_s:
+                count = n
+        return count
+
     def _worker_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
         """Per worker in this second: its share of the plan, what it sent and how it went."""
         target = self.target_tps_at(sec)
-        share = round(target / max(1, self.share_count()), 3) if target is not None else ""
-        return [{"time_utc": utc_iso(sec), "worker": w, "assigned": share, "sent": c.count, "ok": c.ok,
-                 "failed": c.failures, "dropped": c.dropped, "lag_p99_ms": _ms(c.lag.percentile(99)),
-                 "p99_ms": _ms(c.response.percentile(99))} for w, c in sorted(cells.items())]
+        share = round(target / self.share_count_at(sec), 3) if target is not None else ""
+        return [{"time_utc": utc_iso(sec), "worker": w, "host": self.worker_label(w), "assigned": share,
+                 "sent": c.count, "ok": c.ok, "failed": c.failures, "dropped": c.dropped,
+                 "lag_p99_ms": _ms(c.lag.percentile(99)), "p99_ms": _ms(c.response.percentile(99))}
+                for w, c in sorted(cells.items())]
 
     def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False,
                      intervals: list | None = None) -> list[dict]:
