@@ -10,8 +10,9 @@ lost. Idle users cost a greenlet and a connection.
 The shape ends the test when every arrival of the plan is accounted for, or ``--drain`` seconds
 after the plan's last slot if some are still out then (a slow target: late slots are still sent,
 with their lag), after closing the ledger (`dbsurge.stopping.close_run`): slots still untaken
-then are booked as ``users_exhausted`` and operations still in flight as ``in_flight``. Stages in which the pool wanted more users
-than ``--max-users`` are remembered, so the summary can blame lag on the cap.
+then are booked as ``users_exhausted`` and operations still in flight as ``in_flight``. Stages in
+which the pool wanted more users than ``--max-users`` are remembered, so the summary can blame
+lag on the cap.
 """
 
 from __future__ import annotations
