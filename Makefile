@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
-## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium)
+## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
+## The tests that assert timing run alone; the others two at a time (tests/conftest.py, SERIAL_MODULES).
 test: $(STAMP) browser netfaults prometheus
-	$(BIN)/python -m pytest -q -ra
+	@rc=0; \
+	$(BIN)/python -m pytest -q -ra -m serial || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra -m "not serial" -n 2 || rc=$$?; \
+	exit $$rc
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
 bench: $(STAMP)

@@ -106,6 +106,25 @@ def moto_url() -> Iterator[str]:
     server.stop()
 
 
+# --- which tests run alone ----------------------------------------------------------------------------------------
+
+#: Modules whose assertions depend on this machine's timing: achieved rates and lag, the generator
+#: telling its own stalls from the target's, heartbeats and partitions, clock offsets, latency
+#: against pgbench. Sharing two cores with another test would make them measure the other test.
+#: `make test` runs these alone (``-m serial``), then everything else two at a time (``-n 2``).
+SERIAL_MODULES = {
+    "test_bench_smoke", "test_capacity_search", "test_console", "test_distributed", "test_engine_runs",
+    "test_faults", "test_join_token", "test_many_hosts", "test_prometheus", "test_stall", "test_target_timeouts",
+    "test_web_security", "test_web_signal", "test_web_ui",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+
+
 # --- fault injection (tests/faults.py) ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="session", autouse=True)
