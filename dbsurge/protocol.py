@@ -313,8 +313,11 @@ def _on_challenge_message(environment, msg, **_kw):
 
 
 def _on_setup_message(environment, msg, **_kw):
-    run: DbSurgeRun = environment.dbsurge
-    s = Setup(**msg.data)
+    _take_setup(environment.dbsurge, Setup(**msg.data))
+
+
+def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = None) -> None:
+    """A worker's pacer from the master's setup; ``join`` (index, count, from_number): mid-run, at the hand-over."""
     try:
         credentials.configure_worker(run, s)  # the password from this worker's own sources
     except UserError as e:
@@ -322,6 +325,8 @@ def _on_setup_message(environment, msg, **_kw):
         return
     run.changes = list(s.changes)
     run.make_pacer(s)
+    if join is not None and run.pacer is not None:
+        run.pacer.join_at(*join)
     run.ready.set()
 
 
@@ -340,17 +345,7 @@ def _on_share_message(environment, msg, **_kw):
             log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
         return
     if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
-        s = Setup(**d["setup"])
-        try:
-            credentials.configure_worker(run, s)  # the password from this worker's own sources
-        except UserError as e:
-            log.error("dbsurge: %s", e)
-            return
-        run.changes = list(s.changes)
-        run.make_pacer(s)
-        if run.pacer is not None:
-            run.pacer.join_at(d["index"], d["count"], d["from_number"])
-        run.ready.set()
+        _take_setup(run, Setup(**d["setup"]), join=(d["index"], d["count"], d["from_number"]))
         return
     if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
