@@ -40,6 +40,14 @@ def fmt_num(v, digits: int = 1) -> str:
     return f"{f:,.0f}" if digits == 0 else f"{f:,.{digits}f}"
 
 
+def fmt_rate(v) -> str:
+    """A planned rate: whole TPS as such, a fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals."""
+    if v in ("", None):
+        return "-"
+    f = float(v)
+    return f"{f:,.0f}" if f == round(f) else f"{f:,.2f}".rstrip("0")
+
+
 def fmt_pct(v) -> str:
     return "-" if v in ("", None) else f"{float(v) * 100:.3f}%"
 
@@ -105,7 +113,7 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
     for st in stages:
         by_op = {r["operation"]: r for r in stage_rows if r["stage"] == st}
         total = by_op.get(ALL, {})
-        row = [st, fmt_num(total.get("target_tps"), 0), fmt_num(total.get("achieved_tps"), 1)]
+        row = [st, fmt_rate(total.get("target_tps")), fmt_num(total.get("achieved_tps"), 1)]
         for op in ops:
             r = by_op.get(op)
             row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r else "-")
