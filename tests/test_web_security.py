@@ -376,7 +376,8 @@ def test_foreign_page_can_neither_read_nor_steer(master_web, attacker_server, pa
     # no secret in any page, endpoint or download
     for path in ["/", "/dbsurge/plan", "/stats/requests", "/stats/report", "/stats/report?download=1",
                  "/stats/requests/csv", "/stats/failures/csv", "/exceptions", "/exceptions/csv", "/tasks",
-                 "/logs", "/worker-count", "/stats/requests_full_history/csv", "/dbsurge/panel.js"]:
+                 "/logs", "/worker-count", "/stats/requests_full_history/csv", "/dbsurge/panel.js", "/dbsurge/live",
+                 "/dbsurge/report"]:
         status, body = _http(base + path)
         assert status in (200, 404), (path, status)
         assert PASSWORD not in body, path
