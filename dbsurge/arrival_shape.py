@@ -23,7 +23,6 @@ import time
 import gevent
 from locust import LoadTestShape
 
-from .arrivals import ArrivalSequence
 from .stage_plan import StagePlan
 
 HEADROOM = 2.0
@@ -82,7 +81,7 @@ def _wait_for_the_last_arrivals(run, end_epoch_s: float, drain_s: float) -> None
         gevent.sleep(min(0.05, max(0.0, end_epoch_s - time.time())))
     planned = None
     if run.role == "master" and run.schedule is not None:
-        planned = ArrivalSequence(run.options.arrivals, run.options.seed).first_at_or_after(run.schedule.total())
+        planned = run.arrivals().first_at_or_after(run.schedule.total())
     deadline = end_epoch_s + drain_s
     while time.time() < deadline and not _all_accounted(run, planned):
         gevent.sleep(0.05)

@@ -189,10 +189,10 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     if any(a in ("-h", "--help") for a in argv):
         help_parser().print_help()
         return 0
-    if any(a == "--repeat" or a.startswith("--repeat=") for a in argv):
-        from .repeat import repeat_main  # N runs in one parent directory
+    from .repeat import asks_for_repeat, repeat_main
 
-        return repeat_main(argv)
+    if asks_for_repeat(argv):
+        return repeat_main(argv)  # N runs in one parent directory
     args, rest = _run_parser().parse_known_args(argv)
     ns = _locust_namespace(rest)
     args.workload = args.workload or os.environ.get("DBSURGE_WORKLOAD")

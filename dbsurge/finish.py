@@ -67,7 +67,6 @@ def lag_findings(stage_rows: list[dict], lag_warn_ms: float, capped: set[str] | 
 
 def _book_ledger(run) -> dict[str, int]:
     """Count what the plan called for and book what nobody reported (see `dbsurge.ledger`)."""
-    from .arrivals import ArrivalSequence
     from .measure.ledger import balance, planned_counts
 
     agg = run.aggregator
@@ -77,7 +76,7 @@ def _book_ledger(run) -> dict[str, int]:
     if until is None and not math.isfinite(run.schedule.end_s):
         until = run.schedule.cumulative(max(0.0, (agg.stop_epoch_s or time.time()) - agg.start_epoch_s))
     mix = run.operation_mix()
-    counts = planned_counts(run.schedule, ArrivalSequence(run.options.arrivals, run.options.seed), mix, until)
+    counts = planned_counts(run.schedule, run.arrivals(), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
     had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
     return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers)

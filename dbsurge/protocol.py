@@ -121,11 +121,7 @@ def membership_loop(run: DbSurgeRun) -> None:
 
 def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
     """The first arrival number due at or after plan time ``elapsed_s``."""
-    from .arrivals import ArrivalSequence
-
-    if run.sequence is None:
-        run.sequence = ArrivalSequence(run.options.arrivals, run.options.seed)
-    return run.sequence.first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
+    return run.arrivals().first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
 
 
 def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:

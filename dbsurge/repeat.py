@@ -40,6 +40,11 @@ def worst_exit(codes: Sequence[int]) -> int:
     return max(codes, key=lambda c: _RANK.get(c, 2))
 
 
+def asks_for_repeat(argv: list[str]) -> bool:
+    """Whether a ``dbsurge run`` command line has ``--repeat N`` (or ``--repeat=N``)."""
+    return any(a == "--repeat" or a.startswith("--repeat=") for a in argv)
+
+
 def take_option(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
     """The value of ``flag`` (``--flag V`` or ``--flag=V``, the last one wins) and argv without it."""
     value, out, i = None, [], 0

@@ -20,7 +20,7 @@ import gevent.lock
 from locust.runners import MasterRunner, WorkerRunner
 
 from . import credentials, stopping
-from .arrivals import OperationMix
+from .arrivals import ArrivalSequence, OperationMix
 from .clocks import ClockBook, wall_ns
 from .hosts import WorkerHosts
 from .measure.aggregator import Aggregator
@@ -110,7 +110,7 @@ class DbSurgeRun:
         self.membership: Membership | None = None
         self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
         self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
-        self.sequence = None  # master: the numbered arrivals, for reshare points
+        self.sequence = None  # the numbered arrivals (`arrivals`): reshare points, the end, the ledger
         self.clocks = ClockBook()  # master: each worker's clock offset
         self.hosts = WorkerHosts()  # master: each worker's host name and address (dbsurge.hosts)
         self.departed: set[str] = set()  # master: workers that left gracefully
@@ -161,6 +161,12 @@ class DbSurgeRun:
                 self.prometheus.observe(payload, source)
         except Exception as e:
             self.note_problem(f"merging measurements from {source}", e)
+
+    def arrivals(self) -> ArrivalSequence:
+        """The run's numbered arrivals (built on first use; `begin_run` resets it for a new test)."""
+        if self.sequence is None:
+            self.sequence = ArrivalSequence(self.options.arrivals, self.options.seed)
+        return self.sequence
 
     def operation_mix(self) -> OperationMix:
         """The run's operation mix: arrival k runs ``mix.of(k)`` on every worker."""

@@ -28,6 +28,7 @@ import argparse
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory, utc_iso
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
@@ -87,7 +88,7 @@ def check(setup: Setup) -> None:
     if args.target_tps is not None and args.target_tps <= 0:
         raise UserError("--target-tps must be positive")
     workers = setup.values["workers"] = parse_workers(args.scale_workers) if args.scale_workers else None
-    if workers and any(a == "--repeat" or a.startswith("--repeat=") for a in setup.rest):
+    if workers and asks_for_repeat(setup.rest):
         raise UserError("--repeat repeats one run; with --scale-workers, run the scenario again instead")
     if workers and args.target_tps is not None:
         raise UserError("--scale-workers runs flat out (a target rate would cap the throughput): leave out "
