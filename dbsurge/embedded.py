@@ -371,9 +371,9 @@ def _server_user() -> pwd.struct_passwd:
 
 def _grant_access(data_dir: Path, user: pwd.struct_passwd, install_dir: Path) -> None:
     """Let the server user reach and own `data_dir`, and read the wheel's install (as the wheel does as root)."""
-    # Search (x) permission on every ancestor, nothing more: the user must reach the directory
-    # but needs to list none of its parents (e.g. /root or pytest's 0700 temp dirs).
-    for parent in data_dir.parents:
+    # Search (x) permission on every ancestor, nothing more: the user must reach the directory and
+    # the wheel's binaries (a venv under /root, or pytest's 0700 temp dirs) but list none of their parents.
+    for parent in [*data_dir.parents, *install_dir.parents]:
         mode = parent.stat().st_mode
         if not mode & stat.S_IXOTH:
             parent.chmod(mode | stat.S_IXOTH)
