@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from install import clean_env, fresh_venv
 from ledger_checks import ledger
 from runs import REPO, only_run_dir
 
@@ -110,25 +112,27 @@ def test_k8s_manifests_validate_and_match_compose():
     assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def image_install(tmp_path_factory) -> Path:
-    """What docker/Dockerfile copies to /src, installed non-editable (``pip install --target``): the image's files."""
+    """What docker/Dockerfile copies to /src, ``pip install .``-ed (non-editable) into a venv of its own.
+
+    The venv is made from the base interpreter and its commands run with a clean environment
+    (tests/install.py): the repository's editable finder cannot serve a module the image lacks.
+    """
     root = tmp_path_factory.mktemp("image")
     src = root / "src"
     src.mkdir()
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
     copies = re.findall(r"^COPY ([^\n]+?) (\S+)$", dockerfile, re.MULTILINE)
-    workdir = "/src"
     for sources, dest in copies:
         if not dest.startswith(("./", ".")):
             continue  # outside /src (the entrypoint): run from the repository below
         for item in sources.split():
             target = src / (item if dest in ("./", ".") else dest.removeprefix("./"))
             (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, target)
-    assert workdir in dockerfile and (src / "locustfiles" / "orders.py").is_file()
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-                    str(root / "site"), str(src)], check=True, timeout=300, capture_output=True)
-    return root
+    assert "WORKDIR /src" in dockerfile and "RUN pip install --no-cache-dir ." in dockerfile
+    assert (src / "locustfiles" / "orders.py").is_file()
+    return fresh_venv(root / "venv", str(src)).parent.parent  # root: src/ and venv/
 
 
 def _service_command(service: dict, root: Path, port: int) -> list[str]:
@@ -137,30 +141,47 @@ def _service_command(service: dict, root: Path, port: int) -> list[str]:
     return [str(REPO / "docker" / "entrypoint.sh"), *shlex.split(text.replace("5557", str(port)))]
 
 
-def test_compose_services_run_for_real(tmp_path, pg_uri, image_install):
-    token = tmp_path / "join_token"
-    token.write_text("compose-token\n")
-    shell = {"TARGET": pg_uri, "SHAPE": "stages", "STAGES": "2s@40tps,2s@80tps", "WORKERS": "1",
-             "LOCUST_HEADLESS": "true", "DBSURGE_OPERATION": "product_lookup", "DBSURGE_NO_DB_SAMPLER": "true",
-             "DBSURGE_WORKLOAD_OPTION": "[products=2000]"}
-    services = compose(shell)["services"]
-    port = free_port()
+#: every SHAPE docker-compose.yml documents, with the variables that make it a few seconds long
+SHAPES = {
+    "spike": ({"BASELINE_TPS": "40", "STAGE_SECONDS": "1"}, 8 + 80 + 40 + 2),   # 20%, 200%, 100%, 5% of 40 TPS
+    "stages": ({"STAGES": "2s@40tps,2s@80tps"}, 240),
+    "constant": ({"RATE": "50", "LOCUST_RUN_TIME": "3s"}, 150),
+}
+
+
+def _image_env(services: dict, tmp_path: Path, token: Path, image: Path) -> dict[str, str]:
+    """The master's compose environment, with the container paths mapped into `tmp_path`, on the image's venv."""
     env = {k: str(v).replace("/work/results", str(tmp_path / "results")).replace("/run/secrets/join_token",
                                                                                  str(token))
            for k, v in services["master"]["environment"].items()}
-    env |= {"PATH": f"{BIN}:{os.environ['PATH']}", "PYTHONPATH": str(image_install / "site"),
-            "DBSURGE_HOME": os.environ["DBSURGE_HOME"]}
-    where = subprocess.run([sys.executable, "-c", "import dbsurge; print(dbsurge.__file__)"], env=env, cwd=tmp_path,
+    return clean_env(image / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"])
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
+    """The master and `WORKERS` workers (``-f -``) of docker-compose.yml, on the image's install, for each SHAPE."""
+    token = tmp_path / "join_token"
+    token.write_text("compose-token\n")
+    variables, planned = SHAPES[shape]
+    workers = 2 if shape == "constant" else 1
+    shell = {"TARGET": pg_uri, "SHAPE": shape, "WORKERS": str(workers), "LOCUST_HEADLESS": "true",
+             "DBSURGE_OPERATION": "product_lookup", "DBSURGE_NO_DB_SAMPLER": "true",
+             "DBSURGE_WORKLOAD_OPTION": "[products=2000]", **variables}
+    services = compose(shell)["services"]
+    assert services["worker"]["deploy"]["replicas"] == str(workers)  # WORKERS scales the workers and the wait
+    port = free_port()
+    env = _image_env(services, tmp_path, token, image_install)
+    where = subprocess.run(["python", "-c", "import dbsurge; print(dbsurge.__file__)"], env=env, cwd=tmp_path,
                            check=True, capture_output=True, text=True).stdout
-    assert where.startswith(str(image_install / "site")), where  # the image's install, not the editable one
+    assert where.startswith(str(image_install / "venv")), where  # the image's install, not the editable one
     master = subprocess.Popen(_service_command(services["master"], image_install, port), cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    worker = subprocess.Popen(_service_command(services["worker"], image_install, port), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [subprocess.Popen(_service_command(services["worker"], image_install, port), cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
     try:
-        out, _ = master.communicate(timeout=90)
+        out, _ = master.communicate(timeout=120)
     finally:
-        for p in (master, worker):
+        for p in (master, *procs):
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=10)
@@ -168,4 +189,8 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install):
     assert "Traceback" not in out, out[-4000:]
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
-    assert total["planned"] == 240 and total["not_sent_unaccounted"] == 0, total  # 2 s x 40 + 2 s x 80: STAGES
+    assert total["planned"] == planned and total["not_sent_unaccounted"] == 0, total
+    assert total["ok"] == planned, total
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
+    joined = {e["worker"] for e in events if e["kind"] == "worker_join"}
+    assert len(joined) == workers, joined  # the master waited for every worker WORKERS named
