@@ -93,23 +93,47 @@ def test_compose_shapes_targets_and_the_master_port():
     assert unknown <= {"DBSURGE_SPOT_WATCH"}, unknown  # every other variable is an option's
 
 
+def _k8s_docs(files) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for f in files for d in yaml.safe_load_all(f.read_text()) if d}
+
+
+def _pod_spec(doc: dict) -> dict:
+    return doc["spec"]["template"]["spec"]
+
+
 def test_k8s_manifests_validate_and_match_compose():
-    files = sorted(K8S.glob("*.yaml"))
-    proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", *map(str, files)], check=False,
+    every = sorted(K8S.rglob("*.yaml"))
+    proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", *map(str, every)], check=False,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "passed" in proc.stdout, proc.stdout + proc.stderr
-    docs = {(d["kind"], d["metadata"]["name"]): d for f in files for d in yaml.safe_load_all(f.read_text()) if d}
-    assert {("Secret", "dbsurge-join-token"), ("Secret", "dbsurge-target"), ("Service", "dbsurge-master"),
-            ("Deployment", "dbsurge-master"), ("Deployment", "dbsurge-worker")} <= set(docs)
-    options = docs[("ConfigMap", "dbsurge-options")]["data"]
+    applied = _k8s_docs(sorted(K8S.glob("*.yaml")))  # what `kubectl apply -f deploy/k8s/` applies (not recursive)
+    headless = _k8s_docs(sorted((K8S / "headless").glob("*.yaml")))
+    assert {("Service", "dbsurge-master"), ("Deployment", "dbsurge-master"), ("Deployment", "dbsurge-worker"),
+            ("ConfigMap", "dbsurge-options")} <= set(applied)
+    assert {("Job", "dbsurge-master"), ("Job", "dbsurge-worker")} <= set(headless)
+    assert not [k for k in [*applied, *headless] if k[0] == "Secret"]  # applying never overwrites real secrets
+    assert {k for k in _k8s_docs(sorted((K8S / "examples").glob("*.yaml"))) if k[0] == "Secret"} == {
+        ("Secret", "dbsurge-join-token"), ("Secret", "dbsurge-target")}
+    options = applied[("ConfigMap", "dbsurge-options")]["data"]
+    assert not options.get("LOCUST_HEADLESS"), "a headless master Deployment restarts and runs the test again"
     compose_env = compose()["services"]["master"]["environment"]
     assert {k for k in options if k.startswith("DBSURGE_")} <= set(compose_env)
-    for name in ("dbsurge-master", "dbsurge-worker"):
-        (container,) = docs[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
+    workloads = [d for d in [*applied.values(), *headless.values()] if d["kind"] in ("Deployment", "Job")]
+    for doc in workloads:
+        (container,) = _pod_spec(doc)["containers"]
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
         assert refs == {"DBSURGE_JOIN_TOKEN": "dbsurge-join-token", "DBSURGE_TARGET": "dbsurge-target"}
-    (worker,) = docs[("Deployment", "dbsurge-worker")]["spec"]["template"]["spec"]["containers"]
-    assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"
+        resources = container["resources"]
+        assert set(resources) == {"requests", "limits"} and set(resources["limits"]) == {"cpu", "memory"}, doc
+    job = headless[("Job", "dbsurge-master")]
+    assert job["spec"]["backoffLimit"] == 0 and _pod_spec(job)["restartPolicy"] == "Never"
+    (master,) = _pod_spec(job)["containers"]
+    assert "--headless" in master["args"]
+    (web_master,) = _pod_spec(applied[("Deployment", "dbsurge-master")])["containers"]
+    assert "--headless" not in web_master["args"] and "--web-host" in web_master["args"]
+    for doc in (applied[("Deployment", "dbsurge-worker")], headless[("Job", "dbsurge-worker")]):
+        (worker,) = _pod_spec(doc)["containers"]
+        assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +218,41 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     joined = {e["worker"] for e in events if e["kind"] == "worker_join"}
     assert len(joined) == workers, joined  # the master waited for every worker WORKERS named
+
+
+def _k8s_command(container: dict, env: dict[str, str], root: Path, port: int) -> list[str]:
+    """A container's args as the kubelet expands them (``$(VAR)`` from its environment), mapped onto this host."""
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+    args = [a.replace("/src/", f"{root / 'src'}/").replace("0.0.0.0", "127.0.0.1").replace("5557", str(port))
+            .replace("dbsurge-master", "127.0.0.1") for a in args]
+    return [str(REPO / "docker" / "entrypoint.sh"), *args]
+
+
+def test_k8s_headless_jobs_run_for_real(tmp_path, pg_uri, image_install):
+    """The headless master Job and the workers' Job, with dbsurge-options' environment, on the image's install."""
+    jobs = _k8s_docs(sorted((K8S / "headless").glob("*.yaml")))
+    options = _k8s_docs([K8S / "options.yaml"])[("ConfigMap", "dbsurge-options")]["data"]
+    env = {**options, "WORKERS": "1", "DBSURGE_BASELINE_TPS": "40", "DBSURGE_STAGE_SECONDS": "1",
+           "DBSURGE_RESULTS_DIR": str(tmp_path / "results"), "DBSURGE_OPERATION": "product_lookup",
+           "DBSURGE_NO_DB_SAMPLER": "true", "DBSURGE_WORKLOAD_OPTION": "[products=2000]",
+           "DBSURGE_JOIN_TOKEN": "k8s-token", "DBSURGE_TARGET": pg_uri}
+    env = clean_env(image_install / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"])
+    port = free_port()
+    (master,) = _pod_spec(jobs[("Job", "dbsurge-master")])["containers"]
+    (worker,) = _pod_spec(jobs[("Job", "dbsurge-worker")])["containers"]
+    proc = subprocess.Popen(_k8s_command(master, env, image_install, port), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wproc = subprocess.Popen(_k8s_command(worker, env, image_install, port), cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+        wout, _ = wproc.communicate(timeout=30)  # the worker's Job completes with the run
+    finally:
+        for p in (proc, wproc):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in out, out[-4000:]
+    assert wproc.returncode == 0, wout[-4000:]
+    total = ledger(only_run_dir(tmp_path / "results"))
+    assert total["planned"] == 8 + 80 + 40 + 2 and total["ok"] == total["planned"], total
