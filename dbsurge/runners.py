@@ -1,7 +1,8 @@
 """``dbsurge runners``: EC2 (Spot) hosts for Locust workers, launched, listed, torn down and verified by run id.
 
     dbsurge runners up --count 3 --instance-type c6g.4xlarge --spot --subnet subnet-0abc --master-host 10.0.1.20 \\
-        --run-id spike-01 --join-token-secret arn:aws:secretsmanager:us-east-1:123456789012:secret:dbsurge-join
+        --run-id spike-01 --join-token-secret arn:aws:secretsmanager:us-east-1:123456789012:secret:dbsurge-join \\
+        --wheel-bucket my-artifacts-bucket
     dbsurge runners status --run-id spike-01 [--run-dir results/spike-01]   # writes metrics/runners.csv for `cost`
     dbsurge runners down --run-id spike-01
     dbsurge runners verify --run-id spike-01                                # remaining_count=0, exit 0
@@ -14,7 +15,8 @@ security groups ``up`` created) and exits 1 when anything is.
 
 The security group ``up`` creates has no inbound rule: workers connect out to the master (and to
 the database); only the master needs its port (5557) open to the runners. Each runner installs
-dbsurge at this version and starts ``dbsurge worker`` (`dbsurge.runner_userdata`), which reads the
+this dbsurge's own wheel (`dbsurge.runner_wheel`: uploaded to S3 for the run, fetched through a
+presigned URL) and starts ``dbsurge worker`` (`dbsurge.runner_userdata`), which reads the
 join token from Secrets Manager or SSM on the host: give the instances a profile that may read it
 (``--iam-instance-profile``). Every function takes its boto3 EC2 client as an argument.
 """
@@ -25,15 +27,18 @@ import argparse
 import csv
 import getpass
 import ipaddress
+import math
 import os
+import tempfile
 import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import __version__
 from .errors import UserError, clip
@@ -46,6 +51,11 @@ TAG_CREATED = "dbsurge:created-by"  # only on what `up` created itself (the secu
 _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*[0-9][a-z0-9-]*\.[a-z0-9]+")
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 _SECRET_NAME = re.compile(r"TOKEN|PASSWORD|SECRET|PASSWD")
+# A value that carries a credential whatever its name: a URI with a password, key=value forms of one,
+# an AWS access key id, a PEM block. User data and tags are readable by anyone with ec2:Describe*.
+_SECRET_VALUE = re.compile(r"://[^/@\s:]*:[^/@\s]+@|(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]"
+                           r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|-----BEGIN", re.IGNORECASE)
+TAG_WHEEL = "dbsurge:wheel"  # the S3 object of the wheel `up` uploaded for the run (`down` deletes it)
 LEFT_SPOT_STATES = ("open", "active", "disabled")
 CSV_COLUMNS = ["instance_id", "instance_type", "lifecycle", "state", "spot_request_id", "private_ip",
                "launch_time_utc", "end_time_utc", "hours"]
@@ -70,6 +80,10 @@ class RunnerSpec:
     insecure_join: bool = False
     iam_instance_profile: str | None = None
     wheel_url: str | None = None
+    wheel_bucket: str | None = None
+    wheel_path: str | None = None
+    wheel_url_hours: float = 12.0
+    wheel_object: str | None = None  # set by `up` after the upload: s3://BUCKET/KEY
     max_price: str | None = None
     processes: int | None = None
     spot_watch: bool = True
@@ -101,12 +115,31 @@ class RunnerSpec:
         for ref in [self.join_token_secret or "", *self.secret_env.values()]:
             if ref:
                 parse_secret_ref(ref)
-        for name in self.worker_env:
-            if _SECRET_NAME.search(name.upper()):
+        for name, value in self.worker_env.items():
+            if _SECRET_NAME.search(name.upper()) or _SECRET_VALUE.search(value):
                 raise UserError(f"--worker-env {clip(name)} looks like a secret: user data is readable, "
                                 f"use --secret-env {clip(name)}=ARN")
+        if _SECRET_VALUE.search(self.owner or ""):
+            raise UserError("--owner looks like a secret: tags are readable by anyone who can list instances")
+        self._validate_wheel()
         if self.max_price is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", self.max_price):
             raise UserError(f"bad --max-price '{clip(self.max_price)}': USD per hour, e.g. 0.25")
+
+
+    def _validate_wheel(self) -> None:
+        if not self.wheel_url and not self.wheel_bucket:
+            raise UserError("runners install this dbsurge's own wheel: pass --wheel-bucket BUCKET (it is uploaded "
+                            "there, fetched through a presigned URL) or --wheel-url URL of a dbsurge wheel")
+        if self.wheel_url and self.wheel_bucket:
+            raise UserError("--wheel-url and --wheel-bucket both given: the runners install one wheel")
+        if self.wheel_url:
+            parts = urlsplit(self.wheel_url)
+            if parts.scheme not in ("https", "http", "file") or not parts.path.endswith(".whl"):
+                raise UserError(f"bad --wheel-url '{clip(self.wheel_url)}': an https:// URL of a .whl file")
+        if self.wheel_path and not (Path(self.wheel_path).is_file() and self.wheel_path.endswith(".whl")):
+            raise UserError(f"--wheel {clip(self.wheel_path)}: no such wheel file")
+        if not (math.isfinite(self.wheel_url_hours) and 0 < self.wheel_url_hours <= 168):
+            raise UserError(f"bad --wheel-url-hours {self.wheel_url_hours}: 0 to 168 (S3's longest presigned URL)")
 
 
 def validate_run_id(run_id: str | None) -> None:
@@ -126,8 +159,9 @@ def _is_loopback(host: str) -> bool:
 # -- AWS clients -------------------------------------------------------------------------------------------------
 
 
-def ec2_client(region: str | None = None, endpoint_url: str | None = None, *, session: Any = None) -> Any:
-    """A boto3 EC2 client, after checking there are credentials and a region (one-line errors, no API call)."""
+def ec2_client(region: str | None = None, endpoint_url: str | None = None, *, session: Any = None,
+               service: str = "ec2") -> Any:
+    """A boto3 EC2 (or `service`) client, after checking there are credentials and a region (no API call)."""
     import boto3
 
     session = session or boto3.Session()
@@ -137,7 +171,12 @@ def ec2_client(region: str | None = None, endpoint_url: str | None = None, *, se
     region = region or session.region_name
     if not region:
         raise UserError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
-    return session.client("ec2", region_name=region, endpoint_url=endpoint_url)
+    if service == "s3":  # presigned URLs with SigV4 (valid up to 7 days; SigV2 is deprecated)
+        from botocore.config import Config
+
+        return session.client("s3", region_name=region, endpoint_url=endpoint_url,
+                              config=Config(signature_version="s3v4"))
+    return session.client(service, region_name=region, endpoint_url=endpoint_url)
 
 
 def _aws_error(action: str, err: Exception) -> UserError:
@@ -180,7 +219,8 @@ def launch_request(spec: RunnerSpec, security_groups: list[str]) -> dict[str, An
         master_host=spec.master_host, master_port=spec.master_port, version=__version__, run_id=spec.run_id,
         wheel_url=spec.wheel_url, join_token_secret=spec.join_token_secret, secret_env=dict(spec.secret_env),
         worker_env=dict(spec.worker_env), processes=spec.processes, spot_watch=spec.spot and spec.spot_watch))
-    tag_specs = [{"ResourceType": kind, "Tags": _tags(spec, name)} for kind in ("instance", "volume")]
+    extra = {TAG_WHEEL: spec.wheel_object} if spec.wheel_object else {}
+    tag_specs = [{"ResourceType": kind, "Tags": _tags(spec, name, **extra)} for kind in ("instance", "volume")]
     req: dict[str, Any] = {
         "ImageId": spec.image, "InstanceType": spec.instance_type, "MinCount": spec.count, "MaxCount": spec.count,
         "UserData": script, "TagSpecifications": tag_specs,
@@ -405,7 +445,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="Secrets Manager secret or SSM parameter holding DBSURGE_JOIN_TOKEN (read on each host)")
     u.add_argument("--insecure-join", action="store_true", help="no token (the master runs with --insecure-join)")
     u.add_argument("--owner", default=None, help="the dbsurge:owner tag (default: your user name)")
-    u.add_argument("--wheel-url", default=None, help="install dbsurge from this wheel instead of dbsurge==VERSION")
+    u.add_argument("--wheel-bucket", default=None, metavar="BUCKET",
+                   help="upload this dbsurge's own wheel to s3://BUCKET/dbsurge-runners/RUN_ID/ for the runners "
+                        "(fetched through a presigned URL; `runners down` deletes it)")
+    u.add_argument("--wheel", default=None, metavar="PATH", dest="wheel_path",
+                   help="with --wheel-bucket: upload this wheel (default: the running install, packed)")
+    u.add_argument("--wheel-url-hours", type=float, default=12.0,
+                   help="how long the presigned URL stays valid, for runners that start late (default 12)")
+    u.add_argument("--wheel-url", default=None, help="instead of --wheel-bucket: an https:// URL of a dbsurge wheel")
     u.add_argument("--processes", type=int, default=None, help="worker processes per runner (default: one)")
     u.add_argument("--no-spot-watch", action="store_true", help="do not watch for Spot interruption notices")
     u.add_argument("--worker-env", action="append", default=[], metavar="KEY=VALUE",
@@ -428,14 +475,15 @@ def spec_from_args(args: argparse.Namespace) -> RunnerSpec:
         image=args.image, spot=args.spot, subnet=args.subnet, security_groups=tuple(args.security_group),
         key_name=args.key_name, owner=args.owner or os.environ.get("USER") or getpass.getuser(),
         master_port=args.master_port, join_token_secret=args.join_token_secret, insecure_join=args.insecure_join,
-        iam_instance_profile=args.iam_instance_profile, wheel_url=args.wheel_url, max_price=args.max_price,
+        iam_instance_profile=args.iam_instance_profile, wheel_url=args.wheel_url, wheel_bucket=args.wheel_bucket,
+        wheel_path=args.wheel_path, wheel_url_hours=args.wheel_url_hours, max_price=args.max_price,
         processes=args.processes, spot_watch=not args.no_spot_watch,
         worker_env=parse_key_values(args.worker_env, "--worker-env"),
         secret_env=parse_key_values(args.secret_env, "--secret-env"))
 
 
-def runners_main(argv: list[str], *, ec2: Any = None) -> int:
-    """``dbsurge runners up|status|down|verify``; `ec2` is an injected client (tests)."""
+def runners_main(argv: list[str], *, ec2: Any = None, s3: Any = None) -> int:
+    """``dbsurge runners up|status|down|verify``; `ec2` and `s3` are injected clients (tests)."""
     import botocore.exceptions
 
     args = _parser().parse_args(argv)
@@ -444,6 +492,7 @@ def runners_main(argv: list[str], *, ec2: Any = None) -> int:
     if spec is not None:
         spec.validate()  # before credentials, before any call
     ec2 = ec2 or ec2_client(args.region, args.endpoint_url)
+    args.s3 = s3 or (lambda: ec2_client(args.region, args.endpoint_url, service="s3"))
     try:
         return _ACTIONS[args.action](ec2, args, spec)
     except botocore.exceptions.NoCredentialsError:
@@ -452,8 +501,26 @@ def runners_main(argv: list[str], *, ec2: Any = None) -> int:
         raise _aws_error(f"runners {args.action}", err) from None
 
 
+def _s3(args: argparse.Namespace) -> Any:
+    return args.s3() if callable(args.s3) else args.s3
+
+
+def ship_wheel(s3: Any, spec: RunnerSpec) -> RunnerSpec:
+    """Upload the wheel the runners install (`runner_wheel`); returns the spec with its URL and object."""
+    from .runner_wheel import upload_wheel, wheel_of_running_install
+
+    with tempfile.TemporaryDirectory(prefix="dbsurge-wheel-") as tmp:
+        wheel = Path(spec.wheel_path) if spec.wheel_path else wheel_of_running_install(Path(tmp))
+        uri, url = upload_wheel(s3, spec.wheel_bucket or "", spec.run_id, wheel,
+                                expires_s=int(spec.wheel_url_hours * 3600))
+    print(f"runners install {wheel.name} from {uri} (a presigned URL valid {spec.wheel_url_hours:g} h)")
+    return replace(spec, wheel_url=url, wheel_object=uri, wheel_bucket=None, wheel_path=None)
+
+
 def _up(ec2: Any, args: argparse.Namespace, spec: RunnerSpec | None) -> int:
     assert spec is not None
+    if spec.wheel_bucket:
+        spec = ship_wheel(_s3(args), spec)
     instances = up(ec2, spec, wait_s=0.0 if args.no_wait else 300.0)
     _print_rows(status_rows(instances))
     print(f"run {spec.run_id}: {len(instances)} runner(s) joining {spec.master_host}:{spec.master_port}; "
@@ -470,7 +537,14 @@ def _status(ec2: Any, args: argparse.Namespace, _spec: Any) -> int:
 
 
 def _down(ec2: Any, args: argparse.Namespace, _spec: Any) -> int:
+    wheels = {t["Value"] for i in inventory(ec2, args.run_id).instances for t in i.get("Tags", [])
+              if t["Key"] == TAG_WHEEL}
     done = down(ec2, args.run_id)
+    if wheels:
+        from .runner_wheel import delete_wheels
+
+        buckets = {urlsplit(uri).netloc for uri in wheels}
+        done["wheel_objects_deleted"] = sum(delete_wheels(_s3(args), b, args.run_id) for b in buckets)
     print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in done.items()))
     return _verify(ec2, args, None)
 

@@ -101,3 +101,17 @@ def test_locust_with_the_installed_locustfiles(venv, work, pg_uri):
     assert proc.returncode == 0, explain(proc)
     total = ledger(only_run_dir(work / "results"))
     assert total["planned"] >= 60 and total["ok"] == total["planned"], total
+
+
+def test_an_installed_dbsurge_packs_its_own_wheel_for_the_runners(venv, wheel, work):
+    """`runners up` from a wheel install uploads that install, packed again: the files of the wheel it came from."""
+    code = ("from pathlib import Path; from dbsurge.runner_wheel import wheel_of_running_install; "
+            "print(wheel_of_running_install(Path('out')))")
+    proc = run_in(venv, "python", "-c", code, cwd=work, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    repacked = Path(work / proc.stdout.strip())
+    assert repacked.name == wheel.name
+    assert wheel_files(repacked) == wheel_files(wheel)
+    proc = run_in(venv, "python", "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "t"),
+                  str(repacked), cwd=work, timeout=120)
+    assert proc.returncode == 0, explain(proc)  # pip takes it as a valid wheel (WHEEL, METADATA, RECORD hashes)

@@ -8,24 +8,31 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import zipfile
 from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from install import clean_env
 
 from dbsurge import __version__
 from dbsurge.cli import main
-from dbsurge.runners import TAG_OWNER, TAG_RUN, status_rows
+from dbsurge.runner_userdata import UserDataSpec, setup_part, user_data
+from dbsurge.runners import TAG_OWNER, TAG_RUN, TAG_WHEEL, status_rows
 from dbsurge.worker import fetch_secret, parse_secret_ref, worker_command
 
 REGION = "us-east-1"
 TOKEN_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/dbsurge/join-token"
+BUCKET = "dbsurge-artifacts"
+# distinct key id and secret, so that a test can tell the secret apart from the key id a presigned URL names
+ACCESS_KEY, SECRET_KEY = "AKIDRUNNERSTEST00001", "runners-test-secret-key-do-not-leak-0123456789"
 
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
@@ -36,8 +43,18 @@ def aws_env(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def ec2(moto_url):
     # module-scoped, so made before `aws_env`: explicit keys keep botocore's chain off the metadata address
-    return boto3.client("ec2", endpoint_url=moto_url, region_name=REGION, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client("ec2", endpoint_url=moto_url, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+                        aws_secret_access_key=SECRET_KEY)
+
+
+@pytest.fixture(scope="module")
+def s3(moto_url):
+    from botocore.config import Config
+
+    client = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+                          aws_secret_access_key=SECRET_KEY, config=Config(signature_version="s3v4"))
+    client.create_bucket(Bucket=BUCKET)
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +73,12 @@ def _tagged(ec2, run_id: str) -> list[dict]:
     return [i for r in pages for i in r["Instances"]]
 
 
-def test_up_status_down_verify(ec2, image, moto_url, tmp_path, capsys):
+def test_up_status_down_verify(ec2, s3, image, moto_url, tmp_path, capsys):
     aws = ["--endpoint-url", moto_url, "--region", REGION]
     code, out, err = _cli(capsys, "runners", "up", "--run-id", "spot-e2e", *aws, "--count", "3", "--instance-type",
                           "c6g.4xlarge", "--spot", "--image", image, "--master-host", "10.0.1.20", "--owner", "ana",
-                          "--join-token-secret", TOKEN_ARN, "--worker-env", "DBSURGE_OP_TIMEOUT=5s")
+                          "--join-token-secret", TOKEN_ARN, "--worker-env", "DBSURGE_OP_TIMEOUT=5s",
+                          "--wheel-bucket", BUCKET)
     assert code == 0, err
     instances = _tagged(ec2, "spot-e2e")
     assert len(instances) == 3 and {i["State"]["Name"] for i in instances} == {"running"}
@@ -72,7 +90,16 @@ def test_up_status_down_verify(ec2, image, moto_url, tmp_path, capsys):
 
     script = ec2.describe_instance_attribute(InstanceId=instances[0]["InstanceId"], Attribute="userData")
     script = base64.b64decode(script["UserData"]["Value"]).decode()
-    assert f"dbsurge=={__version__}" in script and "--master-host 10.0.1.20" in script
+    wheel_key = f"dbsurge-runners/spot-e2e/dbsurge-{__version__}-py3-none-any.whl"
+    assert f"s3://{BUCKET}/{wheel_key}" in out  # the master's own wheel, uploaded for the run
+    obj = s3.get_object(Bucket=BUCKET, Key=wheel_key)["Body"].read()
+    assert obj[:2] == b"PK" and len(obj) > 50_000
+    assert s3.get_object_tagging(Bucket=BUCKET, Key=wheel_key)["TagSet"] == [{"Key": TAG_RUN, "Value": "spot-e2e"}]
+    assert wheel_key in script and "X-Amz-Signature" in script and "--master-host 10.0.1.20" in script
+    assert tags[TAG_WHEEL] == f"s3://{BUCKET}/{wheel_key}"
+    for secret in (SECRET_KEY, "tok-", "PASSWORD"):  # no secret value in the user data, the tags or the object
+        assert secret not in script and secret not in json.dumps(instances[0]["Tags"]), secret
+    assert SECRET_KEY.encode() not in obj
     assert f"--join-token-secret {TOKEN_ARN}" in script and "DBSURGE_JOIN_TOKEN=" not in script
     assert "DBSURGE_SPOT_WATCH=1" in script and "DBSURGE_OP_TIMEOUT=5s" in script
 
@@ -103,6 +130,8 @@ def test_up_status_down_verify(ec2, image, moto_url, tmp_path, capsys):
     code, out, err = _cli(capsys, "runners", "down", "--run-id", "spot-e2e", *aws)
     assert code == 0, (out, err)
     assert "instances terminated: 3" in out and "security groups deleted: 1" in out and "remaining_count=0" in out
+    assert "wheel objects deleted: 1" in out
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix="dbsurge-runners/spot-e2e/").get("KeyCount") == 0
     assert {i["State"]["Name"] for i in _tagged(ec2, "spot-e2e")} == {"terminated"}
     code, out, _ = _cli(capsys, "runners", "verify", "--run-id", "spot-e2e", *aws)
     assert code == 0 and out.strip().endswith("remaining_count=0")
@@ -127,10 +156,18 @@ def test_verify_counts_an_open_spot_request_until_down(ec2, image, moto_url, cap
     ({"--join-token-secret": "s3cret"}, "bad secret reference"),
     ({"--count": "0"}, "bad --count 0"),
     ({"--worker-env": "DBSURGE_TARGET_PASSWORD=x"}, "looks like a secret"),
+    ({"--worker-env": "DBSURGE_TARGET=postgresql://app:hunter2@db.example.com/app"}, "looks like a secret"),
+    ({"--worker-env": "DBSURGE_TARGET_OPTION=password=hunter2"}, "looks like a secret"),
+    ({"--worker-env": "DBSURGE_NOTE=AKIAIOSFODNN7EXAMPLE"}, "looks like a secret"),
+    ({"--wheel-bucket": None}, "pass --wheel-bucket BUCKET"),
+    ({"--wheel-bucket": None, "--wheel-url": "https://example.com/dbsurge.tar.gz"}, "bad --wheel-url"),
+    ({"--wheel": "/nonexistent/dbsurge-0.1.0-py3-none-any.whl"}, "no such wheel file"),
+    ({"--wheel-url-hours": "nan"}, "bad --wheel-url-hours"),
 ])
 def test_bad_input_is_one_line_before_any_call(ec2, moto_url, capsys, change, message):
     args = {"--run-id": "bad-input", "--endpoint-url": moto_url, "--count": "1", "--instance-type": "c6g.large",
-            "--image": "ami-12345678", "--master-host": "10.0.0.9", "--join-token-secret": TOKEN_ARN, **change}
+            "--image": "ami-12345678", "--master-host": "10.0.0.9", "--join-token-secret": TOKEN_ARN,
+            "--wheel-bucket": BUCKET, **change}
     argv = [x for k, v in args.items() if v is not None for x in (k, v)]
     code, _out, err = _cli(capsys, "runners", "up", *argv)
     assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
@@ -142,7 +179,7 @@ def test_no_credentials_is_one_line_before_any_call(ec2, moto_url, monkeypatch, 
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     code, _, err = _cli(capsys, "runners", "up", "--run-id", "no-creds", "--endpoint-url", moto_url, "--count", "1",
                         "--instance-type", "c6g.large", "--image", "ami-12345678", "--master-host", "10.0.0.9",
-                        "--join-token-secret", TOKEN_ARN)
+                        "--join-token-secret", TOKEN_ARN, "--wheel-bucket", BUCKET)
     assert code == 2 and err.startswith("dbsurge: no AWS credentials") and err.count("\n") == 1, err
     assert _tagged(ec2, "no-creds") == []
 
@@ -173,3 +210,57 @@ def test_worker_reads_its_secrets_from_ssm_and_secrets_manager(moto_url, monkeyp
     assert cmd[1:] == ["-m", "locust", "-f", "-", "--worker", "--master-host", "10.0.0.5", "--master-port", "5557",
                        "--loglevel", "WARNING"]
     assert "tok-123" not in " ".join(cmd)
+
+
+def _user_data(ec2, run_id: str) -> str:
+    (instance,) = _tagged(ec2, run_id)
+    value = ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+    return base64.b64decode(value["UserData"]["Value"]).decode()
+
+
+def test_the_user_data_installs_the_uploaded_wheel_for_real(ec2, s3, image, moto_url, tmp_path, capsys):
+    """The set-up part of a runner's script, run here: the wheel from S3 (presigned URL), its dependencies, a check."""
+    aws = ["--run-id", "install-e2e", "--endpoint-url", moto_url, "--region", REGION]
+    code, _, err = _cli(capsys, "runners", "up", *aws, "--count", "1", "--instance-type", "c6g.large", "--image",
+                        image, "--master-host", "10.0.1.20", "--join-token-secret", TOKEN_ARN, "--wheel-bucket", BUCKET)
+    assert code == 0, err
+    script = _user_data(ec2, "install-e2e")
+    venv = tmp_path / "runner-venv"
+    proc = subprocess.run(["bash", "-c", setup_part(script)], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=900, env=clean_env(None, DBSURGE_RUNNER_VENV=str(venv)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"dbsurge {__version__}" in proc.stdout  # the script's own check ran the installed command
+    proc = subprocess.run([str(venv / "bin" / "dbsurge"), "worker", "--help"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60, env=clean_env(venv / "bin"))
+    assert proc.returncode == 0 and "--join-token-secret" in proc.stdout, proc.stdout + proc.stderr
+    assert _cli(capsys, "runners", "down", *aws)[0] == 0
+
+
+def test_a_broken_wheel_fails_the_set_up_before_any_service(tmp_path):
+    """A wheel that installs but lacks a module stops the script at its check, with one line, and no unit."""
+    wheel = tmp_path / f"dbsurge-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:  # a wheel whose metadata is fine and whose package is empty
+        info = f"dbsurge-{__version__}.dist-info"
+        z.writestr("dbsurge/__init__.py", f"__version__ = {__version__!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: dbsurge\nVersion: {__version__}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    script = user_data(UserDataSpec(master_host="10.0.1.20", version=__version__, run_id="broken",
+                                    wheel_url=wheel.as_uri()))
+    proc = subprocess.run(["bash", "-c", setup_part(script)], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=600, env=clean_env(None, DBSURGE_RUNNER_VENV=str(tmp_path / "v")))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("dbsurge runner: the installed dbsurge"), proc.stderr
+
+
+def test_the_script_names_each_distributions_packages_and_bounds_restarts():
+    """Amazon Linux 2023 (dnf: python3.11, python3.11-pip) and Ubuntu 24.04 (apt: python3.12-venv via $PY-venv)."""
+    script = user_data(UserDataSpec(master_host="10.0.1.20", version=__version__, run_id="r",
+                                    wheel_url="https://example.com/dbsurge-0.1.0-py3-none-any.whl"))
+    setup = setup_part(script)
+    assert "dnf install -y -q python3.11 python3.11-pip" in setup
+    assert '"$(basename "$PY")-venv" python3-venv' in setup  # python3.12 exists on 24.04, its venv module does not
+    assert 'sys.version_info < (3, 11)' in setup  # a shim for a missing version is not taken as a Python
+    service = script[len(setup):]
+    assert "StartLimitBurst=3" in service and "RestartPreventExitStatus=2" in service
+    assert "systemctl" not in setup and "pip install" not in service
