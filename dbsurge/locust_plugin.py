@@ -24,11 +24,12 @@ import logging
 from functools import partial
 
 import gevent
+import gevent.event
 import locust.runners
 import locust.stats
 from locust import events
 
-from . import console, finish, latency_buckets, protocol, stopping
+from . import console, finish, latency_buckets, membership, protocol, stopping
 from .errors import UserError
 from .lifecycle import begin_run
 from .membership import Membership
@@ -76,9 +77,23 @@ def _keep_own_options(parser) -> None:
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
             _OWN_OPTIONS.update(vars(options))
+            if getattr(options, "worker", False):  # Locust connects next, and waits in silence
+                gevent.spawn(_say_why_still_waiting, options.master_host, options.master_port)
         return options
 
     parser.parse_args = parse_and_keep
+
+
+#: Set at ``init``: a worker's ``init`` comes after it reached the master.
+_INITIALISED = gevent.event.Event()
+WORKER_WAIT_HINT_S = 10.0
+
+
+def _say_why_still_waiting(host: str, port: int) -> None:
+    """A worker that has not reached its master after 10 s says where it is trying and what to check."""
+    if _INITIALISED.wait(WORKER_WAIT_HINT_S):
+        return
+    log.warning(membership.waiting_hint(host, port))
 
 
 def _own_options(environment) -> argparse.Namespace:
@@ -89,6 +104,7 @@ def _own_options(environment) -> argparse.Namespace:
 def _on_init(environment, runner=None, web_ui=None, **_kw):
     if runner is None or environment.parsed_options is None or not dbsurge_user_classes(environment):
         return
+    _INITIALISED.set()
     console.set_up_logging()
     own = _own_options(environment)
     run = DbSurgeRun(environment, own)
@@ -122,6 +138,9 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     except UserError as e:
         fail(str(e))
     environment.host = run.target.display  # shown as Host in the web UI; secrets removed
+    if run.role == "master" and not getattr(own, "processes", None):  # a master the user asked for
+        log.info(membership.listening_line(own.master_bind_host, own.master_bind_port,
+                                           token=run.membership is not None and run.membership.token is not None))
     if web_ui is not None:
         from .web import install_web_controls
 

@@ -10,8 +10,11 @@ wire, and a recorded answer is useless for the next nonce. A worker that answers
 all gets no ``dbsurge:setup`` (no plan, no target), so its users stay idle and send nothing; it is
 named in ``events.jsonl`` (``worker_refused``) and in the summary.
 
-A master bound to loopback (the default, and every ``--processes`` run) takes every worker:
-only processes on the same host can reach it.
+A master the user asks for (``--master``) listens where Locust's does, on every address, and so
+needs the token; a ``--processes`` master listens on loopback. A master bound to loopback takes
+every worker: only processes on the same host can reach it. The master says at start where it
+listens and how to join it (`listening_line`); a worker that has not reached its master after 10 s
+says where it is trying and what to check (`waiting_hint`); a refused worker is told why and ends.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import socket
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -30,6 +34,34 @@ def proof(token: str, nonce_hex: str, worker_id: str) -> str:
 
 def is_loopback(bind_host: str | None) -> bool:
     return (bind_host or "").strip().lower() in LOOPBACK_HOSTS or (bind_host or "").startswith("127.")
+
+
+def _all_addresses(bind_host: str) -> bool:
+    return bind_host.strip() in ("*", "0.0.0.0", "::", "")
+
+
+def listening_line(bind_host: str, port: int, *, token: bool) -> str:
+    """What a master says at start: where it listens, and the worker's command line that reaches it.
+
+    >>> listening_line("127.0.0.1", 5557, token=False).split(":")[0:2]
+    ['master listening on 127.0.0.1', '5557, this host only']
+    """
+    if is_loopback(bind_host):
+        return (f"master listening on {bind_host}:{port}, this host only: workers on other hosts need "
+                f"--master-bind-host * (or this host's address) and DBSURGE_JOIN_TOKEN")
+    where = "every address" if _all_addresses(bind_host) else bind_host
+    host = socket.gethostname() if _all_addresses(bind_host) else bind_host
+    proof_hint = " with the same DBSURGE_JOIN_TOKEN" if token else " (--insecure-join: no token asked)"
+    return (f"master listening on {where} port {port}; workers join with "
+            f"`locust -f - --worker --master-host {host} --master-port {port}`{proof_hint}")
+
+
+def waiting_hint(host: str, port: int) -> str:
+    """What a worker says after 10 s without its master."""
+    local = " (a loopback address: only a master on this host)" if is_loopback(host) else ""
+    return (f"still waiting for the master at {host}:{port}{local} after 10 s: check that it runs, that it "
+            f"listens beyond loopback (--master-bind-host *; a --processes master listens on 127.0.0.1 only), "
+            f"that TCP port {port} is open from this host, and that DBSURGE_JOIN_TOKEN is the master's")
 
 
 class Membership:

@@ -7,7 +7,9 @@ or a container can be configured without a long command line. Defaults live here
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from collections.abc import Iterable
 
 from .errors import UserError, clip
@@ -150,9 +152,23 @@ def add_options(parser, group=None) -> None:
     g.add_argument("--insecure-join", env_var="DBSURGE_INSECURE_JOIN", action="store_true", default=False,
                    include_in_web_ui=False,
                    help="let any worker that reaches a non-loopback master join without a token")
-    # The web UI and the master's port bind to loopback unless told otherwise: a load generator's UI
-    # can start load, and its master hands out the plan and the target.
-    parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
+    # The web UI binds to loopback unless told otherwise: a load generator's UI can start load. The
+    # master's port follows Locust: a master the user asked for (--master) listens on every address,
+    # as Locust's does, and must then be given a join token (dbsurge.preflight); a --processes master
+    # only has workers on this host, so it stays on loopback.
+    parser.set_defaults(web_host="127.0.0.1", master_bind_host=default_master_bind())
+
+
+def default_master_bind(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:
+    """Locust's ``*`` for a master asked for with ``--master`` (or LOCUST_MODE_MASTER), else ``127.0.0.1``.
+
+    >>> default_master_bind(["-f", "x.py", "--master"], {}), default_master_bind(["--processes", "2"], {})
+    ('*', '127.0.0.1')
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    environ = os.environ if environ is None else environ
+    asked = "--master" in argv or environ.get("LOCUST_MODE_MASTER", "").strip().lower() in ("1", "true", "yes", "on")
+    return "*" if asked else "127.0.0.1"
 
 
 def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserError] = UserError) -> dict[str, str]:

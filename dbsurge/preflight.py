@@ -34,7 +34,8 @@ def preflight(run: DbSurgeRun) -> None:
     opts = run.options
     if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
             and not (run.membership and run.membership.token) and not opts.insecure_join:
-        raise UserError(f"this master listens on {opts.master_bind_host}, so workers on other hosts can join and "
+        where = "every address (*)" if opts.master_bind_host in ("*", "0.0.0.0", "::") else opts.master_bind_host
+        raise UserError(f"this master listens on {where}, so workers on other hosts can join and "
                         f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
                         f"and its workers, or pass --insecure-join")
     from .checks import check_operations

@@ -20,7 +20,10 @@ back, books exactly what it could not send. Clocks: `dbsurge.clocks`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 import time
 
 import gevent
@@ -85,7 +88,7 @@ def register(run: DbSurgeRun, runner) -> None:
     if run.role == "worker":
         for name, handler in (("setup", _on_setup_message), ("rate", _on_rate_message), ("share", _on_share_message),
                               ("challenge", _on_challenge_message), ("clock", _on_clock_ping),
-                              ("leave_ok", _on_leave_ok)):
+                              ("leave_ok", _on_leave_ok), ("refused", _on_refused_message)):
             runner.register_message(f"dbsurge:{name}", handler)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
@@ -146,6 +149,17 @@ def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
     run.membership.nonces.pop(cid, None)
     log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", run.hosts.name(cid), why)
     run.safe_event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
+    with contextlib.suppress(Exception):  # tell the worker why, so it ends with a line instead of idling
+        run.environment.runner.send_message("dbsurge:refused", {"reason": why}, client_id=cid)
+
+
+def _on_refused_message(environment, msg, **_kw):
+    """The master refused this worker (its join token): say so in one line and end, with no load sent."""
+    runner = environment.runner
+    sys.stderr.write(f"dbsurge: the master at {runner.master_host}:{runner.master_port} refused this worker "
+                     f"({(msg.data or {}).get('reason', 'refused')}): set DBSURGE_JOIN_TOKEN to the master's token\n")
+    sys.stderr.flush()
+    os._exit(2)  # nothing was sent: no account to close, and Locust would only wait for a plan
 
 
 def _has_users(runner, cid: str) -> bool:
