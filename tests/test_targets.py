@@ -90,7 +90,7 @@ def test_docdb_defaults(tmp_path):
 @pytest.mark.parametrize(
     ("uri", "options", "expected"),
     [
-        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, dsql:// or mongodb://"),
+        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, dsql://, mongodb://, dynamodb:// or alternator://"),
         ("not a uri", None, "scheme must be"),
         ("embedded-postgres", None, "embedded targets"),
         ("", None, "no target given"),

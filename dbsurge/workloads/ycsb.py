@@ -54,6 +54,7 @@ from dbsurge.workloads.base import (
     text,
 )
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
+from dbsurge.workloads import ycsb_dynamodb
 from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
 from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, record_values
 
@@ -91,9 +92,10 @@ def _insertcount(value: str) -> int | None:
 
 
 class YcsbWorkload(Workload):
-    """YCSB's CoreWorkload (workloads A-F) on PostgreSQL and MongoDB targets (study 002)."""
+    """YCSB's CoreWorkload (workloads A-F) on PostgreSQL, MongoDB and DynamoDB-API targets (study 002)."""
 
     name = "ycsb"
+    kinds = ("postgres", "mongo", "dynamodb")
     OPTIONS: ClassVar[dict[str, Option]] = {
         "recordcount": Option(1000, integer(1), "records loaded (and drawn from by read/update/scan)"),
         "operationcount": Option(0, integer(0), "YCSB's operation count; recorded only (the stage plan sets the run)"),
@@ -139,7 +141,10 @@ class YcsbWorkload(Workload):
                 f"workload option insertstart + insertcount ({opts['insertstart']} + {opts['insertcount']})"
                 f" is above recordcount={self.recordcount}"
             )
-        if self.kind == "postgres" and (opts["readpreference"] or opts["writeconcern"]):
+        if self.kind == "dynamodb" and opts["batchsize"] > ycsb_dynamodb.BATCH_WRITE_MAX:
+            raise WorkloadError(f"workload option batchsize={opts['batchsize']}: DynamoDB's BatchWriteItem takes at most"
+                                f" {ycsb_dynamodb.BATCH_WRITE_MAX} items; lower batchsize")
+        if self.kind != "mongo" and (opts["readpreference"] or opts["writeconcern"]):
             raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
         if self.kind == "postgres" and opts["batchsize"] * (opts["fieldcount"] + 1) > PG_MAX_PARAMS:
             raise WorkloadError(
@@ -213,6 +218,8 @@ class YcsbWorkload(Workload):
         keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
         if self.kind == "postgres":
             return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
+        if self.kind == "dynamodb":
+            return len(ycsb_dynamodb.present_keys(self, session, keys)) == len(keys)
         return mongo_count_present(session.db[self.table], keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
@@ -230,6 +237,8 @@ class YcsbWorkload(Workload):
                     + ", ".join(f"{field} text" for field in self.fields)
                     + ")",
                 )
+            elif self.kind == "dynamodb":
+                ycsb_dynamodb.ensure_table(self, session)
             self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
                 return stop - start
@@ -250,6 +259,12 @@ class YcsbWorkload(Workload):
                     stop=stop,
                     statement_rows=batch,
                     progress=meter,
+                )
+            elif self.kind == "dynamodb":
+                inserted = ycsb_dynamodb.load(
+                    self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
+                                                                  for i in range(first, last)],
+                    start=start, stop=stop, batch_size=batch, progress=meter,
                 )
             else:
 
@@ -299,4 +314,6 @@ class YcsbWorkload(Workload):
     # ---- operations -------------------------------------------------------------------------
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        if self.kind == "dynamodb":
+            return ycsb_dynamodb.dynamodb_client(self, session, seed)
         return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)
