@@ -303,10 +303,11 @@ class DynamoTarget(Target):
             if code in AUTH_CODES:
                 return "connect"
             return f"server:{code}" if code else "other"
-        if isinstance(exc, (bce.ReadTimeoutError,)):
+        if isinstance(exc, bce.ReadTimeoutError):
             return "timeout"
-        if isinstance(exc, (bce.EndpointConnectionError, bce.NoCredentialsError, bce.PartialCredentialsError)):
-            return "connect"  # ConnectTimeoutError and ProxyConnectionError are EndpointConnectionErrors too
+        # botocore's ConnectionError: EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError
+        if isinstance(exc, (bce.ConnectionError, bce.NoCredentialsError, bce.PartialCredentialsError)):
+            return "connect"
         if isinstance(exc, bce.ConnectionClosedError):
             return "disconnect"
         return "other"
