@@ -51,8 +51,8 @@ def shape_path(shape: str) -> str:
 #: group, flags, add_argument keywords.
 RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
-                                   help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, alternator://) or "
-                                        "embedded-postgres / embedded-mongo / embedded-dynamodb (started and "
+                                   help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
+                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb (started and "
                                         "stopped for the run)")),
     ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),

@@ -49,8 +49,8 @@ def scenario_help() -> str:
     lines = [USAGE, "", "scenarios:"]
     lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
     lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo|embedded-dynamodb,",
-              "  --target-option K=V, --workload-option K=V, --quick (scaled-down defaults for embedded targets), --seed,",
-              "  --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
+              "  --target-option K=V, --workload-option K=V, --quick (scaled-down defaults for embedded targets),",
+              "  --seed, --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ from dbsurge.scenarios.latency import ms, number, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun
 from dbsurge.timing import elapsed_ms, time_call
-from dbsurge.workloads import ycsb_dynamodb
+from dbsurge.workloads import ycsb_cql, ycsb_dynamodb
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
@@ -90,6 +90,8 @@ def table_has_rows(workload: Any) -> bool:
             return pg_table_has_rows(session, workload.table)
         if workload.kind == "dynamodb":
             return ycsb_dynamodb.table_has_rows(workload, session)
+        if workload.kind == "cql":
+            return ycsb_cql.table_has_rows(workload, session)
         return session.db[workload.table].find_one({}, {"_id": 1}) is not None
     finally:
         session.close()
@@ -104,6 +106,8 @@ def drop_table(workload: Any) -> None:
             pg_execute(session, f"drop table if exists {workload.table}")
         elif workload.kind == "dynamodb":
             ycsb_dynamodb.drop_table(workload, session)
+        elif workload.kind == "cql":
+            ycsb_cql.drop_table(workload, session)
         else:
             session.db[workload.table].drop()
     finally:
@@ -169,6 +173,8 @@ def inserter(workload: Any, session: Any, batch_size: int) -> Any:
         return insert_pg
     if workload.kind == "dynamodb":
         return ycsb_dynamodb.inserter(workload, session)  # PutItem, or BatchWriteItem of up to 25
+    if workload.kind == "cql":
+        return ycsb_cql.inserter(workload, session)  # one INSERT, or an UNLOGGED BATCH
     collection = workload.collection(session)  # honours the workload's writeconcern option
     fields = workload.fields
 

@@ -46,7 +46,8 @@ DEFAULT_OP_TIMEOUT_S = 30.0
 FAILURE_KINDS = ("connect", "timeout", "server:<code>", "occ", "throttled", "disconnect", "other")
 
 # Modules that register the built-in bindings when imported.
-_BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo", "dbsurge.targets.dynamodb")
+_BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo", "dbsurge.targets.dynamodb",
+                    "dbsurge.targets.cql")
 
 #: How much of a target's URI `Target.display` shows (it starts every one-line error about the target).
 DISPLAY_LIMIT = 120
@@ -204,7 +205,7 @@ def get_binding(name: str) -> type[Target]:
 
 
 def _scheme_list() -> str:
-    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb", "dynamodb", "alternator") if s in _schemes]
+    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb", "dynamodb", "alternator", "cql") if s in _schemes]
     return ", ".join(schemes[:-1]) + f" or {schemes[-1]}" if len(schemes) > 1 else "".join(schemes)
 
 

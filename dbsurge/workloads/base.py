@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TextIO
 
 from dbsurge.errors import WorkloadError
 
-_KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API"}
+_KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
 
 # Rows per loader transaction: under Aurora DSQL's 3,000-rows-per-transaction limit, and large
 # enough that the round trips do not dominate the load.

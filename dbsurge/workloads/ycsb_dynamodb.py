@@ -91,7 +91,8 @@ def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
     client, table = session.client, _table(workload)
     found: set[str] = set()
     for offset in range(0, len(keys), BATCH_GET_MAX):
-        pending: dict[str, Any] = {table: {"Keys": [{KEY_COLUMN: {"S": k}} for k in keys[offset:offset + BATCH_GET_MAX]],
+        chunk = keys[offset:offset + BATCH_GET_MAX]
+        pending: dict[str, Any] = {table: {"Keys": [{KEY_COLUMN: {"S": k}} for k in chunk],
                                            "ProjectionExpression": "#k",
                                            "ExpressionAttributeNames": {"#k": KEY_COLUMN}}}
         while pending:
