@@ -227,6 +227,7 @@ class DynamoTarget(Target):
             raise TargetError(f"target option table_prefix='{clip(self.table_prefix)}': DynamoDB table names take "
                               f"letters, digits, '_', '-' and '.' only")
         self._client_factory = client_factory
+        self._boto_session: Any = None
 
     # ---- clients --------------------------------------------------------------------------------
 
@@ -238,7 +239,12 @@ class DynamoTarget(Target):
         from botocore.config import Config
 
         install_log_redaction()  # botocore logs signed headers at DEBUG level
-        session = boto3.session.Session(profile_name=self.profile) if self.profile else boto3.session.Session()
+        # One boto3 session per target: it caches the service model, which makes each user's client a few
+        # milliseconds of CPU instead of tens (a stall of the event loop while the rate ramps up).
+        session = self._boto_session
+        if session is None:
+            session = boto3.session.Session(profile_name=self.profile) if self.profile else boto3.session.Session()
+            self._boto_session = session
         credentials: dict[str, str] = {}
         if not self.amazon and session.get_credentials() is None:
             credentials = {"aws_access_key_id": PLACEHOLDER_KEY, "aws_secret_access_key": PLACEHOLDER_KEY}
