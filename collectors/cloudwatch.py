@@ -20,6 +20,10 @@ spec                                        metrics (namespace, dimensions)
 ``dsql:<cluster-id>``                       AWS/AuroraDSQL TotalDPU, ReadDPU, WriteDPU, ComputeDPU,
                                             TotalTransactions, OccConflicts (Sum), CommitLatency
                                             (Average); the dimension name found with `list_metrics`
+``dynamodb:<table>``                        AWS/DynamoDB ConsumedReadCapacityUnits, ConsumedWriteCapacityUnits,
+                                            ReadThrottleEvents, WriteThrottleEvents (Sum) for ``TableName``,
+                                            and ThrottledRequests (Sum) per operation (ids
+                                            ``<table>/GetItem``, ``/PutItem``, ``/UpdateItem``, ``/BatchWriteItem``)
 ``metric:NS:NAME[:DIM=V,...][:STAT][:SECS]``  any metric; STAT defaults to Average, period to 60 s
 ==========================================  =============================================================
 
@@ -80,9 +84,18 @@ _DSQL_METRICS = (
     ("OccConflicts", ("Sum",)),
     ("CommitLatency", ("Average",)),
 )
-PRESET_NAMESPACES = {"docdb": "AWS/DocDB", "aurora": "AWS/RDS", "dsql": "AWS/AuroraDSQL"}
+_DYNAMODB_METRICS = (
+    ("ConsumedReadCapacityUnits", ("Sum",)),
+    ("ConsumedWriteCapacityUnits", ("Sum",)),
+    ("ReadThrottleEvents", ("Sum",)),
+    ("WriteThrottleEvents", ("Sum",)),
+)
+# ThrottledRequests has the dimensions TableName and Operation: one series per operation the ycsb binding sends.
+DYNAMODB_OPERATIONS = ("GetItem", "PutItem", "UpdateItem", "BatchWriteItem")
+PRESET_NAMESPACES = {"docdb": "AWS/DocDB", "aurora": "AWS/RDS", "dsql": "AWS/AuroraDSQL", "dynamodb": "AWS/DynamoDB"}
 SPEC_HELP = (
-    "use docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID or metric:NAMESPACE:METRIC[:DIM=VALUE,...][:STAT][:SECONDS]"
+    "use docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID, dynamodb:TABLE or "
+    "metric:NAMESPACE:METRIC[:DIM=VALUE,...][:STAT][:SECONDS]"
 )
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 _STAT_RE = re.compile(r"^(SampleCount|Average|Sum|Minimum|Maximum|(p|tm|tc|ts|wm|pr|iqm)[0-9.:()%A-Za-z]*)$")
@@ -175,6 +188,8 @@ def parse_preset(spec: str) -> MetricSpecs:
     if preset == "aurora":
         return _aurora(text, rest)
     _check_id(text, rest)
+    if preset == "dynamodb":
+        return _dynamodb(text, rest)
     namespace = PRESET_NAMESPACES[preset]
     metrics = _DOCDB_METRICS if preset == "docdb" else _DSQL_METRICS
     queries = _queries(preset, rest, namespace, metrics, ((_UNRESOLVED, rest),))
@@ -218,6 +233,15 @@ def _aurora(spec: str, rest: str) -> MetricSpecs:
     return MetricSpecs(spec, "aurora", rest, queries)
 
 
+def _dynamodb(spec: str, table: str) -> MetricSpecs:
+    dims = (("TableName", table),)
+    queries = _queries("dynamodb", table, "AWS/DynamoDB", _DYNAMODB_METRICS, dims)
+    for operation in DYNAMODB_OPERATIONS:
+        queries += _queries("dynamodb", f"{table}/{operation}", "AWS/DynamoDB", (("ThrottledRequests", ("Sum",)),),
+                            dims + (("Operation", operation),))
+    return MetricSpecs(spec, "dynamodb", table, queries)
+
+
 def _parse_generic(spec: str, rest: str) -> MetricSpecs:
     parts = [p.strip() for p in rest.split(":")]
     if len(parts) < 2 or not parts[0] or not parts[1]:
@@ -248,12 +272,15 @@ def _parse_generic(spec: str, rest: str) -> MetricSpecs:
 
 
 def capacity_unit(preset: str, series_id: str, metric: str) -> str | None:
-    """``ACU``, ``DCU`` or ``DPU`` for a capacity series (what cost and the stage table use), else ``None``."""
+    """``ACU``, ``DCU``, ``DPU``, ``RRU`` or ``WRU`` for a capacity series (what cost and the stage table use), else
+    ``None``. DynamoDB's consumed read and write capacity units of an on-demand table are its request units."""
     namespace = PRESET_NAMESPACES.get(preset) or (series_id.split(":", 1)[0] if preset == "metric" else "")
     if metric == "ServerlessDatabaseCapacity":
         return {"AWS/RDS": "ACU", "AWS/DocDB": "DCU"}.get(namespace)
     if metric == "TotalDPU" and namespace == "AWS/AuroraDSQL":
         return "DPU"
+    if namespace == "AWS/DynamoDB" and "/" not in series_id:
+        return {"ConsumedReadCapacityUnits": "RRU", "ConsumedWriteCapacityUnits": "WRU"}.get(metric)
     return None
 
 

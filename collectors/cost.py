@@ -9,7 +9,9 @@ The studies report cost per run, per stage, and as operations per dollar (study 
   5 minutes is ``4 * 0.5 + 21 * 5/60 = 3.75`` ACU-hours; at $0.12 that is $0.45. For an
   ``aurora:CLUSTER`` preset the writer and reader series are summed when they exist (each role
   is billed), else the cluster series is used.
-- **DPUs** are the ``TotalDPU`` ``Sum`` per period, prorated by the same overlap, priced per million.
+- **DPUs** are the ``TotalDPU`` ``Sum`` per period, prorated by the same overlap, priced per million;
+  DynamoDB's **request units** (RRU, WRU: the ``Sum`` of ``ConsumedRead/WriteCapacityUnits`` of an on-demand
+  table) likewise, at the on-demand prices per million read and write request units.
 - **Runner hours** are the window's hours times the number of load generators of each instance
   type (``--runner c6g.4xlarge:2``, or ``runners`` in run.json); without one, the hours are shown
   at no price.
@@ -58,9 +60,12 @@ DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
 HOURS_PER_MONTH = 730.0
 DEFAULT_REGION = "us-east-1"
 COST_COLUMNS = ["scope", "name", "usage", "unit", "unit_price_usd", "cost_usd", "operations", "ops_per_usd", "note"]
-_SERVICE_OF_UNIT = {"ACU": "aurora", "DCU": "docdb", "DPU": "dsql"}
-_PRICE_OF_UNIT = {"ACU": ("aurora", "acu_hour"), "DCU": ("docdb", "dcu_hour"), "DPU": ("dsql", "dpu_per_million")}
-_SERVICE_NAMES = {"aurora": "Aurora", "docdb": "DocumentDB", "dsql": "DSQL"}
+_SERVICE_OF_UNIT = {"ACU": "aurora", "DCU": "docdb", "DPU": "dsql", "RRU": "dynamodb", "WRU": "dynamodb"}
+_PRICE_OF_UNIT = {"ACU": ("aurora", "acu_hour"), "DCU": ("docdb", "dcu_hour"), "DPU": ("dsql", "dpu_per_million"),
+                  "RRU": ("dynamodb", "read_request_per_million"), "WRU": ("dynamodb", "write_request_per_million")}
+_SERVICE_NAMES = {"aurora": "Aurora", "docdb": "DocumentDB", "dsql": "DSQL", "dynamodb": "DynamoDB"}
+#: Units counted per period (the Sum statistic) and priced per million, not integrated over hours.
+SUMMED_UNITS = frozenset({"DPU", "RRU", "WRU"})
 
 
 # -- prices ------------------------------------------------------------------------------------------
@@ -165,7 +170,7 @@ def billable_series(cloudwatch: pd.DataFrame) -> list[tuple[str, str, str, str, 
     for (preset, series_id, unit), data in frames.items():
         if preset == "aurora" and "/" not in series_id and (preset, series_id) in roles:
             continue  # the writer and reader are billed; the cluster series is their average
-        for stat in ("Sum",) if unit == "DPU" else ("Average", "Maximum"):
+        for stat in ("Sum",) if unit in SUMMED_UNITS else ("Average", "Maximum"):
             picked = data[data["stat"] == stat]
             if not picked.empty:
                 chosen.append((unit, preset, series_id, stat, picked[["time_utc", "value"]].reset_index(drop=True)))
@@ -180,7 +185,7 @@ def usage_in(cloudwatch: pd.DataFrame, start: Any, end: Any) -> list[Usage]:
     for unit, preset, series_id, stat, data in billable_series(cloudwatch):
         period = infer_period_s(data["time_utc"])
         value_s, measured = integrate(data, period, start, end)
-        amount = value_s / period if unit == "DPU" else value_s / 3600.0
+        amount = value_s / period if unit in SUMMED_UNITS else value_s / 3600.0
         out.append(Usage(unit, preset, series_id, amount, measured, window_s, stat))
     return out
 
@@ -342,9 +347,9 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
         price = prices.get(section, key)
         if price is None:
             notes.append(f"no price {section}.{key} for {prices.region}")
-        per_unit = None if price is None else (price / 1e6 if use.unit == "DPU" else price)
+        per_unit = None if price is None else (price / 1e6 if use.unit in SUMMED_UNITS else price)
         gap = "" if use.coverage >= 0.999 else f"{100 * (1 - use.coverage):.0f}% of the window has no datapoint"
-        label = "DPUs" if use.unit == "DPU" else f"{use.unit}-hours"
+        label = f"{use.unit}s" if use.unit in SUMMED_UNITS else f"{use.unit}-hours"
         items.append(CostItem(f"{_SERVICE_NAMES[section]} {use.series_id} {label}", use.amount, label, per_unit,
                               use.amount * (per_unit or 0.0), gap))
     service = services[0] if services else None
@@ -399,7 +404,7 @@ def _stage_row(stage: Stage, cloudwatch: pd.DataFrame, prices: Prices, runners: 
     for use in usage_in(cloudwatch, stage.start, stage.end):
         section, key = _PRICE_OF_UNIT[use.unit]
         price = prices.get(section, key) or 0.0
-        cost += use.amount * (price / 1e6 if use.unit == "DPU" else price)
+        cost += use.amount * (price / 1e6 if use.unit in SUMMED_UNITS else price)
     cost += sum(hours * count * (prices.runner(t) or 0.0) for t, count in runners)
     if storage_gb is not None and service:
         cost += storage_gb * hours / HOURS_PER_MONTH * (prices.get(service, "storage_gb_month") or 0.0)
@@ -539,7 +544,7 @@ class CostGuard:
             period = infer_period_s(data["time_utc"])
             value_s, measured = integrate(data, period, start, end)
             past = data[data["time_utc"] <= end]["value"]
-            if unit == "DPU":
+            if unit in SUMMED_UNITS:
                 rate = self.assume.get(unit, float(past.max()) / period if len(past) else 0.0)  # DPU per second
                 total += (value_s / period + rate * max(0.0, window_s - measured)) * price / 1e6
             else:
@@ -549,7 +554,7 @@ class CostGuard:
             if unit in self.assume:  # no datapoint yet: the whole window at the assumed capacity
                 section, key = _PRICE_OF_UNIT[unit]
                 price = self.prices.get(section, key) or 0.0
-                total += self.assume[unit] * window_s * (price / 1e6 if unit == "DPU" else price / 3600.0)
+                total += self.assume[unit] * window_s * (price / 1e6 if unit in SUMMED_UNITS else price / 3600.0)
         self.last_estimate = total
         return total
 
@@ -573,4 +578,4 @@ class CostGuard:
 
 def _units_of_preset(spec: str) -> tuple[str, ...]:
     preset = str(spec).partition(":")[0].strip().lower()
-    return {"aurora": ("ACU",), "docdb": ("DCU",), "dsql": ("DPU",)}.get(preset, ())
+    return {"aurora": ("ACU",), "docdb": ("DCU",), "dsql": ("DPU",), "dynamodb": ("RRU", "WRU")}.get(preset, ())

@@ -245,7 +245,7 @@ def _ops_note(operations: int | None, per_usd: float | None) -> str:
     return f"{_num(operations, 0)} operations" + (f", {_num(per_usd, 0)} per $" if per_usd else "")
 
 
-_NUMERIC = re.compile(r"^[-+$]?[\d,.]+(%| s| ms|[ A-Za-z-]*hours| GB-months| DPUs| million requests)?$"
+_NUMERIC = re.compile(r"^[-+$]?[\d,.]+(%| s| ms|[ A-Za-z-]*hours| GB-months| DPUs| RRUs| WRUs| million requests)?$"
                       r"|^[\d.,]+ / [\d.,]+$")
 _BLANK = ("", "-")
 

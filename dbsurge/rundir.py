@@ -33,7 +33,8 @@ def redact_obj(obj):
         return redact_uri(obj)
     return obj
 
-_FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_other"]
+_FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_throttled",
+           "failed_other"]
 _NOT_SENT = ["not_sent_worker_lost", "not_sent_no_connect", "not_sent_interrupted", "not_sent_in_flight",
              "not_sent_users_exhausted", "not_sent_unaccounted"]
 TIMELINE_COLUMNS = [

@@ -45,7 +45,8 @@ def start_side_collectors(run) -> list:
     started = []
     opts = run.options
     events = _events_to(run.rundir)
-    if not getattr(opts, "no_db_sampler", False):
+    # DynamoDB-API and CQL targets have no sampler here (DynamoDB's counters are CloudWatch's).
+    if not getattr(opts, "no_db_sampler", False) and run.target.kind in ("postgres", "mongo"):
         try:
             from .collectors.samplers import MongoSampler, PostgresSampler
 

@@ -66,7 +66,8 @@ def operation_table(summary_rows: list[dict]) -> tuple[list[str], list[list[str]
 
 #: The ledger's columns as the tables show them: failures by family, not sent by reason.
 _LEDGER_FAILED = [("connect", "failed_connect"), ("timeout", "failed_timeout"), ("disconnect", "failed_disconnect"),
-                  ("server", "failed_server"), ("occ", "failed_occ"), ("other", "failed_other")]
+                  ("server", "failed_server"), ("occ", "failed_occ"), ("throttled", "failed_throttled"),
+                  ("other", "failed_other")]
 _LEDGER_NOT_SENT = [("worker lost", "not_sent_worker_lost"), ("no connect", "not_sent_no_connect"),
                     ("interrupted", "not_sent_interrupted"), ("in flight", "not_sent_in_flight"),
                     ("users exhausted", "not_sent_users_exhausted"), ("unaccounted", "not_sent_unaccounted")]

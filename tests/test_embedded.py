@@ -150,7 +150,8 @@ def test_embedded_cli_start_status_stop(capsys):
         embedded_main(["start", "postgres"])  # already running: same server
         assert capsys.readouterr().out.strip() == uri
         embedded_main(["status"])
-        assert capsys.readouterr().out.splitlines() == [f"postgres: running {uri}", "mongo: stopped"]
+        assert capsys.readouterr().out.splitlines() == [f"postgres: running {uri}", "mongo: stopped",
+                                                       "dynamodb: stopped"]
     finally:
         embedded_main(["stop", "postgres"])
     assert "stopped embedded postgres" in capsys.readouterr().err

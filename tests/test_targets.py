@@ -90,7 +90,8 @@ def test_docdb_defaults(tmp_path):
 @pytest.mark.parametrize(
     ("uri", "options", "expected"),
     [
-        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, dsql:// or mongodb://"),
+        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, dsql://, mongodb://, "
+                    "dynamodb://, alternator:// or cql://"),
         ("not a uri", None, "scheme must be"),
         ("embedded-postgres", None, "embedded targets"),
         ("", None, "no target given"),

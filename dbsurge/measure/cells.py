@@ -37,7 +37,7 @@ def _failure_family(kind: str) -> str:
 
 
 #: Failure kinds, by family (a server error carries its SQLSTATE or MongoDB code: ``server:40P01``).
-FAILURE_FAMILIES = ("connect", "timeout", "disconnect", "server", "occ", "other")
+FAILURE_FAMILIES = ("connect", "timeout", "disconnect", "server", "occ", "throttled", "other")
 
 
 @dataclass

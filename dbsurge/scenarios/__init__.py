@@ -48,9 +48,9 @@ def scenario_help() -> str:
     width = max(len(name) for name in SCENARIOS)
     lines = [USAGE, "", "scenarios:"]
     lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
-    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo, --target-option K=V,",
-              "  --workload-option K=V, --quick (scaled-down defaults for embedded targets), --seed,",
-              "  --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
+    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo|embedded-dynamodb,",
+              "  --target-option K=V, --workload-option K=V, --quick (scaled-down defaults for embedded targets),",
+              "  --seed, --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 ``--clients`` clients (threads, each on its own connection) insert ``--records`` YCSB records into an
 empty ``usertable``, each client a contiguous range of record numbers, ``--batch-size`` records per
 insert (1: unbatched, one INSERT or ``insert_one`` per record, as YCSB's default; more: one
-multi-row INSERT in a transaction, or ``insert_many``, as YCSB's MongoDB binding with batching).
+multi-row INSERT in a transaction, or ``insert_many``, as YCSB's MongoDB binding with batching; on
+DynamoDB-API targets ``PutItem`` or ``BatchWriteItem``, at most 25 records per batch).
 The data is the ycsb workload's own (same keys, same seeded values as ``dbsurge load``), so
 ``ycsb-run`` can follow.
 
@@ -32,6 +33,7 @@ from dbsurge.scenarios.latency import ms, number, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun
 from dbsurge.timing import elapsed_ms, time_call
+from dbsurge.workloads import ycsb_cql, ycsb_dynamodb
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
@@ -86,6 +88,10 @@ def table_has_rows(workload: Any) -> bool:
             from dbsurge.workloads.loading import pg_table_has_rows
 
             return pg_table_has_rows(session, workload.table)
+        if workload.kind == "dynamodb":
+            return ycsb_dynamodb.table_has_rows(workload, session)
+        if workload.kind == "cql":
+            return ycsb_cql.table_has_rows(workload, session)
         return session.db[workload.table].find_one({}, {"_id": 1}) is not None
     finally:
         session.close()
@@ -98,6 +104,10 @@ def drop_table(workload: Any) -> None:
             from dbsurge.workloads.loading import pg_execute
 
             pg_execute(session, f"drop table if exists {workload.table}")
+        elif workload.kind == "dynamodb":
+            ycsb_dynamodb.drop_table(workload, session)
+        elif workload.kind == "cql":
+            ycsb_cql.drop_table(workload, session)
         else:
             session.db[workload.table].drop()
     finally:
@@ -161,6 +171,10 @@ def inserter(workload: Any, session: Any, batch_size: int) -> Any:
                 session.run_transaction(lambda conn: conn.execute(sql, params, prepare=True))
 
         return insert_pg
+    if workload.kind == "dynamodb":
+        return ycsb_dynamodb.inserter(workload, session)  # PutItem, or BatchWriteItem of up to 25
+    if workload.kind == "cql":
+        return ycsb_cql.inserter(workload, session)  # one INSERT, or an UNLOGGED BATCH
     collection = workload.collection(session)  # honours the workload's writeconcern option
     fields = workload.fields
 

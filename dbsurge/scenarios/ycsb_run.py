@@ -11,7 +11,8 @@ records get 95% of the operations) unless ``--workload-option hotspotdatafractio
   runs without ``-target``.
 
 Consistency knobs are binding options: MongoDB ``--target-option read_preference=secondaryPreferred``,
-``read_concern=local``, ``w=1``, ``j=false``; PostgreSQL ``--target-option isolation=serializable``.
+``read_concern=local``, ``w=1``, ``j=false``; PostgreSQL ``--target-option isolation=serializable``; DynamoDB-API
+``--target-option consistent_read=true``.
 The table: throughput, read p99, update p99, failures.
 
 ``--scale-workers 1,2,4`` runs the same plan flat out with 1, 2, 4 worker processes (``--users``
@@ -42,7 +43,8 @@ NAME = "ycsb-run"
 STUDY = {"distribution": "uniform", "duration": "30m", "users": 16, "records": 1_000_000}
 QUICK = {"distribution": "uniform", "duration": "4s", "users": 4, "records": 2000}
 STUDY_HOTSPOT = {"hotspotdatafraction": "0.013", "hotspotopnfraction": "0.95"}
-CONSISTENCY_OPTIONS = ("read_preference", "read_concern", "w", "j", "isolation")
+CONSISTENCY_OPTIONS = ("read_preference", "read_concern", "w", "j", "isolation", "consistent_read", "consistency",
+                       "serial_consistency")
 RUN_COLUMNS = ["distribution", "target_tps", "throughput_ops_s", "read_p99_ms", "update_p99_ms", "operations",
                "failures", "failure_rate", "consistency"]
 SCALE_COLUMNS = ["workers", "users", "throughput_ops_s", "ideal_ops_s", "pct_of_ideal", "scaling_pct",

@@ -43,10 +43,11 @@ __all__ = [
 DEFAULT_OP_TIMEOUT_S = 30.0
 
 # What `Target.classify` returns; ``server:`` is followed by the SQLSTATE or the MongoDB error code.
-FAILURE_KINDS = ("connect", "timeout", "server:<code>", "occ", "disconnect", "other")
+FAILURE_KINDS = ("connect", "timeout", "server:<code>", "occ", "throttled", "disconnect", "other")
 
 # Modules that register the built-in bindings when imported.
-_BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo")
+_BUILTIN_MODULES = ("dbsurge.targets.postgres", "dbsurge.targets.mongo", "dbsurge.targets.dynamodb",
+                    "dbsurge.targets.cql")
 
 #: How much of a target's URI `Target.display` shows (it starts every one-line error about the target).
 DISPLAY_LIMIT = 120
@@ -118,6 +119,8 @@ class Target(ABC):
           ``gevent.Timeout``, the driver's own operation timeouts);
         - ``server:<code>``: the server refused the operation with an error code (SQLSTATE, MongoDB code);
         - ``occ``: a serialization conflict still failing after the binding's retries;
+        - ``throttled``: the server still refused the request over a rate limit after the binding's retries
+          (DynamoDB's ProvisionedThroughputExceededException, ThrottlingException);
         - ``disconnect``: the connection dropped in the middle of the operation;
         - ``other``: anything else.
 
@@ -202,7 +205,7 @@ def get_binding(name: str) -> type[Target]:
 
 
 def _scheme_list() -> str:
-    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb") if s in _schemes]
+    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb", "dynamodb", "alternator", "cql") if s in _schemes]
     return ", ".join(schemes[:-1]) + f" or {schemes[-1]}" if len(schemes) > 1 else "".join(schemes)
 
 

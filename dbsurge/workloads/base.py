@@ -18,6 +18,8 @@ from typing import Any, ClassVar, TextIO
 
 from dbsurge.errors import WorkloadError
 
+_KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
+
 # Rows per loader transaction: under Aurora DSQL's 3,000-rows-per-transaction limit, and large
 # enough that the round trips do not dominate the load.
 LOAD_CHUNK = 1000
@@ -181,7 +183,7 @@ class Workload:
         self.options: dict[str, Any] = resolve_options(self.name, self.OPTIONS, options or {})
         kind = getattr(target, "kind", None)
         if kind not in self.kinds:
-            wanted = " or ".join("PostgreSQL" if k == "postgres" else "MongoDB" for k in self.kinds)
+            wanted = " or ".join(_KIND_NAMES.get(k, k) for k in self.kinds)
             raise WorkloadError(f"workload {self.name} needs a {wanted} target, not {kind}")
         self.kind: str = kind
         self.operations: dict[str, float] = self.default_weights()

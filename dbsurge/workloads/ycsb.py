@@ -41,6 +41,7 @@ from dbsurge.distributions import (
     fnvhash64,
 )
 from dbsurge.errors import WorkloadError
+from dbsurge.workloads import ycsb_cql, ycsb_dynamodb
 from dbsurge.workloads.base import (
     LoadProgress,
     Option,
@@ -91,9 +92,10 @@ def _insertcount(value: str) -> int | None:
 
 
 class YcsbWorkload(Workload):
-    """YCSB's CoreWorkload (workloads A-F) on PostgreSQL and MongoDB targets (study 002)."""
+    """YCSB's CoreWorkload (workloads A-F) on PostgreSQL, MongoDB, DynamoDB-API and CQL targets (study 002)."""
 
     name = "ycsb"
+    kinds = ("postgres", "mongo", "dynamodb", "cql")
     OPTIONS: ClassVar[dict[str, Option]] = {
         "recordcount": Option(1000, integer(1), "records loaded (and drawn from by read/update/scan)"),
         "operationcount": Option(0, integer(0), "YCSB's operation count; recorded only (the stage plan sets the run)"),
@@ -123,6 +125,10 @@ class YcsbWorkload(Workload):
         "table": Option("usertable", _identifier, "table or collection name"),
         "readpreference": Option("", choice(*_READ_PREFERENCES), "MongoDB read preference (default: the URI's)"),
         "writeconcern": Option("", _writeconcern, "MongoDB write concern w (default: the URI's)"),
+        "keyspace": Option("ycsb", _identifier, "CQL targets: the keyspace (YCSB's cassandra.keyspace)"),
+        "replicationfactor": Option(1, integer(1, 100), "CQL targets: the keyspace's replication factor"),
+        "replicationstrategy": Option("SimpleStrategy", choice("simplestrategy", "networktopologystrategy"),
+                                      "CQL targets: the keyspace's replication class"),
         "seed": Option(42, integer(), "seed of the loaded data"),
         "tracekeys": Option("", text, "tests and debugging: append every requested record number (int64) to "
                                       "<value>-<pid>.bin"),
@@ -139,7 +145,10 @@ class YcsbWorkload(Workload):
                 f"workload option insertstart + insertcount ({opts['insertstart']} + {opts['insertcount']})"
                 f" is above recordcount={self.recordcount}"
             )
-        if self.kind == "postgres" and (opts["readpreference"] or opts["writeconcern"]):
+        if self.kind == "dynamodb" and opts["batchsize"] > ycsb_dynamodb.BATCH_WRITE_MAX:
+            raise WorkloadError(f"workload option batchsize={opts['batchsize']}: DynamoDB's BatchWriteItem takes at"
+                                f" most {ycsb_dynamodb.BATCH_WRITE_MAX} items; lower batchsize")
+        if self.kind != "mongo" and (opts["readpreference"] or opts["writeconcern"]):
             raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
         if self.kind == "postgres" and opts["batchsize"] * (opts["fieldcount"] + 1) > PG_MAX_PARAMS:
             raise WorkloadError(
@@ -153,6 +162,10 @@ class YcsbWorkload(Workload):
         self.zeropadding: int = (20 if self.ordered else 1) if padding == "auto" else padding
         self.fields = [f"{opts['fieldnameprefix']}{i}" for i in range(opts["fieldcount"])]
         self.table: str = opts["table"]
+        # choice() lowercases; CQL wants the class name as Cassandra spells it
+        opts["replicationstrategy"] = {"simplestrategy": "SimpleStrategy",
+                                       "networktopologystrategy": "NetworkTopologyStrategy"}.get(
+            str(opts["replicationstrategy"]).lower(), opts["replicationstrategy"])
 
     def default_weights(self) -> dict[str, float]:
         opts = self.options
@@ -213,6 +226,10 @@ class YcsbWorkload(Workload):
         keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
         if self.kind == "postgres":
             return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
+        if self.kind == "dynamodb":
+            return len(ycsb_dynamodb.present_keys(self, session, keys)) == len(keys)
+        if self.kind == "cql":
+            return len(ycsb_cql.present_keys(self, session, keys)) == len(keys)
         return mongo_count_present(session.db[self.table], keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
@@ -230,6 +247,10 @@ class YcsbWorkload(Workload):
                     + ", ".join(f"{field} text" for field in self.fields)
                     + ")",
                 )
+            elif self.kind == "dynamodb":
+                ycsb_dynamodb.ensure_table(self, session)
+            elif self.kind == "cql":
+                ycsb_cql.ensure_schema(self, session)
             self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
                 return stop - start
@@ -250,6 +271,18 @@ class YcsbWorkload(Workload):
                     stop=stop,
                     statement_rows=batch,
                     progress=meter,
+                )
+            elif self.kind == "dynamodb":
+                inserted = ycsb_dynamodb.load(
+                    self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
+                                                                  for i in range(first, last)],
+                    start=start, stop=stop, batch_size=batch, progress=meter,
+                )
+            elif self.kind == "cql":
+                inserted = ycsb_cql.load(
+                    self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
+                                                                  for i in range(first, last)],
+                    start=start, stop=stop, batch_size=batch, progress=meter,
                 )
             else:
 
@@ -299,4 +332,8 @@ class YcsbWorkload(Workload):
     # ---- operations -------------------------------------------------------------------------
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
+        if self.kind == "dynamodb":
+            return ycsb_dynamodb.dynamodb_client(self, session, seed)
+        if self.kind == "cql":
+            return ycsb_cql.cql_client(self, session, seed)
         return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)

@@ -1,0 +1,362 @@
+"""CQL targets through scylla-driver: ScyllaDB (shard-aware) and Apache Cassandra, ``cql://`` or ``scylla://``.
+
+``cql://[user[:password]@]host[,host2...][:port][/keyspace]`` (port 9042). The password follows the other
+targets' rules (``DBSURGE_TARGET_PASSWORD`` or ``--target-secret`` on each worker; the master never sends it);
+``tls=true`` and ``tls_ca_file`` turn on TLS.
+
+The driver is ScyllaDB's fork of the DataStax driver (``pip install 'dbsurge[cql]'``). One driver ``Cluster``
+and ``Session`` per process serve every Locust user of that process, as the driver wants it (its pools are per
+host and, on ScyllaDB, per shard); a dbsurge `CqlSession` is a user's handle on it. Every statement is prepared
+once per process and bound per operation, so that the driver routes it by token (``TokenAwarePolicy`` over
+``DCAwareRoundRobinPolicy``) and, on ScyllaDB, to the shard that owns it.
+
+Options: ``consistency`` (ONE, QUORUM, LOCAL_QUORUM, ...; default ONE, as YCSB's cassandra binding),
+``serial_consistency`` (SERIAL or LOCAL_SERIAL, for conditional statements),
+``local_dc``, ``tls``, ``tls_ca_file``, ``connect_timeout`` (10s), ``op_timeout`` (the driver's request
+timeout), ``protocol_version``, ``reactor`` (see `choose_connection_class`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ssl
+import sys
+import threading
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from dbsurge.errors import TargetError, clip
+from dbsurge.redact import redact_uri, register_secret, uri_secrets
+from dbsurge.targets import (
+    DEFAULT_OP_TIMEOUT_S,
+    DISPLAY_LIMIT,
+    ConnectError,
+    Session,
+    Target,
+    check_ca_file,
+    check_options,
+    generic_kind,
+    one_line,
+    option_bool,
+    option_int,
+    option_op_timeout,
+    option_seconds,
+    register_binding,
+)
+
+KNOWN_OPTIONS = frozenset({"consistency", "serial_consistency", "local_dc", "tls", "tls_ca_file", "connect_timeout",
+                           "op_timeout", "protocol_version", "reactor", "keyspace"})
+DEFAULT_PORT = 9042
+#: YCSB's cassandra binding reads and writes at ONE unless told otherwise (cassandra.readconsistencylevel).
+DEFAULT_CONSISTENCY = "ONE"
+CONSISTENCY_NAMES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
+SERIAL_NAMES = ("SERIAL", "LOCAL_SERIAL")
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+REACTORS = ("auto", "asyncore", "asyncio", "libev")
+
+
+def _driver() -> Any:
+    try:
+        import cassandra
+    except ImportError:
+        raise TargetError("CQL targets need scylla-driver: pip install 'dbsurge[cql]'") from None
+    return cassandra
+
+
+def consistency_level(name: str, option: str, allowed: tuple[str, ...]) -> int:
+    """The driver's ``ConsistencyLevel`` value for ``name``; `TargetError` naming the allowed ones."""
+    key = name.strip().upper()
+    if key not in allowed:
+        raise TargetError(f"target option {option}='{clip(name)}': expected one of {', '.join(allowed)}")
+    return getattr(_driver().ConsistencyLevel, key)
+
+
+def choose_connection_class(reactor: str) -> Any:
+    """The driver's connection class for ``reactor``.
+
+    ``auto``: under gevent's monkey patching (every Locust process) the asyncore reactor, whose ``select`` and
+    sockets gevent has made cooperative: the driver's own gevent reactor was removed in scylla-driver 3.29.12
+    (scylladb/python-driver#969), and its default libev reactor would block gevent's hub in C. Elsewhere, the
+    driver's default. ``asyncore`` needs Python < 3.12 or the ``pyasyncore`` package.
+    """
+    gevent_patched = "gevent.monkey" in sys.modules and sys.modules["gevent.monkey"].is_module_patched("socket")
+    if reactor == "auto":
+        reactor = "asyncore" if gevent_patched else "default"
+    try:
+        if reactor == "asyncore":
+            from cassandra.io.asyncorereactor import AsyncoreConnection
+
+            return AsyncoreConnection
+        if reactor == "asyncio":
+            from cassandra.io.asyncioreactor import AsyncioConnection
+
+            return AsyncioConnection
+        if reactor == "libev":
+            from cassandra.io.libevreactor import LibevConnection
+
+            return LibevConnection
+    except ImportError as exc:
+        raise TargetError(f"target option reactor={reactor}: not available here ({one_line(str(exc), 80)})") from None
+    from cassandra.cluster import DefaultConnection
+
+    return DefaultConnection
+
+
+class CqlSession(Session):
+    """One Locust user's handle on the process' driver session: `execute` runs one bound statement.
+
+    `prepare(cql)` returns the process-wide prepared statement for ``cql`` with the target's consistency
+    levels set, so that every statement bound from it carries them.
+    """
+
+    def __init__(self, target: CqlTarget, driver_session: Any) -> None:
+        self.target = target
+        self.session = driver_session
+        self.retries = 0
+        self._timeout = target.op_timeout_s
+
+    def prepare(self, cql: str) -> Any:
+        return self.target.prepared(self.session, cql)
+
+    def execute(self, statement: Any, values: Any = None) -> Any:
+        """Execute and fetch the first page; bounded by op_timeout (the driver's request timeout)."""
+        return self.session.execute(statement, values, timeout=self._timeout)
+
+    def close(self) -> None:
+        """Nothing to release per user: the driver session belongs to the process (closed at exit)."""
+
+
+@register_binding("cql")
+class CqlTarget(Target):
+    """A CQL cluster (ScyllaDB or Cassandra); see the module doc for the URI and the options."""
+
+    kind = "cql"
+    schemes = ("cql", "scylla")
+    flavors = ("scylla", "cql")
+
+    def __init__(
+        self, uri: str, options: dict[str, str] | None = None, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
+    ) -> None:
+        self.display = clip(redact_uri(uri), DISPLAY_LIMIT)
+        options = {k: str(v) for k, v in (options or {}).items()}
+        check_options(self.kind, options, KNOWN_OPTIONS)
+        self._secrets = uri_secrets(uri)
+        for secret in self._secrets:
+            register_secret(secret)
+        netloc_hosts, user, password = _split_netloc(uri, self.display)
+        self.hosts, self.port = netloc_hosts
+        self.user, self._password = user, password
+        path = urlsplit(uri).path.strip("/")
+        self.keyspace = options.get("keyspace") or path or None
+        self.flavor = "scylla" if uri.lower().startswith("scylla://") else "cql"
+        self.consistency_name = options.get("consistency", DEFAULT_CONSISTENCY).strip().upper()
+        self.consistency = consistency_level(self.consistency_name, "consistency", CONSISTENCY_NAMES)
+        serial = options.get("serial_consistency")
+        self.serial_consistency_name = serial.strip().upper() if serial else None
+        self.serial_consistency = consistency_level(serial, "serial_consistency", SERIAL_NAMES) if serial else None
+        self.local_dc = options.get("local_dc") or None
+        self.tls_ca_file = options.get("tls_ca_file") or None
+        if self.tls_ca_file:
+            self.tls_ca_file = check_ca_file(self.display, "tls_ca_file", self.tls_ca_file)
+        self.tls = bool(option_bool(options, "tls", bool(self.tls_ca_file)))
+        self.connect_timeout_s = option_seconds(options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S) \
+            or DEFAULT_CONNECT_TIMEOUT_S
+        self.op_timeout_s = option_op_timeout(options, op_timeout_s)
+        self.protocol_version = option_int(options, "protocol_version", None, minimum=3)
+        self.reactor = options.get("reactor", "auto").strip().lower()
+        if self.reactor not in REACTORS:
+            raise TargetError(f"target option reactor='{clip(self.reactor)}': expected one of {', '.join(REACTORS)}")
+        self._lock = threading.Lock()
+        self._cluster: Any = None
+        self._session: Any = None
+        self._prepared: dict[str, Any] = {}
+
+    # ---- the driver's objects -------------------------------------------------------------------
+
+    def cluster_kwargs(self, *, connect_timeout_s: float | None = None) -> dict[str, Any]:
+        """The keyword arguments of the driver's ``Cluster`` for this target (the password included)."""
+        _driver()
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=self.local_dc)),
+            consistency_level=self.consistency,
+            serial_consistency_level=self.serial_consistency,
+            request_timeout=self.op_timeout_s,
+        )
+        kwargs: dict[str, Any] = {
+            "contact_points": list(self.hosts),
+            "port": self.port,
+            "execution_profiles": {EXEC_PROFILE_DEFAULT: profile},
+            "connect_timeout": connect_timeout_s or self.connect_timeout_s,
+            "control_connection_timeout": connect_timeout_s or self.connect_timeout_s,
+            "connection_class": choose_connection_class(self.reactor),
+        }
+        if self.protocol_version:
+            kwargs["protocol_version"] = self.protocol_version
+        if self.user:
+            kwargs["auth_provider"] = PlainTextAuthProvider(username=self.user, password=self._password or "")
+        if self.tls:
+            context = ssl.create_default_context(cafile=self.tls_ca_file)
+            kwargs["ssl_context"] = context
+        return kwargs
+
+    def prepared(self, driver_session: Any, cql: str) -> Any:
+        """The process-wide prepared statement of ``cql`` with the target's consistency levels."""
+        statement = self._prepared.get(cql)
+        if statement is None:
+            statement = self.configure(driver_session.prepare(cql))
+            self._prepared[cql] = statement
+        return statement
+
+    def configure(self, statement: Any) -> Any:
+        """Set the target's consistency (and serial consistency) on a driver statement; returns it."""
+        statement.consistency_level = self.consistency
+        if self.serial_consistency is not None:
+            statement.serial_consistency_level = self.serial_consistency
+        return statement
+
+    def _shared_session(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                from cassandra.cluster import Cluster
+
+                cluster = Cluster(**self.cluster_kwargs())
+                try:
+                    self._session = cluster.connect()
+                except Exception:
+                    cluster.shutdown()
+                    raise
+                self._cluster = cluster
+                atexit.register(self.shutdown)
+            return self._session
+
+    def shutdown(self) -> None:
+        """Close the process' driver cluster (at exit; safe to call twice)."""
+        with self._lock:
+            cluster, self._cluster, self._session = self._cluster, None, None
+            self._prepared.clear()
+        if cluster is not None:
+            cluster.shutdown()
+
+    def connect(self) -> CqlSession:
+        """A user's handle on the process' driver session (connected on first use)."""
+        try:
+            return CqlSession(self, self._shared_session())
+        except TargetError:
+            raise
+        except Exception as exc:
+            raise ConnectError(f"target {self.display}: {self._explain(exc)}") from exc
+
+    def check(self) -> None:
+        """Connect once (its own short-lived cluster) and read ``system.local``; one-line `TargetError`."""
+        _driver()
+        from cassandra.cluster import Cluster
+
+        cluster = None
+        try:
+            cluster = Cluster(**self.cluster_kwargs(connect_timeout_s=min(5.0, self.connect_timeout_s)))
+            session = cluster.connect()
+            session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
+        except TargetError:
+            raise
+        except Exception as exc:
+            raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+        finally:
+            if cluster is not None:
+                cluster.shutdown()
+
+    # ---- failures -------------------------------------------------------------------------------
+
+    def classify(self, exc: BaseException) -> str:
+        """The failure kind of `exc` (see `Target.classify`), from the driver's errors.
+
+        ``timeout``: the driver's own request timeout (``OperationTimedOut``: op_timeout passed); the server's
+        answers keep their name: ``server:ReadTimeout`` / ``server:WriteTimeout`` (the coordinator did not hear
+        from enough replicas in time), ``server:Unavailable`` (too few replicas alive for the consistency),
+        ``server:Overloaded``, ``server:ReadFailure`` / ``server:WriteFailure``, ``server:InvalidRequest``...;
+        ``throttled``: ScyllaDB's per-partition rate limit (``RateLimitReached``); ``connect``: no host could
+        be reached (``NoHostAvailable``) or authentication failed; ``disconnect``: a connection closed midway.
+        """
+        kind = generic_kind(exc)
+        if kind is not None:
+            return kind
+        cassandra = _driver()
+        from cassandra.cluster import NoHostAvailable
+        from cassandra.connection import ConnectionException
+        from cassandra.protocol import OverloadedErrorMessage
+
+        if isinstance(exc, cassandra.OperationTimedOut):
+            return "timeout"
+        if isinstance(exc, cassandra.RateLimitReached):
+            return "throttled"
+        if isinstance(exc, (NoHostAvailable, cassandra.AuthenticationFailed)):
+            return "connect"
+        if isinstance(exc, ConnectionException):
+            return "disconnect"
+        if isinstance(exc, OverloadedErrorMessage):
+            return "server:Overloaded"
+        named = (cassandra.ReadTimeout, cassandra.WriteTimeout, cassandra.Unavailable, cassandra.ReadFailure,
+                 cassandra.WriteFailure, cassandra.CDCWriteFailure, cassandra.FunctionFailure,
+                 cassandra.InvalidRequest, cassandra.Unauthorized, cassandra.AlreadyExists,
+                 cassandra.ConfigurationException)
+        for cls in named:
+            if isinstance(exc, cls):
+                return f"server:{cls.__name__}"
+        if isinstance(exc, cassandra.RequestExecutionException):
+            return f"server:{type(exc).__name__.removesuffix('ErrorMessage') or 'error'}"
+        return "other"
+
+    def _explain(self, exc: BaseException) -> str:
+        from dbsurge.redact import redact_text
+
+        name = type(exc).__name__
+        if name == "NoHostAvailable":
+            errors = getattr(exc, "errors", {}) or {}
+            first = next(iter(errors.values()), None)
+            if first is not None and "Authentication" in type(first).__name__:
+                return "authentication failed (wrong user name or password)"
+            why = f": {one_line(str(first), 120)}" if first is not None else ""
+            return f"no host reachable at {', '.join(self.hosts)} port {self.port}{why}"
+        return redact_text(f"{name}: {one_line(str(exc), 160)}", self._secrets)
+
+    def describe(self) -> dict[str, Any]:
+        """Secret-free settings for run.json."""
+        try:
+            import cassandra
+
+            driver = f"scylla-driver {cassandra.__version__}"
+        except ImportError:
+            driver = None
+        return {"kind": self.kind, "flavor": self.flavor, "display": self.display, "hosts": list(self.hosts),
+                "port": self.port, "user": self.user, "keyspace": self.keyspace,
+                "consistency": self.consistency_name, "serial_consistency": self.serial_consistency_name,
+                "local_dc": self.local_dc, "tls": self.tls, "tls_ca_file": self.tls_ca_file,
+                "connect_timeout_s": self.connect_timeout_s, "op_timeout_s": self.op_timeout_s,
+                "protocol_version": self.protocol_version, "reactor": self.reactor, "driver": driver}
+
+
+def _split_netloc(uri: str, display: str) -> tuple[tuple[tuple[str, ...], int], str | None, str | None]:
+    """((hosts, port), user, password) of ``cql://user:pw@h1,h2:port/ks``; one port for every host."""
+    rest = uri.split("://", 1)[1]
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    userinfo, at, hostpart = netloc.rpartition("@")
+    user = password = None
+    if at:
+        name, colon, secret = userinfo.partition(":")
+        user, password = unquote(name) or None, (unquote(secret) if colon else None)
+    hosts, port = [], DEFAULT_PORT
+    for item in hostpart.split(","):
+        host, colon, port_text = item.strip().rpartition(":") if ":" in item else (item.strip(), "", "")
+        if colon:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise TargetError(f"bad target URI '{display}': port '{clip(port_text, 20)}' is not a number "
+                                  f"from 1 to 65535")
+            port = int(port_text)
+        if host:
+            hosts.append(host)
+    if not hosts:
+        raise TargetError(f"bad target URI '{display}': no host; e.g. cql://scylla-1:9042/ycsb")
+    return (tuple(hosts), port), user, password

@@ -1,0 +1,218 @@
+"""The ycsb workload on CQL targets (ScyllaDB, Cassandra): schema, load and operations, as YCSB's cassandra binding.
+
+Schema: ``CREATE KEYSPACE <keyspace> WITH replication = {'class': <replicationstrategy>, 'replication_factor': N}``
+and ``CREATE TABLE <keyspace>.usertable (y_id varchar PRIMARY KEY, field0 varchar, ...)``. Every statement is
+prepared (`CqlStatements` holds their text) and bound per operation, so the driver routes it by token and shard.
+Read is ``SELECT ... WHERE y_id = ?`` (a missing row is YCSB's NOT_FOUND: `LookupError`), update is
+``UPDATE ... SET fieldN = ? WHERE y_id = ?`` (an upsert, as in YCSB's binding), insert ``INSERT``, scan
+``SELECT ... WHERE token(y_id) >= token(?) LIMIT ?``. The batched load sends ``BEGIN UNLOGGED BATCH`` of
+``batchsize`` inserts (a `BatchStatement` of type UNLOGGED); ``batchsize=1`` sends each insert alone.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dbsurge.workloads.ycsb_keys import ClientKeys, scan_length_generator
+
+CQL_KEY = "y_id"  # YCSB's cassandra binding's key column
+Operations = dict[str, Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class CqlStatements:
+    """The CQL text of every statement the ycsb workload prepares, for one keyspace, table and field list."""
+
+    keyspace: str
+    table: str
+    fields: tuple[str, ...]
+    strategy: str = "SimpleStrategy"
+    replication_factor: int = 1
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.keyspace}.{self.table}"
+
+    def create_keyspace(self) -> str:
+        return (f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = "
+                f"{{'class': '{self.strategy}', 'replication_factor': {self.replication_factor}}}")
+
+    def create_table(self) -> str:
+        columns = ", ".join(f"{field} varchar" for field in self.fields)
+        return f"CREATE TABLE IF NOT EXISTS {self.qualified} ({CQL_KEY} varchar PRIMARY KEY, {columns})"
+
+    def drop_table(self) -> str:
+        return f"DROP TABLE IF EXISTS {self.qualified}"
+
+    def read(self, field: str | None = None) -> str:
+        columns = ", ".join(self.fields) if field is None else field
+        return f"SELECT {CQL_KEY}, {columns} FROM {self.qualified} WHERE {CQL_KEY} = ?"
+
+    def update(self, fields: Sequence[str]) -> str:
+        return f"UPDATE {self.qualified} SET {', '.join(f'{f} = ?' for f in fields)} WHERE {CQL_KEY} = ?"
+
+    def insert(self) -> str:
+        marks = ", ".join("?" * (len(self.fields) + 1))
+        return f"INSERT INTO {self.qualified} ({CQL_KEY}, {', '.join(self.fields)}) VALUES ({marks})"
+
+    def scan(self, field: str | None = None) -> str:
+        columns = ", ".join(self.fields) if field is None else field
+        return (f"SELECT {CQL_KEY}, {columns} FROM {self.qualified} WHERE token({CQL_KEY}) >= token(?) LIMIT ?")
+
+    def exists(self) -> str:
+        return f"SELECT {CQL_KEY} FROM {self.qualified} WHERE {CQL_KEY} = ?"
+
+    def any_row(self) -> str:
+        return f"SELECT {CQL_KEY} FROM {self.qualified} LIMIT 1"
+
+
+def statements(workload: Any) -> CqlStatements:
+    """The `CqlStatements` of a ycsb workload (its keyspace and replication options)."""
+    opts = workload.options
+    return CqlStatements(opts["keyspace"], workload.table, tuple(workload.fields), opts["replicationstrategy"],
+                         opts["replicationfactor"])
+
+
+def insert_batch(target: Any, prepared_insert: Any, rows: Sequence[Sequence[str]]) -> Any:
+    """One UNLOGGED ``BatchStatement`` of ``rows`` bound to the prepared insert, at the target's consistency."""
+    from cassandra.query import BatchStatement, BatchType
+
+    batch = target.configure(BatchStatement(batch_type=BatchType.UNLOGGED))
+    for row in rows:
+        batch.add(prepared_insert, tuple(row))
+    return batch
+
+
+def ensure_schema(workload: Any, session: Any) -> None:
+    """Create the keyspace and ``usertable`` if missing (schema statements are not prepared: DDL)."""
+    cql = statements(workload)
+    session.execute(cql.create_keyspace())
+    session.execute(cql.create_table())
+
+
+def drop_table(workload: Any, session: Any) -> None:
+    session.execute(statements(workload).drop_table())
+
+
+def table_has_rows(workload: Any, session: Any) -> bool:
+    from cassandra import InvalidRequest
+
+    try:
+        return bool(list(session.execute(statements(workload).any_row())))
+    except InvalidRequest:  # no such keyspace or table
+        return False
+
+
+def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
+    """Which of ``keys`` exist, by one prepared point read each (no IN lists: they fan out over the cluster)."""
+    from cassandra import InvalidRequest
+
+    try:
+        exists = session.prepare(statements(workload).exists())
+    except InvalidRequest:
+        return set()
+    return {key for key in keys if list(session.execute(exists, (key,)))}
+
+
+def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
+    """``insert(rows)``: one prepared INSERT for one row, an UNLOGGED BATCH of them for more."""
+    prepared = session.prepare(statements(workload).insert())
+    target = session.target
+
+    def insert(rows: list[tuple]) -> None:
+        if len(rows) == 1:
+            session.execute(prepared, tuple(rows[0]))
+        else:
+            session.execute(insert_batch(target, prepared, rows))
+
+    return insert
+
+
+def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start: int, stop: int, batch_size: int,
+         progress: Any) -> int:
+    """Insert the missing records ``start..stop-1`` in batches of ``batch_size``; returns how many were written."""
+    from dbsurge.workloads.loading import block_rows, blocks
+
+    check_existing = table_has_rows(workload, session)
+    insert = inserter(workload, session)
+    inserted = 0
+    for block, first, last in blocks(start, stop):
+        rows = block_rows(workload.name, workload.options["seed"], block, first, last, make)
+        if check_existing:
+            present = present_keys(workload, session, [row[0] for row in rows])
+            rows = [row for row in rows if row[0] not in present]
+        for offset in range(0, len(rows), batch_size):
+            batch = rows[offset:offset + batch_size]
+            insert(batch)
+            inserted += len(batch)
+        progress.advance(last - first)
+    return inserted
+
+
+def cql_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C901 - one closure per operation
+    """The ycsb operations of one client on a CQL session (every statement prepared once per process)."""
+    rng = random.Random(seed)
+    keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
+    choose = workload.request_generator(rng, keys.count).next
+    scan_length = scan_length_generator(workload, rng).next
+    key_for, fields = workload.key_for, workload.fields
+    read_all, write_all = workload.options["readallfields"], workload.options["writeallfields"]
+    length = workload.options["fieldlength"]
+    cql = statements(workload)
+    prepare, execute = session.prepare, session.execute
+    read_all_stmt = prepare(cql.read())
+    read_field_stmt = [prepare(cql.read(field)) for field in fields]
+    update_all_stmt = prepare(cql.update(fields))
+    update_field_stmt = [prepare(cql.update([field])) for field in fields]
+    insert_stmt = prepare(cql.insert())
+    scan_all_stmt = prepare(cql.scan())
+    scan_field_stmt = [prepare(cql.scan(field)) for field in fields]
+
+    def value() -> str:
+        return rng.randbytes((length + 1) // 2).hex()[:length]
+
+    def field_index() -> int:
+        return int(rng.random() * len(fields))
+
+    def next_key() -> str:
+        return key_for(keys.keynum(choose()))
+
+    def read_key(key: str) -> object:
+        statement = read_all_stmt if read_all else read_field_stmt[field_index()]
+        row = execute(statement, (key,)).one()
+        if row is None:
+            raise LookupError(f"ycsb read: no record {key}")
+        return row
+
+    def update_key(key: str) -> object:
+        if write_all:
+            execute(update_all_stmt, (*(value() for _ in fields), key))
+        else:
+            execute(update_field_stmt[field_index()], (value(), key))
+        return 1
+
+    def insert() -> object:
+        key = key_for(keys.base + keys.inserted)
+        keys.inserted += 1
+        execute(insert_stmt, (key, *workload.record(rng)))
+        return key
+
+    def scan() -> object:
+        statement = scan_all_stmt if read_all else scan_field_stmt[field_index()]
+        return list(execute(statement, (next_key(), scan_length())))
+
+    def readmodifywrite() -> object:
+        key = next_key()
+        read_key(key)
+        return update_key(key)
+
+    return {
+        "read": lambda: read_key(next_key()),
+        "update": lambda: update_key(next_key()),
+        "insert": insert,
+        "scan": scan,
+        "readmodifywrite": readmodifywrite,
+    }

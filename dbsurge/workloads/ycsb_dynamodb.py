@@ -1,0 +1,245 @@
+"""The ycsb workload on DynamoDB-API targets (Amazon DynamoDB, ScyllaDB Alternator): table, load and operations.
+
+As YCSB's dynamodb binding: one item per record, the key as a string hash key (``ycsb_key``, the
+column name the SQL binding uses), each field a string attribute. Read is ``GetItem`` (``ConsistentRead``
+from the target option ``consistent_read``; one field through a ``ProjectionExpression`` unless
+readallfields), update is ``UpdateItem`` with ``SET`` and a condition that the item exists (YCSB's
+NOT_FOUND: `LookupError`), insert is ``PutItem``, scan is a ``Scan`` from the drawn key with ``Limit``
+(DynamoDB has no ordered scan over a hash key; YCSB's binding does the same), and the batched load is
+``BatchWriteItem`` of up to 25 items, its unprocessed items sent again.
+
+Every request goes through `DynamoSession.call`, which retries throttling and counts the retries.
+The table is created on demand (``PAY_PER_REQUEST``: on-demand capacity, what the cost model prices).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dbsurge.workloads.ycsb_keys import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
+
+Operations = dict[str, Callable[[], object]]
+#: Items in one BatchWriteItem request (DynamoDB's limit) and keys in one BatchGetItem request.
+BATCH_WRITE_MAX = 25
+BATCH_GET_MAX = 100
+TABLE_ACTIVE_TIMEOUT_S = 120.0
+
+
+def _table(workload: Any) -> str:
+    return workload.target.table_name(workload.table)
+
+
+def _item(key: str, fields: Sequence[str], values: Sequence[str]) -> dict[str, dict[str, str]]:
+    item = {KEY_COLUMN: {"S": key}}
+    item.update({field: {"S": value} for field, value in zip(fields, values)})
+    return item
+
+
+def ensure_table(workload: Any, session: Any) -> None:
+    """Create the workload's table (hash key ``ycsb_key``, on-demand) unless it exists; wait until it is ACTIVE."""
+    client, table = session.client, _table(workload)
+    try:
+        status = session.call(client.describe_table, TableName=table)["Table"].get("TableStatus")
+    except client.exceptions.ResourceNotFoundException:
+        try:
+            session.call(client.create_table, TableName=table, BillingMode="PAY_PER_REQUEST",
+                         AttributeDefinitions=[{"AttributeName": KEY_COLUMN, "AttributeType": "S"}],
+                         KeySchema=[{"AttributeName": KEY_COLUMN, "KeyType": "HASH"}])
+        except client.exceptions.ResourceInUseException:
+            pass  # another loader created it meanwhile
+        status = "CREATING"
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while status != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"DynamoDB table {table} was not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S:g}s")
+        time.sleep(0.5)
+        status = session.call(client.describe_table, TableName=table)["Table"].get("TableStatus")
+
+
+def drop_table(workload: Any, session: Any) -> None:
+    """Delete the workload's table if it exists, and wait until it is gone."""
+    client, table = session.client, _table(workload)
+    try:
+        session.call(client.delete_table, TableName=table)
+    except client.exceptions.ResourceNotFoundException:
+        return
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            session.call(client.describe_table, TableName=table)
+        except client.exceptions.ResourceNotFoundException:
+            return
+        time.sleep(0.5)
+
+
+def table_has_rows(workload: Any, session: Any) -> bool:
+    """True if the workload's table exists and holds at least one item."""
+    client = session.client
+    try:
+        answer = session.call(client.scan, TableName=_table(workload), Limit=1, ProjectionExpression="#k",
+                              ExpressionAttributeNames={"#k": KEY_COLUMN})
+    except client.exceptions.ResourceNotFoundException:
+        return False
+    return bool(answer.get("Items"))
+
+
+def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
+    """Which of ``keys`` exist (BatchGetItem of 100 keys a request; an absent table holds none)."""
+    client, table = session.client, _table(workload)
+    found: set[str] = set()
+    for offset in range(0, len(keys), BATCH_GET_MAX):
+        chunk = keys[offset:offset + BATCH_GET_MAX]
+        pending: dict[str, Any] = {table: {"Keys": [{KEY_COLUMN: {"S": k}} for k in chunk],
+                                           "ProjectionExpression": "#k",
+                                           "ExpressionAttributeNames": {"#k": KEY_COLUMN}}}
+        while pending:
+            try:
+                answer = session.call(client.batch_get_item, RequestItems=pending)
+            except client.exceptions.ResourceNotFoundException:
+                return set()
+            found.update(item[KEY_COLUMN]["S"] for item in answer.get("Responses", {}).get(table, []))
+            pending = answer.get("UnprocessedKeys") or {}
+    return found
+
+
+def batch_write(workload: Any, session: Any, items: list[dict[str, Any]], *, attempts: int = 10) -> None:
+    """One ``BatchWriteItem`` of ``items`` (at most 25), its ``UnprocessedItems`` sent again with backoff.
+
+    DynamoDB answers a partly throttled batch with the items it did not write instead of an error;
+    a batch still unfinished after ``attempts`` raises.
+    """
+    client, table = session.client, _table(workload)
+    pending: dict[str, Any] = {table: [{"PutRequest": {"Item": item}} for item in items]}
+    for attempt in range(attempts):
+        pending = session.call(client.batch_write_item, RequestItems=pending).get("UnprocessedItems") or {}
+        if not pending:
+            return
+        session.retries += 1
+        time.sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))
+    raise RuntimeError(f"BatchWriteItem: {len(pending.get(table, []))} items still unprocessed after "
+                       f"{attempts} attempts")
+
+
+def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
+    """``insert(rows)`` for the load: PutItem for one row, BatchWriteItem for more (rows: key, then fields)."""
+    client, table, fields = session.client, _table(workload), workload.fields
+
+    def insert(rows: list[tuple]) -> None:
+        items = [_item(row[0], fields, row[1:]) for row in rows]
+        if len(items) == 1:
+            session.call(client.put_item, TableName=table, Item=items[0])
+        else:
+            for offset in range(0, len(items), BATCH_WRITE_MAX):
+                batch_write(workload, session, items[offset:offset + BATCH_WRITE_MAX])
+
+    return insert
+
+
+def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start: int, stop: int, batch_size: int,
+         progress: Any) -> int:
+    """Insert the missing records ``start..stop-1`` in ``batch_size`` calls; returns how many were written."""
+    from dbsurge.workloads.loading import block_rows, blocks
+
+    check_existing = table_has_rows(workload, session)
+    insert = inserter(workload, session)
+    inserted = 0
+    for block, first, last in blocks(start, stop):
+        rows = block_rows(workload.name, workload.options["seed"], block, first, last, make)
+        if check_existing:
+            present = present_keys(workload, session, [row[0] for row in rows])
+            rows = [row for row in rows if row[0] not in present]
+        for offset in range(0, len(rows), batch_size):
+            batch = rows[offset:offset + batch_size]
+            insert(batch)
+            inserted += len(batch)
+        progress.advance(last - first)
+    return inserted
+
+
+def dynamodb_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C901 - one closure per operation
+    """The ycsb operations of one client on a DynamoDB-API session."""
+    rng = random.Random(seed)
+    keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
+    choose = workload.request_generator(rng, keys.count).next
+    scan_length = scan_length_generator(workload, rng).next
+    key_for, fields = workload.key_for, workload.fields
+    read_all, write_all = workload.options["readallfields"], workload.options["writeallfields"]
+    length = workload.options["fieldlength"]
+    client, call, table = session.client, session.call, _table(workload)
+    get_item, update_item, put_item, scan_items = client.get_item, client.update_item, client.put_item, client.scan
+    consistent = bool(session.consistent_read)
+    not_found = client.exceptions.ConditionalCheckFailedException
+    names = {f"#f{i}": field for i, field in enumerate(fields)}
+    update_all = "SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+
+    def value() -> str:
+        return rng.randbytes((length + 1) // 2).hex()[:length]
+
+    def field_index() -> int:
+        return int(rng.random() * len(fields))
+
+    def next_key() -> str:
+        return key_for(keys.keynum(choose()))
+
+    def read_key(key: str) -> object:
+        request: dict[str, Any] = {"TableName": table, "Key": {KEY_COLUMN: {"S": key}}, "ConsistentRead": consistent}
+        if not read_all:
+            request["ProjectionExpression"] = "#k, #f"
+            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": fields[field_index()]}
+        item = call(get_item, **request).get("Item")
+        if item is None:
+            raise LookupError(f"ycsb read: no record {key}")
+        return item
+
+    def update_key(key: str) -> object:
+        if write_all:
+            expression, attr_names = update_all, {**names, "#k": KEY_COLUMN}
+            attr_values = {f":v{i}": {"S": value()} for i in range(len(fields))}
+        else:
+            expression, attr_names = "SET #f = :v", {"#f": fields[field_index()], "#k": KEY_COLUMN}
+            attr_values = {":v": {"S": value()}}
+        try:
+            call(update_item, TableName=table, Key={KEY_COLUMN: {"S": key}}, UpdateExpression=expression,
+                 ConditionExpression="attribute_exists(#k)", ExpressionAttributeNames=attr_names,
+                 ExpressionAttributeValues=attr_values)
+        except not_found:
+            raise LookupError(f"ycsb update: no record {key}") from None
+        return 1
+
+    def insert() -> object:
+        # Taken before the insert runs: a failed insert leaves a gap rather than a key retried forever.
+        key = key_for(keys.base + keys.inserted)
+        keys.inserted += 1
+        call(put_item, TableName=table, Item=_item(key, fields, workload.record(rng)))
+        return key
+
+    def scan() -> object:
+        request: dict[str, Any] = {"TableName": table, "Limit": scan_length(),
+                                   "ExclusiveStartKey": {KEY_COLUMN: {"S": next_key()}}}
+        if not read_all:
+            request["ProjectionExpression"] = "#k, #f"
+            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": fields[field_index()]}
+        return call(scan_items, **request).get("Items", [])
+
+    def readmodifywrite() -> object:
+        key = next_key()
+        read_key(key)
+        return update_key(key)
+
+    if "insert" in workload.operations:
+        def present(keynum: int) -> bool:
+            answer = call(get_item, TableName=table, Key={KEY_COLUMN: {"S": key_for(keynum)}},
+                          ProjectionExpression="#k", ExpressionAttributeNames={"#k": KEY_COLUMN})
+            return "Item" in answer
+
+        keys.inserted = first_free(present, keys.base)
+    return {
+        "read": lambda: read_key(next_key()),
+        "update": lambda: update_key(next_key()),
+        "insert": insert,
+        "scan": scan,
+        "readmodifywrite": readmodifywrite,
+    }
