@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import os
-import signal
-import subprocess
 import sys
 
 from .errors import UserError
+from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: F401 - run_child is used by the scenarios too
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -236,6 +235,8 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
         env = {**os.environ, "DBSURGE_TARGET": uri}
         if not args.web:
             cmd.append("--headless")
+        else:
+            env[END_WITH_PLAN_ENV] = "1"  # `dbsurge run --web` ends, by its verdict, when the plan does
         cmd += _console_options(args, rest, env)
         if args.shape:
             if args.users:
@@ -282,33 +283,6 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
     check_offline(ns, args.workload)
-
-
-def run_child(cmd: list[str], env: dict | None = None) -> int:
-    """Run Locust as a child in its own process group; forward SIGINT and SIGTERM to it, once each.
-
-    In the terminal's process group the child would get Ctrl-C from the terminal *and* from us,
-    two signals for one keypress (the second means "stop at once"); in its own group it gets
-    exactly the signals we forward. The child stops gracefully on the first and exits 130/143.
-    """
-    proc = subprocess.Popen(cmd, env=env, process_group=0)
-
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while True:
-            try:
-                return proc.wait()
-            except InterruptedError:
-                continue
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def load_main(argv: list[str]) -> int:

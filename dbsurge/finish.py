@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from . import console
 from .checks import evaluate_checks, parse_checks
-from .errors import EXIT_CHECKS, EXIT_INCOMPLETE
+from .errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
 from .rundir import SEGMENT_COLUMNS, utc_iso
@@ -79,7 +79,8 @@ def _book_ledger(run) -> dict[str, int]:
     counts = planned_counts(run.schedule, run.arrivals(), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
     had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
-    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers)
+    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers,
+                   gap_reason=getattr(run, "unreported_reason", None))
 
 
 @dataclass
@@ -111,20 +112,25 @@ def finish_run(run, hurry: bool = False) -> None:
     except Exception as e:
         booked = {}
         run.note_problem("counting the plan's arrivals", e)
+    if getattr(run, "disk_full", False):
+        run.rundir.release_reserve()  # the space kept back at the start: the final files fit in it
     write_failed = not _write_measurements(run)
     stages, summary = run.aggregator.tables()
     total = next((r for r in summary if r["operation"] == ALL), {})
     verdict = judge(run, stages, summary, total, write_failed)
     run.exit_code = verdict.code
-    if run.options.headless or run.role == "local":
+    if run.role != "worker":  # headless or not: the web UI's console is a person's too
         if console.final_tables():
             text = summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
         else:  # a scenario prints the study's table from the files; the checks and the verdict are the engine's
             text = "\n\n".join(_check_lines(verdict.results) + [verdict.text])
-        sys.stdout.write("\n" + text + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write("\n" + text + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # nobody reads any more (`dbsurge run` was killed): the files still matter
+            pass
     _write_summary(run, stages, summary, total, verdict, booked)
-    if run.role != "worker" and not hurry and not write_failed:
+    if run.role != "worker" and not hurry and not write_failed and not run.disk_full:
         run.finish_state = "report"
         try:
             from .collectors.report import build_report
@@ -132,6 +138,10 @@ def finish_run(run, hurry: bool = False) -> None:
             run.report_path = build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
+    run.rundir.release_reserve()
+    from .locust_child import remove_temp_files
+
+    remove_temp_files(run.rundir.path)
     run.finish_state = "done"
 
 
@@ -187,6 +197,10 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
     lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
     findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
+    not_reached = stages_not_reached(run)
+    if not_reached:
+        findings.append(f"stages not reached (the run stopped before they began): {', '.join(not_reached)}; "
+                        f"their planned arrivals are not sent (interrupted)")
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
@@ -205,6 +219,18 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({c for c, _ in lag}))
     verdict.text = _verdict(run, code, total, incomplete)
     return verdict
+
+
+def stages_not_reached(run) -> list[str]:
+    """The plan's stages that an interruption or a stop came before (``3 (1m@200%)``), in order."""
+    agg = run.aggregator
+    if run.plan is None or agg is None or agg.stop_epoch_s is None or run.start_epoch_ns is None:
+        return []
+    if run.interrupted is None and run.stop_reason is None:
+        return []
+    stopped_at = agg.stop_epoch_s - run.start_epoch_ns / 1e9
+    return [f"{i + 1} ({stage.name})" for i, (st, stage) in enumerate(zip(run.plan.starts, run.plan.stages))
+            if math.isfinite(st) and st >= stopped_at]
 
 
 def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
@@ -256,8 +282,9 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                                                              verdict.results, verdict.text))
         run.rundir.write_meta(
             ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.interrupted is None,
-            interrupted=None if run.interrupted is None else {"signal": run.interrupted[0],
-                                                             "at_s": round(run.interrupted[1], 3)},
+            interrupted=None if run.interrupted is None else {
+                "signal": run.interrupted[0] if run.interrupted[0].startswith("SIG") else None,
+                "by": run.interrupted[0], "at_s": round(run.interrupted[1], 3)},
             stop_reason=run.stop_reason, exit_code=verdict.code,
             results={
                 "planned_operations": agg.planned_arrivals(),
@@ -274,6 +301,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
                 "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
+                "stages_not_reached": stages_not_reached(run),
             },
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
@@ -298,7 +326,10 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
             1: "FAILED: a check failed or the target could not take the plan",
             3: "INCOMPLETE: the tool lost arrivals (not sent, or dropped while the generator fell behind) "
                "or results were not written",
-            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
+            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)", EXIT_STOPPED: "INTERRUPTED (web UI Stop)",
+            }.get(code, f"exit {code}")
+    if run.interrupted is not None and code == run.exit_code_override:
+        head = f"INTERRUPTED ({run.interrupted[0]}) at t = {run.interrupted[1]:.1f} s"
     if code == 0 and int(total.get("failures") or 0):
         judged = "every --check passed" if run.options.check else "no --check judged them"
         head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {total.get('failures')} operations failed "
