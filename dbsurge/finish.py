@@ -30,6 +30,7 @@ from .measure.cells import NOT_SENT_REASONS
 from .rundir import SEGMENT_COLUMNS, utc_iso
 from .segments import segment_rows
 from .stage_plan import parse_duration
+from .pacer import TARGET_SILENT_S
 from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
 
 log = logging.getLogger("dbsurge")
@@ -191,7 +192,8 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     capped = {run.aggregator.stage_names[i] for i in run.capped_stages}
     lag = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0, capped, opts.max_users) if run.plan else []
     not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in NOT_SENT_REASONS}
-    target_stuck = (lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0)
+    target_stuck = ((lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0)
+                    or not_sent["target_silent"])
     # every user busy on the database until the end, or operations timing out: the target could not
     # take the plan (exit 1); the measurement itself is whole
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
@@ -207,7 +209,7 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
         results = [(c, False, v) for c, ok, v in results]
     dropped = int(total.get("dropped") or 0)
     tool_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
-    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"])
+    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"] or not_sent["target_silent"])
     code = 0
     if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
             or target_short:
@@ -243,6 +245,7 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
                    f"after the master gave it away)")
     out += [f"{n} planned arrivals were not sent: {_REASON_TEXT[r]}" for r, n in not_sent.items()
             if n and r != "unaccounted"]
+    out += _refused_connections(run)
     refused = run.membership.refused if run.membership is not None else {}
     if refused:
         out.append("workers refused, with no share and no load: " + ", ".join(
@@ -251,6 +254,25 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     if run.lost_workers:
         lost = sorted(set(run.lost_workers))
         out.append("workers lost during the run: " + ", ".join(run.hosts.name(w) for w in lost))
+    return out
+
+
+def connection_counts(run) -> dict:
+    """The users' connection attempts: asked, ok, failed, and refused by the server's reason."""
+    c = run.aggregator.connects
+    refused = {k.split(":", 1)[1]: n for k, n in sorted(c.items()) if k.startswith("refused:")}
+    return {"asked": sum(c.values()), "ok": c.get("ok", 0), "failed": c.get("failed", 0), "refused": refused}
+
+
+def _refused_connections(run) -> list[str]:
+    """How many connections the server refused, against how many were asked for, and in its own words."""
+    counts = connection_counts(run)
+    out = []
+    for code, n in counts["refused"].items():
+        first = run.aggregator.first_errors.get(f"connect:{code}", "")
+        out.append(f"the server refused {n} of the {counts['asked']} connections asked for (SQLSTATE {code}"
+                   + (f": {first}" if first else "") + f"); the slots of users left without one failed as "
+                   f"connect:{code}")
     return out
 
 
@@ -301,7 +323,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
                 "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
-                "stages_not_reached": stages_not_reached(run),
+                "stages_not_reached": stages_not_reached(run), "connections": connection_counts(run),
             },
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
@@ -317,6 +339,8 @@ _REASON_TEXT = {
     "interrupted": "the run was interrupted before they were due",
     "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",
     "users_exhausted": "every user was busy until the end of the plan (+ --drain)",
+    "target_silent": "every user was waiting on the database, which had not answered for at least "
+                     f"{TARGET_SILENT_S:g} s at the end of the plan (the target's failure: blackholed, paused, stalled)",
 }
 
 

@@ -35,7 +35,7 @@ def redact_obj(obj):
 
 _FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_other"]
 _NOT_SENT = ["not_sent_worker_lost", "not_sent_no_connect", "not_sent_interrupted", "not_sent_in_flight",
-             "not_sent_users_exhausted", "not_sent_unaccounted"]
+             "not_sent_users_exhausted", "not_sent_target_silent", "not_sent_unaccounted"]
 TIMELINE_COLUMNS = [
     "time_utc", "stage", "operation", "target_tps", "count", "failures", "retries", "achieved_tps",
     "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",

@@ -36,6 +36,7 @@ import gevent
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
+from .pacer import TARGET_SILENT_S
 
 log = logging.getLogger("dbsurge")
 
@@ -120,9 +121,12 @@ def on_close_message(environment, msg, **_kw) -> None:
 
 def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
                   until_position: float | None = None) -> None:
+    """Worker (or local): close the pacer with ``reason``, drain, write off the rest, send the final account."""
     pacer = run.pacer
     in_flight, oldest = 0, 0.0
     if pacer is not None:
+        if reason == "users_exhausted" and pacer.target_silent(TARGET_SILENT_S):
+            reason = "target_silent"  # every user was waiting on a database that did not answer
         pacer.close(reason, until_position)
         deadline = time.monotonic() + max(0.0, drain_s)
         while pacer.in_flight and time.monotonic() < deadline:

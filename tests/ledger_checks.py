@@ -8,7 +8,7 @@ from runs import read_csv, read_json
 
 FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_other"]
 NOT_SENT = ["not_sent_worker_lost", "not_sent_no_connect", "not_sent_interrupted", "not_sent_in_flight",
-            "not_sent_users_exhausted", "not_sent_unaccounted"]
+            "not_sent_users_exhausted", "not_sent_target_silent", "not_sent_unaccounted"]
 
 
 def _i(v) -> int:

@@ -251,7 +251,8 @@ def test_database_blackholed(tmp_path, netns_db):
     assert total["planned"] == 500
     # the pool grows to meet the slots that time out; whatever it could not send is named, never silent
     assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 10, total
-    assert total["not_sent"] == total["not_sent_users_exhausted"] + total["not_sent_in_flight"]
+    assert total["not_sent"] == (total["not_sent_users_exhausted"] + total["not_sent_target_silent"]
+                                 + total["not_sent_in_flight"])
     assert code == 1, (out, err)
     assert "check FAILED: failure_rate<1%" in out
     assert len(timeline_seconds(run)) >= 10
