@@ -402,8 +402,36 @@ def top_help() -> str:
     return "\n".join(lines)
 
 
+class Signalled(BaseException):
+    """SIGTERM (or SIGINT) reached this process itself, before or after its Locust child ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signalled(signum, _frame):
+    raise Signalled(signum)
+
+
+def _stopped_line(command: str, signum: int) -> tuple[str, int]:
+    import signal
+
+    from .errors import EXIT_SIGNAL
+
+    code = EXIT_SIGNAL.get(signum, 128 + signum)
+    name = signal.Signals(signum).name
+    if command in ("run", "scenario"):
+        return f"dbsurge: {name} before the load started: nothing was sent (exit {code})", code
+    return f"dbsurge: {name}: stopped (exit {code})", code
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     from_command_line = argv is None
+    if from_command_line:  # the command's own process: SIGTERM ends it in one line too, like Ctrl-C
+        signal.signal(signal.SIGTERM, _signalled)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(top_help())
@@ -428,9 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         sys.stderr.write(f"dbsurge: {e}\n")
         return e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("dbsurge: interrupted\n")
-        return 130
+    except (KeyboardInterrupt, Signalled) as e:
+        line, code = _stopped_line(name, getattr(e, "signum", 2))
+        sys.stderr.write(line + "\n")
+        return code
 
 
 if __name__ == "__main__":

@@ -131,7 +131,12 @@ def finish_run(run, hurry: bool = False) -> None:
         except (OSError, ValueError):  # nobody reads any more (`dbsurge run` was killed): the files still matter
             pass
     _write_summary(run, stages, summary, total, verdict, booked)
-    if run.role != "worker" and not hurry and not write_failed and not run.disk_full:
+    by_signal = run.interrupted is not None and run.interrupted[0].startswith("SIG")
+    if by_signal and run.role != "worker":
+        # a signal asks for the process to end: the tables and summary.md are written; the report (its
+        # plots take a minute for a plan of thousands of stages) can be built from them at any time
+        log.warning("report.html not built (interrupted): `dbsurge report %s` builds it", run.rundir.path)
+    elif run.role != "worker" and not hurry and not write_failed and not run.disk_full:
         run.finish_state = "report"
         try:
             from .collectors.report import build_report

@@ -88,12 +88,15 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
     parent = os.getpid()
     child_env = {**(os.environ if env is None else env), RUN_DIRS_ENV: dirs_file, PARENT_PID_ENV: str(parent)}
     started = time.time()
-    proc = subprocess.Popen(cmd, env=child_env, process_group=0, preexec_fn=lambda: _in_child(parent))
     forwarded: list[int] = []
     cut_short: list[int] = []  # signals that came before the child could handle them
+    proc: subprocess.Popen | None = None
 
     def forward(signum, _frame):
         forwarded.append(signum)
+        if proc is None:  # not started yet: it is ended as soon as it is
+            cut_short.append(signum)
+            return
         if proc.poll() is not None:
             return
         if _catches(proc.pid, signum):
@@ -107,6 +110,9 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
 
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        proc = subprocess.Popen(cmd, env=child_env, process_group=0, preexec_fn=lambda: _in_child(parent))
+        if cut_short:
+            _end_group(proc.pid)
         while True:
             try:
                 code = proc.wait()
