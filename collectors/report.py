@@ -292,7 +292,8 @@ def completeness(data: ReportData) -> str | None:
     if meta.get("ended_utc"):
         if meta.get("interrupted"):
             i = meta["interrupted"]
-            return f"interrupted at t = {i.get('at_s')} s ({i.get('signal')}): the tables cover the time that ran"
+            return (f"interrupted at t = {i.get('at_s')} s ({i.get('by') or i.get('signal')}): the tables cover the time "
+                    "that ran")
         if meta.get("stop_reason"):
             return f"stopped early: {meta['stop_reason']}"
         return None

@@ -275,7 +275,8 @@ def _refused_connections(run) -> list[str]:
     out = []
     for code, n in counts["refused"].items():
         first = run.aggregator.first_errors.get(f"connect:{code}", "")
-        out.append(f"the server refused {n} of the {counts['asked']} connections asked for (SQLSTATE {code}"
+        label = f"SQLSTATE {code}" if code[:1].isdigit() else code
+        out.append(f"the server refused {n} of the {counts['asked']} connections asked for ({label}"
                    + (f": {first}" if first else "") + f"); the slots of users left without one failed as "
                    f"connect:{code}")
     return out
