@@ -26,7 +26,7 @@ import os
 import sys
 
 from .errors import UserError
-from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: F401 - run_child is used by the scenarios too
+from .locust_child import END_WITH_PLAN_ENV, run_child  # run_child: the scenarios run Locust through it too
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")

@@ -27,10 +27,10 @@ from .checks import evaluate_checks, parse_checks
 from .errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
+from .pacer import TARGET_SILENT_S
 from .rundir import SEGMENT_COLUMNS, utc_iso
 from .segments import segment_rows
 from .stage_plan import parse_duration
-from .pacer import TARGET_SILENT_S
 from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
 
 log = logging.getLogger("dbsurge")

@@ -110,7 +110,8 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
 
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc = subprocess.Popen(cmd, env=child_env, process_group=0, preexec_fn=lambda: _in_child(parent))
+        proc = subprocess.Popen(cmd, env=child_env, process_group=0,
+                                preexec_fn=lambda: _in_child(parent))  # noqa: PLW1509 - this process has one thread
         if cut_short:
             _end_group(proc.pid)
         while True:
@@ -196,7 +197,7 @@ def _last_second(path: Path) -> tuple[str | None, float | None]:
         for line in reversed(lines[1:]):
             stamp = line.split(",", 1)[0]
             try:
-                return stamp, datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                return stamp, datetime.fromisoformat(stamp).timestamp()
             except ValueError:
                 continue
     return None, None
@@ -225,7 +226,7 @@ def finalise_run_dir(path: Path, why: str) -> str:
     if started and last_s is not None:
         from datetime import datetime
 
-        t0 = datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+        t0 = datetime.fromisoformat(str(started)).timestamp()
         at = f" at t = {max(0.0, last_s + 1 - t0):.1f} s"
     verdict = (f"KILLED: {why}{at}; its ledger was not closed: summary.md holds what was measured until then "
                f"(exit {EXIT_INCOMPLETE})")
@@ -251,7 +252,7 @@ def _summary_from_what_was_measured(path: Path, verdict: str) -> None:
 
         build_report(path)
         return
-    except Exception:  # a damaged timeline: the verdict alone, rather than no summary at all
+    except Exception:  # noqa: BLE001, S110 - a damaged timeline: the verdict alone, rather than no summary at all
         pass
     try:
         (path / "summary.md").write_text(f"# dbsurge run {path.name}\n\n**{verdict}**\n")

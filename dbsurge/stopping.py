@@ -266,7 +266,7 @@ def _before_any_load(run, signum: int) -> None:
     if handle is not None:
         try:
             handle.stop()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - the process ends now whatever the server says
             pass
     os._exit(code)
 

@@ -9,7 +9,6 @@ ledger balanced when the tables were written (`ledger_checks.ledger`).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -75,7 +74,7 @@ def _time_zero(cwd: Path, timeout: float = 60) -> tuple[Path, float]:
                 started = read_json(d / "run.json")["started_utc"]
             except (ValueError, KeyError, OSError):
                 continue
-            return d, datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+            return d, datetime.fromisoformat(started).timestamp()
         time.sleep(0.05)
     raise AssertionError("no run directory appeared")
 
@@ -179,7 +178,7 @@ def test_the_locust_child_killed(tmp_path, pg_uri, processes):
     _no_traceback(out, err)
     assert code == 3, (out, err)
     assert "dbsurge: KILLED: the Locust process was killed by SIGKILL" in err, err
-    gone, alive = psutil.wait_procs(group, timeout=5)
+    _gone, alive = psutil.wait_procs(group, timeout=5)
     assert not alive, f"left running: {alive}"
     meta = assert_finalised(run, 3, tables=False)
     assert meta["complete"] is False and "killed by SIGKILL" in meta["stop_reason"]
@@ -221,7 +220,7 @@ def test_dbsurge_run_killed_stops_the_load(tmp_path, own_pg, processes):
     time.sleep(2.5)
     later = _orders(own_pg.uri)
     assert later == settled, f"orders kept growing after dbsurge run died: {before} -> {settled} -> {later}"
-    gone, alive = psutil.wait_procs(family, timeout=30)
+    _gone, alive = psutil.wait_procs(family, timeout=30)
     assert not alive, f"left running: {alive}"
     assert time.time() - killed < 35
     meta = assert_finalised(run, 143)

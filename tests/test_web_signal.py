@@ -96,7 +96,7 @@ def _no_temp_files(run) -> None:
 def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri):
     """`dbsurge run --web`: at the plan's end the tables are written, the results set, and the process exits by
     the verdict (0), without a signal."""
-    proc, base, results = _web_run(tmp_path, pg_uri, 4)
+    proc, _base, results = _web_run(tmp_path, pg_uri, 4)
     try:
         out, _ = proc.communicate(timeout=60)
     finally:
