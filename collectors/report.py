@@ -289,10 +289,13 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 def completeness(data: ReportData) -> str | None:
     """None for a run that finished; otherwise one sentence saying it did not, with the time of its last data."""
     meta = data.run.meta
-    if meta.get("ended_utc"):
+    # a run whose process died was ended by `dbsurge run` (its ledger never closed: no results)
+    ended_by_parent = meta.get("ended_utc") and meta.get("results") is None and meta.get("stop_reason")
+    if meta.get("ended_utc") and not ended_by_parent:
         if meta.get("interrupted"):
             i = meta["interrupted"]
-            return f"interrupted at t = {i.get('at_s')} s ({i.get('signal')}): the tables cover the time that ran"
+            return (f"interrupted at t = {i.get('at_s')} s ({i.get('by') or i.get('signal')}): the tables cover the time "
+                    "that ran")
         if meta.get("stop_reason"):
             return f"stopped early: {meta['stop_reason']}"
         return None
@@ -302,7 +305,8 @@ def completeness(data: ReportData) -> str | None:
         if rows:
             last = rows[-1].get("time_utc")
             break
-    return ("INCOMPLETE: the run did not finish (its process was killed or crashed); "
+    why = meta["stop_reason"] if ended_by_parent else "its process was killed or crashed"
+    return (f"INCOMPLETE: the run did not finish ({why}); "
             f"last data at {last or 'unknown'}. Tables hold what was written until then.")
 
 

@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import os
-import signal
-import subprocess
 import sys
 
 from .errors import UserError
+from .locust_child import END_WITH_PLAN_ENV, run_child  # run_child: the scenarios run Locust through it too
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -237,6 +236,8 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
         env = {**os.environ, "DBSURGE_TARGET": uri}
         if not args.web:
             cmd.append("--headless")
+        else:
+            env[END_WITH_PLAN_ENV] = "1"  # `dbsurge run --web` ends, by its verdict, when the plan does
         cmd += _console_options(args, rest, env)
         if args.shape:
             if args.users:
@@ -283,33 +284,6 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
     check_offline(ns, args.workload)
-
-
-def run_child(cmd: list[str], env: dict | None = None) -> int:
-    """Run Locust as a child in its own process group; forward SIGINT and SIGTERM to it, once each.
-
-    In the terminal's process group the child would get Ctrl-C from the terminal *and* from us,
-    two signals for one keypress (the second means "stop at once"); in its own group it gets
-    exactly the signals we forward. The child stops gracefully on the first and exits 130/143.
-    """
-    proc = subprocess.Popen(cmd, env=env, process_group=0)
-
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while True:
-            try:
-                return proc.wait()
-            except InterruptedError:
-                continue
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def load_main(argv: list[str]) -> int:
@@ -430,8 +404,36 @@ def top_help() -> str:
     return "\n".join(lines)
 
 
+class Signalled(BaseException):
+    """SIGTERM (or SIGINT) reached this process itself, before or after its Locust child ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signalled(signum, _frame):
+    raise Signalled(signum)
+
+
+def _stopped_line(command: str, signum: int) -> tuple[str, int]:
+    import signal
+
+    from .errors import EXIT_SIGNAL
+
+    code = EXIT_SIGNAL.get(signum, 128 + signum)
+    name = signal.Signals(signum).name
+    if command in ("run", "scenario"):
+        return f"dbsurge: {name} before the load started: nothing was sent (exit {code})", code
+    return f"dbsurge: {name}: stopped (exit {code})", code
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     from_command_line = argv is None
+    if from_command_line:  # the command's own process: SIGTERM ends it in one line too, like Ctrl-C
+        signal.signal(signal.SIGTERM, _signalled)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(top_help())
@@ -456,9 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         sys.stderr.write(f"dbsurge: {e}\n")
         return e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("dbsurge: interrupted\n")
-        return 130
+    except (KeyboardInterrupt, Signalled) as e:
+        line, code = _stopped_line(name, getattr(e, "signum", 2))
+        sys.stderr.write(line + "\n")
+        return code
 
 
 if __name__ == "__main__":

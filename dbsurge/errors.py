@@ -23,6 +23,8 @@ def clip(text: object, limit: int = QUOTE_LIMIT) -> str:
 #: Exit codes (README, "Every arrival accounted for, and the exit code"; docs/ledger.md).
 EXIT_OK, EXIT_CHECKS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_SIGNAL = {2: 130, 15: 143}  # SIGINT, SIGTERM
+#: The web UI's Stop ended the test before the plan did: an interruption, like a signal, but not one.
+EXIT_STOPPED = 4
 
 
 class UserError(ValueError):

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from . import console
 from .checks import evaluate_checks, parse_checks
-from .errors import EXIT_CHECKS, EXIT_INCOMPLETE
+from .errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
+from .pacer import TARGET_SILENT_S
 from .rundir import SEGMENT_COLUMNS, utc_iso
 from .segments import segment_rows
 from .stage_plan import parse_duration
@@ -79,7 +80,8 @@ def _book_ledger(run) -> dict[str, int]:
     counts = planned_counts(run.schedule, run.arrivals(), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
     had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
-    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers)
+    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers,
+                   gap_reason=getattr(run, "unreported_reason", None))
 
 
 @dataclass
@@ -111,20 +113,30 @@ def finish_run(run, hurry: bool = False) -> None:
     except Exception as e:
         booked = {}
         run.note_problem("counting the plan's arrivals", e)
+    if getattr(run, "disk_full", False):
+        run.rundir.release_reserve()  # the space kept back at the start: the final files fit in it
     write_failed = not _write_measurements(run)
     stages, summary = run.aggregator.tables()
     total = next((r for r in summary if r["operation"] == ALL), {})
     verdict = judge(run, stages, summary, total, write_failed)
     run.exit_code = verdict.code
-    if run.options.headless or run.role == "local":
+    if run.role != "worker":  # headless or not: the web UI's console is a person's too
         if console.final_tables():
             text = summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
         else:  # a scenario prints the study's table from the files; the checks and the verdict are the engine's
             text = "\n\n".join(_check_lines(verdict.results) + [verdict.text])
-        sys.stdout.write("\n" + text + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write("\n" + text + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # nobody reads any more (`dbsurge run` was killed): the files still matter
+            pass
     _write_summary(run, stages, summary, total, verdict, booked)
-    if run.role != "worker" and not hurry and not write_failed:
+    by_signal = run.interrupted is not None and run.interrupted[0].startswith("SIG")
+    if by_signal and run.role != "worker":
+        # a signal asks for the process to end: the tables and summary.md are written; the report (its
+        # plots take a minute for a plan of thousands of stages) can be built from them at any time
+        log.warning("report.html not built (interrupted): `dbsurge report %s` builds it", run.rundir.path)
+    elif run.role != "worker" and not hurry and not write_failed and not run.disk_full:
         run.finish_state = "report"
         try:
             from .collectors.report import build_report
@@ -132,6 +144,10 @@ def finish_run(run, hurry: bool = False) -> None:
             run.report_path = build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
+    run.rundir.release_reserve()
+    from .locust_child import remove_temp_files
+
+    remove_temp_files(run.rundir.path)
     run.finish_state = "done"
 
 
@@ -181,19 +197,24 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     capped = {run.aggregator.stage_names[i] for i in run.capped_stages}
     lag = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0, capped, opts.max_users) if run.plan else []
     not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in NOT_SENT_REASONS}
-    target_stuck = (lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0)
+    target_stuck = ((lag and all(cause == "target" for cause, _ in lag)) or int(total.get("failed_timeout") or 0)
+                    or not_sent["target_silent"])
     # every user busy on the database until the end, or operations timing out: the target could not
     # take the plan (exit 1); the measurement itself is whole
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
     lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
     findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
+    not_reached = stages_not_reached(run)
+    if not_reached:
+        findings.append(f"stages not reached (the run stopped before they began): {', '.join(not_reached)}; "
+                        f"their planned arrivals are not sent (interrupted)")
     incomplete = bool(lost) or write_failed or run.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
         results = [(c, False, v) for c, ok, v in results]
     dropped = int(total.get("dropped") or 0)
     tool_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
-    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"])
+    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"] or not_sent["target_silent"])
     code = 0
     if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
             or target_short:
@@ -207,6 +228,18 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     return verdict
 
 
+def stages_not_reached(run) -> list[str]:
+    """The plan's stages that an interruption or a stop came before (``3 (1m@200%)``), in order."""
+    agg = run.aggregator
+    if run.plan is None or agg is None or agg.stop_epoch_s is None or run.start_epoch_ns is None:
+        return []
+    if run.interrupted is None and run.stop_reason is None:
+        return []
+    stopped_at = agg.stop_epoch_s - run.start_epoch_ns / 1e9
+    return [f"{i + 1} ({stage.name})" for i, (st, stage) in enumerate(zip(run.plan.starts, run.plan.stages))
+            if math.isfinite(st) and st >= stopped_at]
+
+
 def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     out = []
     if not_sent["unaccounted"]:
@@ -217,6 +250,7 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
                    f"after the master gave it away)")
     out += [f"{n} planned arrivals were not sent: {_REASON_TEXT[r]}" for r, n in not_sent.items()
             if n and r != "unaccounted"]
+    out += _refused_connections(run)
     refused = run.membership.refused if run.membership is not None else {}
     if refused:
         out.append("workers refused, with no share and no load: " + ", ".join(
@@ -225,6 +259,26 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     if run.lost_workers:
         lost = sorted(set(run.lost_workers))
         out.append("workers lost during the run: " + ", ".join(run.hosts.name(w) for w in lost))
+    return out
+
+
+def connection_counts(run) -> dict:
+    """The users' connection attempts: asked, ok, failed, and refused by the server's reason."""
+    c = run.aggregator.connects
+    refused = {k.split(":", 1)[1]: n for k, n in sorted(c.items()) if k.startswith("refused:")}
+    return {"asked": sum(c.values()), "ok": c.get("ok", 0), "failed": c.get("failed", 0), "refused": refused}
+
+
+def _refused_connections(run) -> list[str]:
+    """How many connections the server refused, against how many were asked for, and in its own words."""
+    counts = connection_counts(run)
+    out = []
+    for code, n in counts["refused"].items():
+        first = run.aggregator.first_errors.get(f"connect:{code}", "")
+        label = f"SQLSTATE {code}" if code[:1].isdigit() else code
+        out.append(f"the server refused {n} of the {counts['asked']} connections asked for ({label}"
+                   + (f": {first}" if first else "") + f"); the slots of users left without one failed as "
+                   f"connect:{code}")
     return out
 
 
@@ -256,8 +310,9 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                                                              verdict.results, verdict.text))
         run.rundir.write_meta(
             ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.interrupted is None,
-            interrupted=None if run.interrupted is None else {"signal": run.interrupted[0],
-                                                             "at_s": round(run.interrupted[1], 3)},
+            interrupted=None if run.interrupted is None else {
+                "signal": run.interrupted[0] if run.interrupted[0].startswith("SIG") else None,
+                "by": run.interrupted[0], "at_s": round(run.interrupted[1], 3)},
             stop_reason=run.stop_reason, exit_code=verdict.code,
             results={
                 "planned_operations": agg.planned_arrivals(),
@@ -274,6 +329,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
                 "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
+                "stages_not_reached": stages_not_reached(run), "connections": connection_counts(run),
             },
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
@@ -289,6 +345,8 @@ _REASON_TEXT = {
     "interrupted": "the run was interrupted before they were due",
     "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",
     "users_exhausted": "every user was busy until the end of the plan (+ --drain)",
+    "target_silent": "every user was waiting on the database, which had not answered for at least "
+                     f"{TARGET_SILENT_S:g} s at the end of the plan (the target's failure: blackholed, paused, stalled)",
 }
 
 
@@ -298,7 +356,10 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
             1: "FAILED: a check failed or the target could not take the plan",
             3: "INCOMPLETE: the tool lost arrivals (not sent, or dropped while the generator fell behind) "
                "or results were not written",
-            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)"}.get(code, f"exit {code}")
+            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)", EXIT_STOPPED: "INTERRUPTED (web UI Stop)",
+            }.get(code, f"exit {code}")
+    if run.interrupted is not None and code == run.exit_code_override:
+        head = f"INTERRUPTED ({run.interrupted[0]}) at t = {run.interrupted[1]:.1f} s"
     if code == 0 and int(total.get("failures") or 0):
         judged = "every --check passed" if run.options.check else "no --check judged them"
         head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {total.get('failures')} operations failed "

@@ -16,6 +16,7 @@ import time
 import gevent
 
 from . import console, protocol, stopping
+from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
@@ -34,6 +35,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
     run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
     run.finish_state, run.report_path = None, None
+    run.unreported_reason, run.disk_full = None, False
     run.sequence = None  # the arrival process may have changed in the start form since the last test
     stopping.install_signal_handlers(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
@@ -49,6 +51,8 @@ def begin_run(run: DbSurgeRun) -> None:
     if run.rundir is not None:  # a second test from the web UI gets its own directory
         run_id = new_run_id("-".join(names))
     run.rundir = RunDirectory(opts.results_dir, run_id)
+    note_run_dir(run.rundir.path)  # `dbsurge run` finalises it should this process die
+    run.rundir.keep_reserve()
     stage_names = [s.name for s in run.plan.stages] if run.plan else ["run"]
     run.schedule = Schedule.from_plan(run.plan) if run.plan else None
     run.aggregator = Aggregator(stage_names=stage_names)
@@ -125,6 +129,8 @@ def _master_loop(run: DbSurgeRun) -> None:
         gevent.sleep(1.0)
         if run.finished:
             return
+        if run.disk_full:  # nothing more until the final files, which use the space kept back for them
+            continue
         if run.role == "local" and run.closing is None:
             run.merge_payload(run.recorder.drain(), source="local")
         try:

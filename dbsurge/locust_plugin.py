@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from functools import partial
 
 import gevent
@@ -29,8 +31,8 @@ import locust.runners
 import locust.stats
 from locust import events
 
-from . import console, finish, latency_buckets, membership, protocol, stopping
-from .errors import UserError
+from . import console, finish, latency_buckets, locust_child, membership, protocol, stopping
+from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
 from .lifecycle import begin_run
 from .membership import Membership
 from .options import add_options
@@ -53,6 +55,14 @@ locust.stats.bucket_response_time = latency_buckets.bucket_response_time
 
 #: This process's own options as Locust first parsed them (`_keep_own_options`).
 _OWN_OPTIONS: dict = {}
+#: The process that imported the plugin: Locust's ``--processes`` workers are forked from it.
+_IMPORT_PID = os.getpid()
+
+if "locust.main" in sys.modules:  # loaded by Locust's main (not imported by a test or a tool)
+    # SIGINT and SIGTERM are dbsurge's from here on, before any load and after the last file
+    stopping.own_signals()
+    if locust_child.parent_gone():  # `dbsurge run` died while this process was starting: never load
+        os._exit(EXIT_SIGNAL[15])
 
 
 @events.init_command_line_parser.add_listener
@@ -109,6 +119,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     own = _own_options(environment)
     run = DbSurgeRun(environment, own)
     environment.dbsurge = run
+    stopping.attach(run)
     # Locust's report events carry no environment: these listeners carry the run themselves
     environment.events.report_to_master.add_listener(partial(_on_report, run))
     environment.events.worker_report.add_listener(partial(_on_worker_report, run))
@@ -117,6 +128,9 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         # this host's own settings: Locust overwrites parsed_options with the master's at every spawn
         run.local_options = {k: getattr(own, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
         protocol.register(run, runner)
+        if os.getppid() == _IMPORT_PID:  # a --processes worker: its master is its parent; it dies with it
+            locust_child.die_with_parent()
+        stopping.install_worker_signal_handlers(run)
         logging.getLogger().addHandler(ShipToMaster(run.recorder))
         gevent.spawn(stopping.master_watchdog, run)
         gevent.spawn(stopping.loop_lag_monitor, run)
@@ -197,13 +211,30 @@ def _on_test_stop(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
     if run is None or run.role == "worker" or run.aggregator is None:
         return
-    if not environment.parsed_options.headless and run.closing is None:
-        # the web UI's Stop: Locust has stopped the users; close the ledger and write the tables
+    if environment.parsed_options.headless or run.finished:
+        return  # headless, Locust quits next: `_on_quitting` writes the tables
+    if run.closing is None:
+        # the web UI's Stop: Locust has stopped the users; an interruption, like a signal, with its own code
+        run.interrupted = ("web UI Stop", run.elapsed_s() or 0.0)
+        run.exit_code_override = EXIT_STOPPED
+        log.warning("dbsurge: the web UI's Stop: stopping the run (exit %d once the process ends)", EXIT_STOPPED)
+
         def stop_from_ui():
             stopping.close_run(run, "interrupted", in_flight_reason="interrupted")
             finish.finish_run(run)
 
         gevent.spawn(stop_from_ui)
+        return
+    # the plan ended (the shape closed the ledger): write the tables now, not when the process ends;
+    # under `dbsurge run --web` the process ends too, by the verdict (a hand-run Locust UI stays up)
+    def finish_at_plan_end():
+        finish.finish_run(run)
+        if os.environ.get(locust_child.END_WITH_PLAN_ENV) and run.interrupted is None and run.signals == 0:
+            if run.exit_code is not None:
+                environment.process_exit_code = run.exit_code
+            stopping.end_process(run)
+
+    gevent.spawn(finish_at_plan_end)
 
 
 @events.quitting.add_listener

@@ -172,6 +172,7 @@ class Pacer:
         self.start_epoch_ns = start_epoch_ns
         self.returned: deque[Slot] = deque()
         self.in_flight: dict[int, Slot] = {}
+        self.last_done_ns: int | None = None  # when an operation last came back (`target_silent`)
         self.closed: str | None = None  # the not-sent reason once closed
         self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
         self.stop_number: int | None = None  # leaving: arrivals from here on are the others' (`stop_at`)
@@ -291,7 +292,20 @@ class Pacer:
         False when the slot was written off meanwhile (`write_off_in_flight`): it is already in
         the ledger as not sent, and recording it too would count it twice.
         """
+        self.last_done_ns = self.clock_ns()
         return self.in_flight.pop(slot.number, None) is not None
+
+    def target_silent(self, silent_s: float) -> bool:
+        """The evidence that the database, not the generator, held this share back: operations are
+        out (slots past their due time, held by users) and none has come back for ``silent_s``.
+
+        Every user is then waiting on the database (a free one would have taken the untaken slots),
+        which did not answer: blackholed, paused, or stalled."""
+        now = self.clock_ns()
+        if not any(s.intended_ns <= now for s in self.in_flight.values()):
+            return False
+        last = self.last_done_ns if self.last_done_ns is not None else self.start_ns
+        return now - max(last, self.start_ns) >= silent_s * NS
 
     def wait_for(self, slot: Slot) -> Slot | None:
         """Sleep until the slot is due and return it (re-timed if the rate changed meanwhile).
@@ -443,6 +457,9 @@ class Pacer:
         return self.cut_number is None or slot.number < self.cut_number
 
 
+#: At the plan's end, a share whose operations have all been out this long with none back is the
+#: target's: what it could not issue is ``target_silent`` (exit 1), not ``users_exhausted`` (exit 3).
+TARGET_SILENT_S = 1.0
 CHUNK = 1 << 20  # arrivals counted per numpy pass when closing
 #: How far behind the plan a worker may be when the rate changes before the old backlog is dropped.
 BACKLOG_S = 1.0

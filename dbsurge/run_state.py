@@ -102,6 +102,9 @@ class DbSurgeRun:
         self.exit_code_override: int | None = None
         self.stop_reason: str | None = None
         self.until_position: float | None = None
+        # a second signal cut the run short: what the master's workers had not reported is booked so
+        self.unreported_reason: str | None = None
+        self.disk_full = False  # the results disk filled up: stop writing until the final files
         self.problems: dict[str, int] = {}
         self.op_timeout_s = 30.0
         self.probe_service_s: float | None = None  # measured before time zero (preflight.probe_service_time)
@@ -130,6 +133,7 @@ class DbSurgeRun:
         import errno
 
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            self.disk_full = True
             if self.closing is None and self.role != "worker":
                 gevent.spawn(stopping.stop_for, self, "interrupted",
                              f"cannot write results to {self.rundir.path if self.rundir else '?'} "

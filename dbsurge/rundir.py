@@ -36,7 +36,7 @@ def redact_obj(obj):
 _FAILED = ["failed_connect", "failed_timeout", "failed_disconnect", "failed_server", "failed_occ", "failed_throttled",
            "failed_other"]
 _NOT_SENT = ["not_sent_worker_lost", "not_sent_no_connect", "not_sent_interrupted", "not_sent_in_flight",
-             "not_sent_users_exhausted", "not_sent_unaccounted"]
+             "not_sent_users_exhausted", "not_sent_target_silent", "not_sent_unaccounted"]
 TIMELINE_COLUMNS = [
     "time_utc", "stage", "operation", "target_tps", "count", "failures", "retries", "achieved_tps",
     "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms", "lag_p99_ms",
@@ -72,8 +72,18 @@ def new_run_id(label: str = "run") -> str:
     return f"{stamp}-{label}-{secrets.token_hex(2)}"
 
 
+#: Space kept back in the run directory (`RunDirectory.keep_reserve`) for the final files: a results
+#: disk that fills up mid-run still gets summary.csv, summary.md and a finalised run.json.
+RESERVE_BYTES = 512 * 1024
+RESERVE_NAME = "space.reserve.tmp"
+
+
 class RunDirectory:
-    """Files of one run. Create with the results root and a run id; write through its methods."""
+    """Files of one run. Create with the results root and a run id; write through its methods.
+
+    Every file rewritten whole goes through a temporary file and ``os.replace``; a write that fails
+    removes its temporary file, so a full disk leaves no ``*.tmp`` behind.
+    """
 
     def __init__(self, root: str | Path, run_id: str):
         self.run_id = run_id
@@ -91,9 +101,32 @@ class RunDirectory:
     def write_meta(self, **fields) -> None:
         """Update run.json (secrets removed) atomically."""
         self.meta.update(fields)
-        tmp = self.path / "run.json.tmp"
-        tmp.write_text(json.dumps(redact_obj(self.meta), indent=2, default=str) + "\n")
-        os.replace(tmp, self.path / "run.json")
+        self._replace("run.json", json.dumps(redact_obj(self.meta), indent=2, default=str) + "\n")
+
+    def _replace(self, name: str, text: str) -> Path:
+        """Write ``name`` whole, atomically; on failure no temporary file is left."""
+        path = self.path / name
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
+
+    # -- the space kept for the final files ---------------------------------------------------------
+
+    def keep_reserve(self, size: int = RESERVE_BYTES) -> None:
+        """Keep ``size`` bytes of the disk for the end (best effort: a disk already full keeps none)."""
+        try:
+            with open(self.path / RESERVE_NAME, "wb") as f:
+                f.write(b"\0" * size)
+        except OSError:
+            (self.path / RESERVE_NAME).unlink(missing_ok=True)
+
+    def release_reserve(self) -> None:
+        (self.path / RESERVE_NAME).unlink(missing_ok=True)
 
     # -- events.jsonl -------------------------------------------------------------------------------
 
@@ -165,17 +198,20 @@ class RunDirectory:
     def write_csv(self, name: str, columns: list[str], rows: list[dict]) -> Path:
         path = self.path / name
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, columns, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, columns, extrasaction="ignore")
+                w.writeheader()
+                w.writerows(rows)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def write_text(self, name: str, text: str) -> Path:
-        path = self.path / name
-        path.write_text(text)
-        return path
+        """Write ``name`` whole, atomically (a full disk leaves the old file, never an empty one)."""
+        return self._replace(name, text)
 
     def close(self) -> None:
         for f in (self._events, self._timeline_file, self._hlog):

@@ -7,11 +7,14 @@ every worker sends a final account (``dbsurge:final``) before the master writes 
 
 - the plan ends: ``--drain`` seconds after its last slot, untaken slots are ``users_exhausted``
   (every user was busy until the end) and stuck operations ``in_flight``;
-- SIGINT or SIGTERM (`install_signal_handlers`): the first stops issuing slots, lets in-flight
+- SIGINT or SIGTERM (`own_signals`, `_on_signal`): the first stops issuing slots, lets in-flight
   operations finish within ``--drain``, writes every file and exits 130 or 143; a second one
-  writes what it has at once and exits;
+  writes what it has at once and exits; before any load, one line and the same codes; after the
+  plan's end, nothing is interrupted: the results are written as they would have been;
 - the results disk fills up, or the cost cap is passed: like an interrupt, with exit 3;
-- the web UI's Stop button: Locust stops the users first, so in-flight operations are written off.
+- the web UI's Stop button: an interruption too (exit 4; Locust stops the users first, so
+  in-flight operations are written off), and the UI stays up for the next test;
+- the Locust process dies, or ``dbsurge run`` does: `dbsurge.locust_child`.
 
 Local runs use the same messages: Locust's ``LocalRunner.send_message`` calls the listener
 directly, so one path serves a single process and a master with workers.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -32,6 +36,7 @@ import gevent
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
+from .pacer import TARGET_SILENT_S
 
 log = logging.getLogger("dbsurge")
 
@@ -116,9 +121,12 @@ def on_close_message(environment, msg, **_kw) -> None:
 
 def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
                   until_position: float | None = None) -> None:
+    """Worker (or local): close the pacer with ``reason``, drain, write off the rest, send the final account."""
     pacer = run.pacer
     in_flight, oldest = 0, 0.0
     if pacer is not None:
+        if reason == "users_exhausted" and pacer.target_silent(TARGET_SILENT_S):
+            reason = "target_silent"  # every user was waiting on a database that did not answer
         pacer.close(reason, until_position)
         deadline = time.monotonic() + max(0.0, drain_s)
         while pacer.in_flight and time.monotonic() < deadline:
@@ -181,18 +189,95 @@ def loop_lag_monitor(run, period_s: float = 0.05) -> None:
 
 # -- signals -----------------------------------------------------------------------------------------------
 
+#: The run of this process once the plugin's ``init`` made it; signals are dbsurge's before that too.
+_RUN = None
+#: The process that took the signals (`own_signals`); a ``--processes`` worker forked from it inherits
+#: the handlers and leaves the one line to it.
+_OWNER_PID: int | None = None
+#: How long a second signal waits for files already being written before it exits.
+HURRY_WRITE_S = 2.0
+
+
+def attach(run) -> None:
+    """The plugin's ``init``: signals from now on concern this run."""
+    global _RUN
+    _RUN = run
+
+
+def own_signals() -> None:
+    """At the plugin's import: SIGINT and SIGTERM are dbsurge's in every phase of the process.
+
+    Python-level handlers replace Locust's (its SIGTERM handler shuts down without a drain, SIGINT
+    raises KeyboardInterrupt wherever the main greenlet is), and Locust's later
+    ``gevent.signal_handler(SIGTERM, ...)`` is kept from taking SIGTERM back (`_keep_from_locust`).
+    gevent runs the handlers within 0.3 s. What a signal does depends on where the process is
+    (`_on_signal`); before any load it ends the process at once, in one line.
+    """
+    global _OWNER_PID
+    _OWNER_PID = os.getpid()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _handler)
+    _keep_from_locust()
+
+
+class _NotInstalled:
+    """What Locust gets back for a SIGINT or SIGTERM handler it asked gevent for: dbsurge has them."""
+
+    def cancel(self) -> None:
+        pass
+
+
+def _keep_from_locust() -> None:
+    original = gevent.signal_handler
+    if getattr(original, "_dbsurge", False):
+        return
+
+    def signal_handler(signum, handler, *args, **kwargs):
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            return _NotInstalled()
+        return original(signum, handler, *args, **kwargs)
+
+    signal_handler._dbsurge = True
+    gevent.signal_handler = signal_handler
+
 
 def install_signal_handlers(run) -> None:
-    """Master or local: SIGINT and SIGTERM stop the run gracefully, a second one at once.
-
-    Python-level handlers replace Locust's (its SIGTERM handler shuts down without a drain, and
-    SIGINT raises KeyboardInterrupt wherever the main greenlet is); gevent runs them within 0.3 s.
-    """
-    def handler(signum, _frame):
-        gevent.spawn(_on_signal, run, signum)
-
+    """Master or local, at each test's start: signals concern this run (`own_signals` did the rest)."""
+    attach(run)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+        signal.signal(sig, _handler)
+
+
+def _handler(signum, _frame):
+    run = _RUN
+    if run is None or run.role == "worker" or run.aggregator is None:
+        _before_any_load(run, signum)
+        return
+    gevent.spawn(_on_signal, run, signum)
+
+
+def _before_any_load(run, signum: int) -> None:
+    """No test has started in this process: nothing was sent; end it now, in one line."""
+    code = EXIT_SIGNAL.get(signum, 128 + signum)
+    if os.getpid() == _OWNER_PID and (run is None or run.role != "worker"):  # a forked worker: its master says it
+        when = "before the load started" if run is None or run.options.headless else "while no test was running"
+        _say(f"dbsurge: {signal.Signals(signum).name} {when}: nothing was sent (exit {code})")
+    handle = getattr(run, "embedded_handle", None)
+    if handle is not None:
+        try:
+            handle.stop()
+        except Exception:  # noqa: BLE001, S110 - the process ends now whatever the server says
+            pass
+    os._exit(code)
+
+
+def _say(line: str) -> None:
+    """A line on stderr that never fails (the terminal or the parent may be gone)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def install_worker_signal_handlers(run) -> None:
@@ -203,8 +288,6 @@ def install_worker_signal_handlers(run) -> None:
     def on_int(signum, _frame):
         run.signals += 1
         if run.signals > 1:
-            import os
-
             os._exit(EXIT_SIGNAL.get(signum, 128 + signum))
 
     def on_term(signum, _frame):
@@ -256,38 +339,92 @@ def leave(run, why: str) -> None:
 
 
 def _on_signal(run, signum: int) -> None:
+    """Master or local, a test begun: what a signal means depends on where the run is.
+
+    - running: the first stops it as an interruption (drain, every file, exit 130/143); a SIGTERM
+      from the kernel because ``dbsurge run`` died (`dbsurge.locust_child`) says so;
+    - the plan has already ended (or the run is stopping for another reason): nothing is
+      interrupted; the results are written as they would have been, and the process ends;
+    - no test running any more (the web UI after a test): the process ends with that test's code;
+    - a second signal, whenever: write what there is and exit at once (`_hurry`).
+    """
+    from .locust_child import parent_gone
+
     name = signal.Signals(signum).name
     run.signals += 1
-    if run.signals == 1 and run.interrupted is None:
-        run.interrupted = (name, run.elapsed_s() or 0.0)
-        sys.stderr.write(f"dbsurge: {name}: stopping the run (in-flight operations get up to "
-                         f"{float(run.options.drain):g} s; {name} again stops at once)\n")
-        sys.stderr.flush()
-        run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
-        close_run(run, "interrupted", drain_s=float(run.options.drain), in_flight_reason="interrupted")
-        finish_run(run)
-        # a signal ends the process, web UI or not (the UI's Stop button is the way to stop and stay):
-        # with the UI, stopping its server ends Locust's main loop, which quits the runner and exits
-        web_ui = run.environment.web_ui
-        gevent.spawn(web_ui.stop if web_ui is not None else run.environment.runner.quit)
+    if run.signals > 1:
+        _hurry(run, name, signum)
         return
-    # the second signal: write what we have and go
-    sys.stderr.write(f"dbsurge: {name} again: stopping now\n")
-    sys.stderr.flush()
-    if run.interrupted is None:
-        run.interrupted = (name, run.elapsed_s() or 0.0)
+    if run.finished and run.finish_state == "done":
+        code = run.exit_code if run.exit_code is not None else EXIT_SIGNAL.get(signum, 128 + signum)
+        _say(f"dbsurge: {name}: no test running; exiting with the last run's code (exit {code})")
+        run.environment.process_exit_code = code
+        end_process(run)
+        return
+    if run.closing is not None:
+        why = "the plan has ended" if run.closing == "users_exhausted" and run.interrupted is None \
+            else "the run is already stopping"
+        _say(f"dbsurge: {name}: {why}; writing its results ({name} again stops at once)")
+        finish_run(run)
+        _wait_for_files(run, timeout_s=120.0)
+        end_process(run)
+        return
+    by = f"{name}: dbsurge run was gone" if parent_gone() else name
+    run.interrupted = (by, run.elapsed_s() or 0.0)
+    _say(f"dbsurge: {by}: stopping the run (in-flight operations get up to {float(run.options.drain):g} s; "
+         f"{name} again stops at once)")
     run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
-    if run.pacer is not None and run.pacer.closed is None:
-        run.pacer.close("interrupted", run.until_position)
-        run.pacer.write_off_in_flight("interrupted")
-        run.merge_payload(run.recorder.drain(), source="local")
-    run.awaiting_final = set()
-    finish_run(run, hurry=True)
-    code = run.exit_code if run.exit_code is not None else run.exit_code_override
-    sys.stdout.flush()
-    sys.stderr.flush()
-    import os
+    close_run(run, "interrupted", drain_s=float(run.options.drain), in_flight_reason="interrupted")
+    finish_run(run)
+    # a signal ends the process, web UI or not (the UI's Stop button is the way to stop and stay)
+    end_process(run)
 
+
+def end_process(run) -> None:
+    """End Locust's main loop: with the UI, stopping its server does it; headless, quitting the runner."""
+    web_ui = run.environment.web_ui
+    gevent.spawn(web_ui.stop if web_ui is not None else run.environment.runner.quit)
+
+
+def _wait_for_files(run, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while run.finish_state not in (None, "done") and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+
+
+def _hurry(run, name: str, signum: int) -> None:
+    """The second signal: book what is still out as interrupted, write what there is, exit at once."""
+    _say(f"dbsurge: {name} again: stopping now")
+    if run.interrupted is None and run.closing is None:
+        run.interrupted = (name, run.elapsed_s() or 0.0)
+    if run.interrupted is not None:
+        run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
+    pacer = run.pacer
+    if pacer is not None:  # a local run: its own pacer holds the rest
+        if pacer.closed is None:
+            pacer.close("interrupted", run.until_position)
+        pacer.write_off_in_flight("interrupted")  # the first signal's drain may still be waiting on them
+        run.merge_payload(run.recorder.drain(), source="local")
+    # a master's workers that have not sent their final account: what they held was interrupted, not lost
+    run.unreported_reason = "interrupted"
+    run.awaiting_final = set()
+    if run.finished:  # the tables are being written: give them a moment, not the report
+        if run.finish_state == "writing":
+            _wait_for_files(run, timeout_s=HURRY_WRITE_S)
+    else:
+        finish_run(run, hurry=True)
+    if run.rundir is not None:
+        from .locust_child import remove_temp_files
+
+        remove_temp_files(run.rundir.path)
+    code = run.exit_code if run.exit_code is not None else run.exit_code_override
+    if code is None:
+        code = EXIT_SIGNAL.get(signum, 128 + signum)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os._exit(code)
 
 

@@ -70,7 +70,8 @@ _LEDGER_FAILED = [("connect", "failed_connect"), ("timeout", "failed_timeout"), 
                   ("other", "failed_other")]
 _LEDGER_NOT_SENT = [("worker lost", "not_sent_worker_lost"), ("no connect", "not_sent_no_connect"),
                     ("interrupted", "not_sent_interrupted"), ("in flight", "not_sent_in_flight"),
-                    ("users exhausted", "not_sent_users_exhausted"), ("unaccounted", "not_sent_unaccounted")]
+                    ("users exhausted", "not_sent_users_exhausted"),
+                    ("target silent", "not_sent_target_silent"), ("unaccounted", "not_sent_unaccounted")]
 
 
 def ledger_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:

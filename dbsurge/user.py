@@ -126,11 +126,22 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
              response_length=0, exception=exc, context=None)
 
     def open_session() -> tuple:
-        """(session, operation callables), bounded by the connect timeout; raises what the connect raised."""
-        with gevent.Timeout(connect_bound_s, OperationTimeout("connect did not finish in time")):
-            new = target.connect()
-            fns_map = workload.new_client(new, rng.randrange(1 << 30))
-            return new, [fns_map[n] for n in names]
+        """(session, operation callables), bounded by the connect timeout; raises what the connect raised.
+
+        Each attempt is counted (`Recorder.connect_result`): the run says how many connections the
+        server refused against how many were asked for."""
+        try:
+            with gevent.Timeout(connect_bound_s, OperationTimeout("connect did not finish in time")):
+                new = target.connect()
+                fns_map = workload.new_client(new, rng.randrange(1 << 30))
+        except GreenletExit:
+            raise
+        except (Exception, OperationTimeout) as e:
+            code = refusal_code(e)
+            recorder.connect_result(f"refused:{code}" if code else "failed")
+            raise
+        recorder.connect_result("ok")
+        return new, [fns_map[n] for n in names]
 
     # Connect now, before the first slot: a connection costs several round trips (TCP, TLS, auth),
     # which at 50 ms from the database would make the first slot of every user late. A failure here
@@ -235,13 +246,44 @@ def operation_mix_weights(requested: list, known: dict) -> list[tuple[str, float
 
 
 class ConnectFailure(Exception):
-    """A user could not open its connection; the slot fails with kind ``connect``."""
+    """A user could not open its connection; the slot fails with kind ``connect``, or ``connect:<code>``
+    when the server refused it for a reason of its own (``connect:53300``: too many clients)."""
 
     kind = "connect"
 
 
+#: What a server says when it refuses a connection, and its SQLSTATE: libpq's connect reports the
+#: server's message but no SQLSTATE, so the message is what tells a full server from a down one.
+REFUSALS = (
+    ("too many clients", "53300"), ("remaining connection slots are reserved", "53300"),
+    ("too many connections for role", "53300"), ("too many connections for database", "53300"),
+    ("the database system is starting up", "57P03"), ("the database system is shutting down", "57P03"),
+    ("the database system is in recovery mode", "57P03"), ("too many open connections", "maxIncomingConnections"),
+)
+
+
+def refusal_code(exc: BaseException) -> str | None:
+    """The server's reason for refusing a connection (a SQLSTATE or MongoDB's limit), or None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        code = getattr(e, "sqlstate", None)
+        if isinstance(code, str) and code[:2] in ("53", "57"):  # insufficient resources, operator intervention
+            return code
+        text = str(e).lower()
+        for needle, known in REFUSALS:
+            if needle in text:
+                return known
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _as_connect_error(exc: BaseException) -> BaseException:
     err = ConnectFailure(_describe(exc))
+    code = refusal_code(exc)
+    if code:
+        err.kind = f"connect:{code}"
     err.__cause__ = exc
     return err
 
@@ -249,7 +291,7 @@ def _as_connect_error(exc: BaseException) -> BaseException:
 def _classify(exc: BaseException) -> str:
     """Failure kind when the target has no `classify` of its own."""
     if isinstance(exc, ConnectFailure):
-        return "connect"
+        return exc.kind
     if isinstance(exc, (OperationTimeout, gevent.Timeout, TimeoutError)):
         return "timeout"
     return "other"
@@ -262,7 +304,13 @@ def _close_quietly(session) -> None:
         pass
 
 
+#: How much of a failure's message is kept: the whole of a server's reason (a refused connection's
+#: "FATAL:  sorry, too many clients already" comes after a long prefix), bounded all the same.
+MESSAGE_LIMIT = 1000
+
+
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    return redact_text(f"{type(exc).__name__}: {first[:160]}")
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    if len(text) > MESSAGE_LIMIT:
+        text = text[: MESSAGE_LIMIT - 1] + "…"
+    return redact_text(f"{type(exc).__name__}: {text}")

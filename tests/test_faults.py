@@ -251,14 +251,17 @@ def test_database_blackholed(tmp_path, netns_db):
     assert total["planned"] == 500
     # the pool grows to meet the slots that time out; whatever it could not send is named, never silent
     assert total["failed_timeout"] + total["failed_connect"] + total["failed_disconnect"] > 10, total
-    assert total["not_sent"] == total["not_sent_users_exhausted"] + total["not_sent_in_flight"]
+    assert total["not_sent"] == (total["not_sent_users_exhausted"] + total["not_sent_target_silent"]
+                                 + total["not_sent_in_flight"])
     assert code == 1, (out, err)
     assert "check FAILED: failure_rate<1%" in out
     assert len(timeline_seconds(run)) >= 10
 
 
 def test_results_disk_full(tmp_path, pg_uri, small_disk):
-    """The results disk fills up mid-run: the load stops within a second or two, one clear line, exit 3."""
+    """The results disk fills up mid-run: the load stops within a second or two, one clear line, exit 3; the space
+    kept back at the start holds the final files: stages.csv, summary.csv, summary.md, run.json finalised, no
+    temporary file, the ledger balanced."""
     from faults import fill_disk
 
     proc = _start(_pg_args(pg_uri, 200, 20, "--operation", "product_lookup", "--results-dir", str(small_disk)),
@@ -276,3 +279,59 @@ def test_results_disk_full(tmp_path, pg_uri, small_disk):
     assert "cannot write results" in err
     assert [line for line in err.splitlines() if "cannot write results" in line][0].startswith("dbsurge:")
     assert "planned" in out and "STOPPED" in out  # the tables it held in memory were printed
+    run = next(small_disk.glob("*/run.json")).parent
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 3 and meta["ended_utc"] and meta["complete"] is False, meta
+    assert "cannot write results" in meta["stop_reason"]
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
+    assert "STOPPED" in (run / "summary.md").read_text()
+    total = ledger(run)
+    assert total["not_sent_interrupted"] > 0 and total["not_sent_unaccounted"] == 0, total
+
+
+def _blackhole_args(uri: str, seconds: int, *extra: str) -> list[str]:
+    return ["--workload", "orders", "--target", uri, "--shape", "constant", "--rate", "50", "--duration",
+            f"{seconds}s", "--quiet", "--workload-option", "products=500", "--no-db-sampler", "--operation",
+            "product_lookup", *extra]
+
+
+def test_database_silent_to_the_end_is_the_targets_failure(tmp_path, netns_db):
+    """Blackholed for the rest of the run, operations bounded only by the default 30 s: every user waits on the
+    database, so what could not be issued is `target_silent` (exit 1, FAILED), not the tool's (exit 3)."""
+    proc = _start(_blackhole_args(netns_db.uri, 8), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    netns_db.blackhole()
+    code, out, err = _finish(proc, tmp_path, timeout=60)
+    _no_traceback(out, err)
+    total = ledger(run)
+    assert total["planned"] == 400
+    assert total["not_sent_target_silent"] > 100 and total["not_sent_users_exhausted"] == 0, total
+    assert code == 1, (out, err)
+    assert "FAILED" in out and "INCOMPLETE" not in out, out[-3000:]
+    assert read_json(run / "run.json")["exit_code"] == 1
+
+
+@pytest.mark.parametrize("processes", [None, 2])
+def test_second_sigint_during_a_blackhole_books_nothing_unaccounted(tmp_path, netns_db, processes):
+    """SIGINT while the database is blackholed, and again before the drain ends: exit 130 at once, the operations
+    in flight booked as interrupted (not `unaccounted`), the ledger balanced, run.json finalised, no temp file."""
+    extra = ["--processes", str(processes)] if processes else []
+    proc = _start(_blackhole_args(netns_db.uri, 20, "--drain", "5", *extra), tmp_path)
+    run, t0 = _run_dir(tmp_path)
+    _at(t0, 3.0)
+    netns_db.blackhole()
+    _at(t0, 5.0)
+    proc.send_signal(signal.SIGINT)
+    _at(t0, 6.0)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = _finish(proc, tmp_path, timeout=30)
+    _no_traceback(out, err)
+    assert code == 130, (out, err)
+    assert "SIGINT again: stopping now" in err
+    total = ledger(run)
+    assert total["not_sent_unaccounted"] == 0 and total["not_sent_interrupted"] > 0, total
+    assert "a bug in dbsurge" not in out
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 130 and meta["ended_utc"], meta
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]

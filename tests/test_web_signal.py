@@ -16,7 +16,7 @@ import urllib.request
 
 from faults import kill_process_tree
 from ledger_checks import ledger
-from runs import only_run_dir, read_csv, read_json
+from runs import REPO, only_run_dir, read_csv, read_json
 
 from dbsurge.embedded import free_port
 
@@ -68,3 +68,104 @@ def test_sigint_ends_a_web_ui_run_with_its_tables(tmp_path, pg_uri):
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 130 and meta["interrupted"]["signal"] == "SIGINT", meta
     assert read_csv(run / "stages.csv") and (run / "summary.md").is_file()
+
+
+def _web_run(tmp_path, pg_uri, seconds: int):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+           "constant", "--rate", "20", "--duration", f"{seconds}s", "--web", "--web-port", str(port), "--operation",
+           "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+    _post(base, "/swarm", b"user_count=1&spawn_rate=1")
+    return proc, base, results
+
+
+def _post(base: str, path: str, body: bytes = b"") -> None:
+    req = urllib.request.Request(base + path, data=body, method="POST", headers={"Origin": base})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        r.read()
+
+
+def _no_temp_files(run) -> None:
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
+
+
+def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri):
+    """`dbsurge run --web`: at the plan's end the tables are written, the results set, and the process exits by
+    the verdict (0), without a signal."""
+    proc, _base, results = _web_run(tmp_path, pg_uri, 4)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:]
+    assert "OK: the plan was delivered" in out and "Traceback" not in out, out[-3000:]
+    run = only_run_dir(results)
+    total = ledger(run)
+    assert total["planned"] == 80 and total["ok"] == 80, total
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 0 and meta["complete"] is True and meta["results"]["verdict"].startswith("OK")
+    _no_temp_files(run)
+
+
+def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):
+    """POST /stop 3 s into a 30 s plan: INTERRUPTED (web UI Stop), exit code 4 in the results and run.json, the
+    UI stays up; a signal then ends the process with that code."""
+    proc, base, results = _web_run(tmp_path, pg_uri, 30)
+    try:
+        _wait_for(lambda: (_get(base + "/dbsurge/plan") or {}).get("achieved_tps", 0) >= 15, 20, "20 TPS")
+        _post(base, "/stop")
+        state = _wait_for(lambda: ((_get(base + "/dbsurge/plan") or {}).get("results") or {}).get("state") == "done"
+                          and _get(base + "/dbsurge/plan")["results"], 60, "the results")
+        assert state["exit_code"] == 4 and state["verdict"].startswith("INTERRUPTED (web UI Stop)"), state
+        assert proc.poll() is None  # the UI stays up for the next test
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+    assert proc.returncode == 4, out[-3000:]
+    assert "INTERRUPTED (web UI Stop)" in out and "Traceback" not in out, out[-3000:]
+    run = only_run_dir(results)
+    total = ledger(run)
+    assert total["not_sent_interrupted"] > 300 and total["not_sent_unaccounted"] == 0, total
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 4 and meta["complete"] is False and meta["interrupted"]["by"] == "web UI Stop"
+    _no_temp_files(run)
+
+
+def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
+    """A hand-run Locust web UI stays up after the plan's end; a SIGINT then ends the process by the run's own
+    verdict (0), never INTERRUPTED."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    results = tmp_path / "results"
+    files = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
+    cmd = [sys.executable, "-m", "locust", "-f", files, "--target", pg_uri, "--rate", "20", "-t", "3s",
+           "--web-port", str(port), "--web-host", "127.0.0.1", "--operation", "product_lookup", "--no-db-sampler",
+           "--workload-option", "products=300", "--results-dir", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+        _post(base, "/swarm", b"user_count=1&spawn_rate=1")
+        _wait_for(lambda: ((_get(base + "/dbsurge/plan") or {}).get("results") or {}).get("state") == "done",
+                  60, "the results")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:]
+    assert "INTERRUPTED" not in out and "Traceback" not in out, out[-3000:]
+    run = only_run_dir(results)
+    assert ledger(run)["ok"] == 60
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 0 and meta["interrupted"] is None

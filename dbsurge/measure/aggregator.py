@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
 from ..stage_plan import Schedule
@@ -63,6 +63,7 @@ class Aggregator:
         self.start_epoch_s: float | None = None
         self.end_epoch_s: float | None = None
         self.stop_epoch_s: float | None = None  # when slots stopped being issued (interrupt, disk full)
+        self.connects: Counter[str] = Counter()  # the users' connection attempts by outcome (ok, refused:<code>)
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         self.errors: dict[str, int] = defaultdict(int)  # failures by kind, whole run
@@ -116,6 +117,8 @@ class Aggregator:
             self.open_seconds[sec][ops[op]].add_wire(wire)
             self.worker_seconds[sec][source].add_wire(wire)
         self._logs += [(source, rec) for rec in payload.get("logs", [])]
+        for outcome, n in payload.get("connects", {}).items():
+            self.connects[outcome] += int(n)
         self._merge_ledger(ops, payload.get("ledger", []), payload.get("dropped_secs", []), source)
         for stage, us in payload.get("loop_lag_us", []):
             self.loop_lag_us[int(stage)] = max(self.loop_lag_us[int(stage)], int(us))

@@ -28,7 +28,8 @@ from .histogram import Histogram, counts_index
 _KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
 
 #: Not-sent reasons, as they appear in the ledger's columns (``not_sent_<reason>``).
-NOT_SENT_REASONS = ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "unaccounted")
+NOT_SENT_REASONS = ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "target_silent",
+                    "unaccounted")
 
 
 def _failure_family(kind: str) -> str:

@@ -53,13 +53,14 @@ def planned_counts(schedule: Schedule, sequence: ArrivalSequence, mix: Operation
 
 
 def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers: list[str],
-            had_workers: bool = True) -> dict[str, int]:
+            had_workers: bool = True, gap_reason: str | None = None) -> dict[str, int]:
     """Book the difference between planned and accounted in each (operation, stage) cell.
 
     ``stage_cells`` maps (operation name, stage index) to `Cell`; ``planned`` the same keys to
     planned counts. A gap is ``worker_lost`` when a worker was lost, ``no_connect`` when no worker
-    ever took a share (none connected or none proved the join token), else ``unaccounted``.
-    Returns what was booked, by reason.
+    ever took a share (none connected or none proved the join token), ``gap_reason`` when the
+    run was cut short without waiting for the workers (a second signal: ``interrupted``), else
+    ``unaccounted``. Returns what was booked, by reason.
     """
     from .cells import Cell
 
@@ -70,7 +71,8 @@ def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers
             cell = stage_cells[key] = Cell()
         gap = planned.get(key, 0) - cell.accounted
         if gap > 0:
-            reason = "worker_lost" if lost_workers else "no_connect" if not had_workers else "unaccounted"
+            reason = ("worker_lost" if lost_workers else "no_connect" if not had_workers
+                      else gap_reason or "unaccounted")
             cell.not_sent[reason] += gap
             booked[reason] += gap
         elif gap < 0:

@@ -52,6 +52,7 @@ class Recorder:
         self._dropped_secs: Counter[tuple[int, int]] = Counter()
         self.loop_lag_us: dict[int, int] = {}  # stage -> worst event-loop stall seen in it
         self.logs: list[dict] = []  # warnings and errors of this worker, shipped to the master (`log`)
+        self.connects: Counter[str] = Counter()  # connection attempts by outcome (`connect_result`)
         self.wall_offset_ns = wall_ns() - clock_ns()
         self.clock_ns = clock_ns
         # Debugging and tests: called with every drain's successful response times (us, int64), so
@@ -95,6 +96,10 @@ class Recorder:
             self.logs.append({"level": "WARNING", "message": "more log records this second were not shipped",
                               "at": round(at, 3)})
 
+    def connect_result(self, outcome: str) -> None:
+        """Count a connection attempt: ``ok``, ``failed``, or ``refused:<code>`` (the server said no)."""
+        self.connects[outcome] += 1
+
     def loop_lag(self, stage: int, stall_us: int) -> None:
         if stall_us > self.loop_lag_us.get(stage, 0):
             self.loop_lag_us[stage] = stall_us
@@ -107,9 +112,10 @@ class Recorder:
             "ledger": [[st, op, col, n] for (st, op, col), n in self._ledger.items()],
             "dropped_secs": [[sec, op, n] for (sec, op), n in self._dropped_secs.items()],
             "errors": {}, "loop_lag_us": [[st, us] for st, us in self.loop_lag_us.items()],
-            "logs": self.logs,
+            "logs": self.logs, "connects": dict(self.connects),
         }
         self.logs = []
+        self.connects = Counter()
         self._ledger.clear()
         self._dropped_secs.clear()
         self.loop_lag_us = {}
