@@ -461,7 +461,8 @@ def _generator_lines(results: dict) -> list[str]:
     checks = results.get("checks") or []
     if checks:
         lines += ["", "## Checks", ""]
-        lines += [f"- {'passed' if c['passed'] else 'FAILED'}: {c['check']} (measured {c['value']})" for c in checks]
+        lines += [f"- {'passed' if c['passed'] else 'FAILED'}: {c['check']} (measured {c.get('shown', c['value'])})"
+                  for c in checks]
     return lines + [""]
 
 

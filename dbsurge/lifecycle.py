@@ -80,7 +80,8 @@ def begin_run(run: DbSurgeRun) -> None:
         run.make_pacer(protocol.setup_for(run, 0, 1, max_lag_s))
         run.ready.set()
     run.side_tasks = [gevent.spawn(_master_loop, run)] + _announce_stages(run)
-    run.progress = (console.Progress(start_s, stage_names)
+    run.progress = (console.Progress(start_s, stage_names, stage_starts=list(run.plan.starts) if run.plan else None,
+                                     changes=lambda: run.changes)
                     if opts.headless and console.mode() != "quiet" else None)
     if run.role == "master":
         run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
@@ -90,16 +91,22 @@ def begin_run(run: DbSurgeRun) -> None:
 
 
 def _announce_stages(run: DbSurgeRun) -> list:
-    """A console line as each stage of the plan begins (`dbsurge.console.stage_line`)."""
+    """A console line as each stage of the plan begins (`dbsurge.console.stage_line`).
+
+    The line is made when the stage begins, so a rate override made before then shows its own rate.
+    """
     if not run.plan:
         return []
     start_s = run.start_epoch_ns / 1e9
     tasks = []
     for i, st in enumerate(run.plan.starts):
         if math.isfinite(st):
-            line = console.stage_line(run.plan, i, start_s)
-            tasks.append(gevent.spawn_later(max(0.0, start_s + st - time.time()), log.info, line))
+            tasks.append(gevent.spawn_later(max(0.0, start_s + st - time.time()), _say_stage, run, i, start_s))
     return tasks
+
+
+def _say_stage(run: DbSurgeRun, index: int, start_s: float) -> None:
+    log.info(console.stage_line(run.plan, index, start_s, schedule=run.schedule, changes=run.changes))
 
 
 def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
