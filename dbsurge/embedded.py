@@ -668,6 +668,7 @@ def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo |
         return name, None
     server = _running(kind)
     if server is not None:
+        _remember_name(kind, server.uri)
         return server.uri, None
     _say(f"starting embedded {kind} for this run only (`dbsurge embedded start {kind}` keeps one running)")
     handle = SERVER_CLASSES[kind](Path(tempfile.mkdtemp(prefix=f"dbsurge-{kind}-")), delete_on_stop=True)
@@ -677,4 +678,32 @@ def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo |
         handle.stop()
         raise
     atexit.register(handle.stop)
+    _remember_name(kind, handle.uri)
     return handle.uri, handle
+
+
+#: The environment variable through which a run's Locust child learns that its target URI is an embedded
+#: server's (``embedded-postgres=postgresql://127.0.0.1:33665/...``): run.json records the name, so that
+#: ``dbsurge rerun`` starts an embedded server again instead of dialling a port that is gone.
+EMBEDDED_NAMES_VAR = "DBSURGE_EMBEDDED_NAMES"
+
+
+def _remember_name(kind: str, uri: str) -> None:
+    names = dict(_embedded_names())
+    names[f"embedded-{kind}"] = uri  # an embedded server's URI holds no password (trust auth on loopback)
+    os.environ[EMBEDDED_NAMES_VAR] = " ".join(f"{k}={v}" for k, v in sorted(names.items()))
+
+
+def _embedded_names() -> list[tuple[str, str]]:
+    out = []
+    for item in os.environ.get(EMBEDDED_NAMES_VAR, "").split():
+        name, _, uri = item.partition("=")
+        if name and uri:
+            out.append((name, uri))
+    return out
+
+
+def embedded_name_of(uri: str | None) -> str | None:
+    """``embedded-postgres`` / ``embedded-mongo`` when ``uri`` is the embedded server this process (or its
+    parent ``dbsurge``) resolved that name to; None for any other target."""
+    return next((name for name, known in _embedded_names() if uri and known == uri), None)

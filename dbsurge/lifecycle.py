@@ -16,6 +16,7 @@ import time
 import gevent
 
 from . import console, protocol, stopping
+from .embedded import embedded_name_of
 from .measure.aggregator import Aggregator
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
@@ -58,7 +59,8 @@ def begin_run(run: DbSurgeRun) -> None:
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
-        target_display=run.target.display, workload_options=run.workload_options,
+        target_display=run.target.display, target_name=embedded_name_of(opts.target) or run.target.display,
+        workload_options=run.workload_options,
         operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
         seed=opts.seed, max_lag=opts.max_lag, role=run.role,
         workers=(env.runner.worker_count if run.role == "master" else 1),

