@@ -156,12 +156,15 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _locust_namespace(rest: list[str]) -> argparse.Namespace:
+def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
+                      extra: list[str] | None = None) -> argparse.Namespace:
     """Locust's and dbsurge's options as the Locust child will see them: config files < environment < ``rest``.
 
-    Parsed with Locust's own configargparse parser plus `dbsurge.options.add_options`, so --config,
-    locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to Locust. Locust is imported
-    without its gevent monkey-patching: this process only waits for the child and forwards signals.
+    Parsed with Locust's own configargparse parser plus dbsurge's options (`dbsurge.options`,
+    `dbsurge.spot`), so --config, locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to
+    Locust. An option name nobody knows, on the command line or in a config file, is refused here,
+    before any server starts (`dbsurge.option_names.refuse_unknown`). Locust is imported without its
+    gevent monkey-patching: this process only waits for the child and forwards signals.
     """
     set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
     if set_here:
@@ -174,15 +177,34 @@ def _locust_namespace(rest: list[str]) -> argparse.Namespace:
     from .errors import clip
     from .options import add_options
 
+    from .option_names import refuse_unknown
+    from .spot import add_spot_options
+
     parser = get_parser()
     add_options(parser)
+    add_spot_options(parser)
 
     def error(message: str) -> None:
         raise UserError(clip(message, 200))
 
     parser.error = error  # type: ignore[method-assign]
-    ns, _unknown = parser.parse_known_args(list(rest))
+    ns, unknown = parser.parse_known_args(list(rest))
+    own = [f for _, flags, _kw in RUN_OPTIONS for f in flags if f.startswith("--")]
+    refuse_unknown(parser, list(rest), unknown, extra=own + (extra or []), help_hint=help_hint)
+    _warn_unknown_env_once(parser)
     return ns
+
+
+_ENV_CHECKED: list[bool] = []
+
+
+def _warn_unknown_env_once(parser) -> None:
+    """A ``DBSURGE_*`` variable that no option reads (``DBSURGE_RATEE``): one warning per process, naming the nearest."""
+    from .option_names import known_env, warn_unknown_env
+
+    if not _ENV_CHECKED:
+        _ENV_CHECKED.append(True)
+        warn_unknown_env(known_env(parser, [kw["env_var"] for _, _f, kw in RUN_OPTIONS if kw.get("env_var")]))
 
 
 def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's command line, one option at a time

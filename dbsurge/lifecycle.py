@@ -18,6 +18,7 @@ import gevent
 from . import console, protocol, stopping
 from .embedded import embedded_name_of
 from .measure.aggregator import Aggregator
+from .option_names import config_files_in_use
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
@@ -65,7 +66,7 @@ def begin_run(run: DbSurgeRun) -> None:
         seed=opts.seed, max_lag=opts.max_lag, role=run.role,
         workers=(env.runner.worker_count if run.role == "master" else 1),
         cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
-        versions=versions(),
+        versions=versions(), config_files=config_files_in_use(getattr(opts, "config", None)),
         options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
