@@ -81,6 +81,10 @@ def add_options(parser, group=None) -> None:
                         "see docs/prometheus.md")
     g.add_argument("--prometheus-host", env_var="DBSURGE_PROMETHEUS_HOST", default="127.0.0.1",
                    include_in_web_ui=False, help="address the Prometheus endpoint binds to (default 127.0.0.1)")
+    g.add_argument("--prometheus-grace", env_var="DBSURGE_PROMETHEUS_GRACE", type=float, default=15.0,
+                   include_in_web_ui=False, metavar="SECONDS",
+                   help="seconds the Prometheus endpoint stays up after the run with the final values, so the last "
+                        "scrape sees them (default 15; 0: none)")
     g = section("plan")
     g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")
