@@ -26,6 +26,7 @@ section of report.html (``dbsurge report A B``).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import html
 import io
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
 
 KINDS = ("engine", "cache", "ycsb", "scalability")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -648,7 +650,8 @@ def compare_main(argv: Sequence[str]) -> int:
     """``dbsurge compare``."""
     from .cli import _Parser
 
-    parser = _Parser(prog="dbsurge compare", description="Compare runs of one plan on several targets.")
+    parser = _Parser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
+                     epilog=epilog("compare"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="two or more run directories (or --repeat parents)")
     parser.add_argument("--labels", help="one label per run, comma-separated, e.g. D1,A2")
     parser.add_argument("--html", help="write the table and the overlaid plots here (default: compare.html beside "

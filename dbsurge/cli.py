@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 from .errors import UserError
+from .help_examples import epilog
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -93,7 +94,8 @@ _RUN_EPILOG = """Each option can also be set in the environment (the variable sh
 (--config FILE, ./locust.conf or ~/.locust.conf, one `name = value` a line, e.g. `rate = 80`): the command
 line wins over the environment, the environment over a file, as in Locust. --workload and --shape are not
 Locust options: give them on the command line or as DBSURGE_WORKLOAD / DBSURGE_SHAPE, not in a file.
-Any other option passes through to Locust (`locust --help`)."""
+Any other option passes through to Locust (`locust --help`); a name neither knows, here or in a config
+file, is refused before anything starts, naming the nearest real option."""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -129,7 +131,7 @@ def help_parser() -> argparse.ArgumentParser:
     """The parser behind ``dbsurge run --help``: its own options, dbsurge's (`dbsurge.options`), grouped."""
     from .options import GROUPS, add_options
 
-    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=_RUN_EPILOG,
+    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=epilog("run", _RUN_EPILOG),
                                 formatter_class=_HelpFormatter, add_help=False,
                                 usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
     titles = {**GROUPS, "configuration": "configuration and help"}
@@ -175,9 +177,8 @@ def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
     from .errors import clip
-    from .options import add_options
-
     from .option_names import refuse_unknown
+    from .options import add_options
     from .spot import add_spot_options
 
     parser = get_parser()
@@ -334,7 +335,8 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
 
 
 def load_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).")
+    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
+                                epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="database URI or embedded-postgres / embedded-mongo (default: $DBSURGE_TARGET)")

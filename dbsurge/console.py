@@ -138,7 +138,7 @@ class Progress:
         self.start_epoch_s = start_epoch_s
         self.stage_names = stage_names
         self.stage_starts = stage_starts
-        self.changes = changes or (lambda: [])
+        self.changes = changes or list
         self.every_s = every_s
         self.rows: list[dict] = []
         self.last_line_at = time.monotonic()

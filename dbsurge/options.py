@@ -40,6 +40,40 @@ GROUPS = {
 }
 
 
+class _LocustGroup:
+    """One of ``locust --help``'s groups for dbsurge's options, added through Locust's own add_argument.
+
+    Locust's parser takes the web-UI keywords (``include_in_web_ui``, ``is_secret``) and argparse's
+    groups do not, so each option is added to the parser and its action then moved from the
+    parser's general options to this group: Locust's web UI and its config files see the option as
+    before, and ``--help`` shows it under dbsurge's heading.
+    """
+
+    def __init__(self, parser, title: str) -> None:
+        self.parser = parser
+        self.group = parser.add_argument_group(title)
+
+    def add_argument(self, *flags: str, **kwargs):
+        action = self.parser.add_argument(*flags, **kwargs)
+        general = self.parser._optionals._group_actions
+        if action in general:
+            general.remove(action)
+            self.group._group_actions.append(action)
+        return action
+
+
+def locust_help_groups(parser):
+    """``group(name)`` for `add_options`: dbsurge's options in their own groups of ``locust -f ... --help``."""
+    groups: dict[str, _LocustGroup] = {}
+
+    def group(name: str) -> _LocustGroup:
+        if name not in groups:
+            groups[name] = _LocustGroup(parser, f"dbsurge {GROUPS[name]}")
+        return groups[name]
+
+    return group
+
+
 def add_options(parser, group=None) -> None:
     """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``).
 

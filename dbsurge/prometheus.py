@@ -154,7 +154,7 @@ class PrometheusExporter:
         if self.run is not None:
             try:
                 ops.update(self.run.operation_mix().names)
-            except Exception:  # before the run is set up there is no mix yet: the payloads name the operations
+            except Exception:  # noqa: BLE001, S110 - before the run is set up there is no mix: the payloads name them
                 pass
         agg = getattr(self.run, "aggregator", None) if self.run is not None else None
         stages = list(agg.stage_names) if agg is not None and agg.stage_names else []
@@ -206,7 +206,7 @@ class PrometheusExporter:
         agg = getattr(self.run, "aggregator", None)
         if getattr(self.run, "finished", False) and agg is not None and agg.planned_arrivals() is not None:
             return int(agg.planned_arrivals())
-        return int(math.ceil(self.run.schedule.cumulative(t) - 1e-9))
+        return math.ceil(self.run.schedule.cumulative(t) - 1e-9)
 
     def _run_families(self):  # noqa: C901 - one metric family per block, flat
         run = self.run

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .help_examples import epilog
 from .redact import MASK
 
 EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
@@ -38,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.")
+    p = _Parser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.",
+                epilog=epilog("rerun", "Options it does not know pass on to dbsurge run (--check, --quiet, ...)."),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="the finished run's directory, results/<run-id>")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="the target to run against (default: $DBSURGE_TARGET, else the run's own: embedded-postgres / "

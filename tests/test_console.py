@@ -103,10 +103,10 @@ def test_a_second_across_a_stage_boundary_is_named_by_both_stages():
     progress = Progress(START, ["20%", "200%"], every_s=3600, stage_starts=[0.0, 2.3])
     assert progress.add([_row(0, "20%", 10, 10, 1.0), _row(1, "20%", 10, 10, 1.0)]) == []
     lines = progress.add([_row(2, "20%", 73, 73, 2.0), _row(3, "200%", 100, 100, 3.0)])
-    assert lines == ["t=2s stage 1/2 20%: 10.0/10.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
-                     "0 dropped (last 2 s)",
-                     "t=3s stage 1→2/2 20%→200%: 73.0/73.0 TPS, p99 2.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
-                     "0 dropped (last 1 s)"]
+    assert lines == [("t=2s stage 1/2 20%: 10.0/10.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 2 s)"),
+                     ("t=3s stage 1→2/2 20%→200%: 73.0/73.0 TPS, p99 2.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 1 s)")]
     # the last stage's seconds get their line when the run ends
     [last] = progress.finish([_row(4, "200%", 100, 100, 4.0)])
     assert last.startswith("t=5s stage 2/2 200%: 100.0/100.0 TPS, p99 4.000 ms") and last.endswith("(last 2 s)")
@@ -130,7 +130,7 @@ def test_an_override_shows_its_own_rate_in_the_stage_and_progress_lines():
     progress = Progress(START, [s.name for s in plan.stages], every_s=3600, stage_starts=list(plan.starts),
                         changes=lambda: changes)
     lines = progress.add([_row(24, "200%", 200, 200, 1.0), _row(25, "200%", 400, 400, 1.0)])
-    assert lines == ["t=25s stage 2/3 200%: 200.0/200.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
-                     "0 dropped (last 1 s)"]
+    assert lines == [("t=25s stage 2/3 200%: 200.0/200.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 1 s)")]
     [line] = progress.finish([])
     assert line.startswith("t=26s stage 2/3 200% under override 1: plan x2: 400.0/400.0 TPS"), line

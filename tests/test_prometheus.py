@@ -278,7 +278,7 @@ def test_the_endpoint_outlives_the_run_by_its_grace_with_the_final_values(pg_uri
         ended = time.monotonic()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
-        summary = [r for r in read_csv(run_dir / "summary.csv") if r["operation"] == "ALL"][0]
+        summary = next(r for r in read_csv(run_dir / "summary.csv") if r["operation"] == "ALL")
         assert f"dbsurge_planned_arrivals_total {float(summary['planned'])}" in text, text[:3000]
         ok = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                  if line.startswith("dbsurge_operations_total{") and 'outcome="ok"' in line)

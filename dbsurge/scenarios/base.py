@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
@@ -82,6 +83,10 @@ class Scenario:
     def parser(self) -> argparse.ArgumentParser:
         p = scenario_parser(self.name, self.description, cloudwatch=self.cloudwatch)
         self.options(p)
+        passes_on = ("Any other option of dbsurge run (dbsurge run --help) passes on to the scenario's runs;\n"
+                     "an option neither knows is refused before anything starts." if self.launch is not None else "")
+        p.epilog = epilog(f"scenario {self.name}", passes_on)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
         return p
 
     def main(self, argv: list[str]) -> int:
