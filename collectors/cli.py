@@ -157,6 +157,7 @@ def cost_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests)
+    _keep_cost_inputs(Path(args.run_dir), args)
     (items_h, items), (stages_h, stages) = cost_tables(report)
     _say(markdown_table(items_h, items))
     if stages:
@@ -164,4 +165,18 @@ def cost_main(argv: Sequence[str]) -> int:
         _say(markdown_table(stages_h, stages))
     _say("")
     _say("Prices: " + "; ".join([report.prices.note, *report.notes]))
+    _say(f"wrote {Path(args.run_dir) / 'cost.csv'}")
+    if (Path(args.run_dir) / "report.html").is_file():  # the report shows the same bill, not the one before
+        from .report import build_report
+
+        _say(f"rebuilt {build_report(args.run_dir)} with this cost")
     return 0
+
+
+def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
+    """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
+    given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
+             "prices": str(Path(args.prices).resolve()) if args.prices else None, "region": args.region}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given and (run_dir / "run.json").is_file():
+        update_run_json(run_dir, cost_inputs=given)

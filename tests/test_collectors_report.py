@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-SPIKE_PANELS = ["latency-create_order", "latency-get_product", "counts", "rate", "lag", "capacity"]
+SPIKE_PANELS = ["latency-create_order", "latency-get_product", "counts", "rate", "lag", "database", "capacity"]
 
 
 def _built(tmp_path_factory, name: str) -> Path:
@@ -149,7 +149,7 @@ def test_local_run_has_no_cost_or_capacity_section(low_dir):
     assert "ACU" not in page and "Capacity per stage" not in page
     # the PostgreSQL sampler's buffer hit ratio has data, so its panel stays, named for what it shows
     assert re.findall(r'<figure id="plot-([^"]+)"', page) == [
-        "latency-order_create", "latency-product_lookup", "counts", "rate", "lag", "cache"]
+        "latency-order_create", "latency-product_lookup", "counts", "rate", "lag", "database", "cache"]
     summary = (low_dir / "summary.md").read_text()
     assert "## Cost" not in summary and "$" not in summary and "## Operations" in summary
 
@@ -265,3 +265,16 @@ def test_report_of_a_bare_run_says_what_is_missing(tmp_path, capsys):
     assert not (run / "timeline.png").exists()
     summary = (run / "summary.md").read_text()
     assert "- **Plan**: 5s@100tps" in summary and "## Per stage" not in summary and "$" not in summary
+
+
+def test_the_database_panel_shows_the_samplers_seconds(report_dir):
+    """pg_stat_database.csv's commits, blocks read and backends are drawn, not only its cache hit ratio."""
+    data = load_report_data(report_dir)
+    from dbsurge.collectors.timeline_plots import database_caption, has_database_seconds
+
+    assert has_database_seconds(data)
+    page = (report_dir / "report.html").read_text()
+    figure = re.search(r'<figure id="plot-database">.*?<figcaption>(.*?)</figcaption>', page, re.DOTALL)
+    assert figure and "commits, rollbacks and blocks read per second" in html.unescape(figure.group(1))
+    assert "backends" in database_caption(data)
+    assert data.merged["pg.commits_per_s"].notna().any() and data.merged["pg.numbackends"].notna().any()
