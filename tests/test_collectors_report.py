@@ -278,3 +278,23 @@ def test_the_database_panel_shows_the_samplers_seconds(report_dir):
     assert figure and "commits, rollbacks and blocks read per second" in html.unescape(figure.group(1))
     assert "backends" in database_caption(data)
     assert data.merged["pg.commits_per_s"].notna().any() and data.merged["pg.numbackends"].notna().any()
+
+
+def test_a_cost_given_to_dbsurge_cost_stays_in_the_report(tmp_path):
+    """`dbsurge cost RUN --runner ...` writes cost.csv and its inputs; the report (then and later) shows that bill."""
+    from runs import dbsurge, explain
+
+    run = tmp_path / "run_low_rate"
+    shutil.copytree(FIXTURES / "run_low_rate", run)
+    build_report(run)
+    assert "<h2>Cost</h2>" not in (run / "report.html").read_text()  # a local run: nothing to price
+    proc = dbsurge("cost", str(run), "--runner", "c6g.4xlarge:2", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert f"wrote {run / 'cost.csv'}" in proc.stdout and "rebuilt" in proc.stdout
+    assert json.loads((run / "run.json").read_text())["cost_inputs"] == {"runners": ["c6g.4xlarge:2"]}
+    assert any("c6g.4xlarge" in str(r) for r in read_csv(run / "cost.csv"))
+    for _ in range(2):  # the report written by `dbsurge cost`, and one rebuilt later
+        page = (run / "report.html").read_text()
+        assert "<h2>Cost</h2>" in page and "c6g.4xlarge" in page
+        assert "## Cost" in (run / "summary.md").read_text()
+        build_report(run)
