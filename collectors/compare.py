@@ -205,7 +205,56 @@ def differences(sides: Sequence[Side]) -> tuple[list[str], list[str]]:
     reps = [len(s.runs) for s in sides]
     if len(set(reps)) > 1:
         notes.append("repetitions differ: " + ", ".join(f"{s.label} {n}" for s, n in zip(sides, reps)))
-    return blocking, notes
+    return blocking, notes + what_differed(sides)
+
+
+#: run.json options that differ between any two runs by design (names, ports, paths) or are secret-free noise.
+_OPTIONS_NOT_COMPARED = frozenset({
+    "run_id", "results_dir", "target", "config", "csv_prefix", "html_file", "json_file", "logfile", "master_port",
+    "master_bind_port", "master_bind_host", "master_host", "web_port", "web_host", "prometheus_port",
+    "prometheus_host", "join_token", "target_secret", "target_secret_endpoint_url", "cloudwatch_endpoint_url",
+    "locustfile", "locustfile_list", "tags", "exclude_tags", "user_classes",
+})
+
+
+def what_differed(sides: Sequence[Side]) -> list[str]:
+    """What run.json says differed between the runs beyond the plan: options, target, versions (one line each).
+
+    The runs passed `differences`' checks (or ``--force``): these are the settings a reader should know
+    changed, such as ``--users``, the target or a driver's version, before reading a ratio as the target's.
+    """
+    out = []
+    first = sides[0]
+    for s in sides[1:]:
+        a_meta, b_meta = first.first_meta, s.first_meta
+        changes = []
+        a_opts, b_opts = a_meta.get("options") or {}, b_meta.get("options") or {}
+        for key in sorted(set(a_opts) | set(b_opts)):
+            if key in _OPTIONS_NOT_COMPARED or a_opts.get(key) == b_opts.get(key):
+                continue
+            changes.append(f"--{key.replace('_', '-')} {_shown(a_opts.get(key))} vs {_shown(b_opts.get(key))}")
+        a_target = a_meta.get("target_name") or first.target
+        b_target = b_meta.get("target_name") or s.target
+        if a_target != b_target or first.target != s.target:
+            changes.append(f"target {first.target or a_target} vs {s.target or b_target}")
+        a_ver, b_ver = a_meta.get("versions") or {}, b_meta.get("versions") or {}
+        for key in sorted(set(a_ver) | set(b_ver)):
+            if a_ver.get(key) != b_ver.get(key):
+                changes.append(f"{key} {_shown(a_ver.get(key))} vs {_shown(b_ver.get(key))}")
+        if changes:
+            out.append(f"What differed, {first.label} vs {s.label}: " + "; ".join(changes))
+        else:
+            out.append(f"What differed, {first.label} vs {s.label}: nothing in run.json's options, target or "
+                       "versions")
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(not set)"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "(none)"
+    return str(value)
 
 
 # -- figures ------------------------------------------------------------------------------------------------
@@ -239,6 +288,16 @@ class Row:
     unit: str  # tps | ms | rate | capacity | usd | ops | pct | count
     cells: list[Figure]
     ratio: bool = True
+    operations: list[int] | None = None  # the fewest operations behind the figure on each side (percentiles)
+
+    def too_few(self) -> bool:
+        """A percentile of fewer than `MIN_OPERATIONS` operations on some side: no difference is judged from it."""
+        return self.unit == "ms" and self.operations is not None and min(self.operations) < MIN_OPERATIONS
+
+
+#: Below this many operations in a stage (on either side) a percentile's difference is not judged: the p99
+#: of fewer than 100 operations is their maximum or next to it, one slow operation.
+MIN_OPERATIONS = 100
 
 
 def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
@@ -247,8 +306,10 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
     per_side = []
     for s in sides:
         order, values = stage_values(s.runs)
-        for d in s.runs:  # successful TPS: ok over the stage's duration
+        for d in s.runs:  # successful TPS: ok over the stage's duration; the operations behind each percentile
             for r in _stage_csv(d):
+                if r.get("count") not in (None, ""):
+                    values.setdefault((r["stage"], r["operation"], "count"), []).append(float(r["count"]))
                 if r.get("ok") not in (None, "") and r.get("duration_s") not in (None, "", "0", "0.0"):
                     values.setdefault((r["stage"], r["operation"], "ok_tps"), []).append(
                         float(r["ok"]) / float(r["duration_s"]))
@@ -266,7 +327,9 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
         for op, fig, label, unit, ratio in spec:
             cells = [Figure(values.get((stage, op, fig), [])) for _, values, _ in per_side]
             if any(c.values for c in cells):
-                rows.append(Row(stage, label, unit, cells, ratio))
+                counts = [min(values.get((stage, op, "count"), [0.0]) or [0.0]) for _, values, _ in per_side]
+                rows.append(Row(stage, label, unit, cells, ratio,
+                                operations=[int(n) for n in counts] if unit == "ms" and op != "ALL" else None))
         labels = list(dict.fromkeys(k for _, _, cap in per_side for k in cap.get(stage, {})))
         for label in labels:
             cells = [Figure(cap.get(stage, {}).get(label, [])) for _, _, cap in per_side]
@@ -434,13 +497,16 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
         headers.append(f"{s.label} vs {first.label}")
         if spread:
             headers.append("beyond spread?")
-    out, within, beyond = [], [], []
+    out, within, beyond, thin = [], [], [], []
     for r in rows:
         line = [r.stage, r.figure] + [_cell(r, c, s.repeated) for c, s in zip(r.cells, sides)]
+        if r.too_few():
+            thin.append(f"{r.stage} {r.figure}")
         for c, s in zip(r.cells[1:], sides[1:]):
-            line.append(_ratio(r, r.cells[0], c))
+            line.append("not enough operations" if r.too_few() else _ratio(r, r.cells[0], c))
             if spread:
-                verdict = beyond_spread(r.cells[0], c) if (r.ratio or r.unit == "rate") else None
+                judged = (r.ratio or r.unit == "rate") and not r.too_few()
+                verdict = beyond_spread(r.cells[0], c) if judged else None
                 line.append("" if verdict is None else "yes" if verdict else "no")
                 if verdict is not None:
                     (beyond if verdict else within).append(f"{r.stage} {r.figure} ({s.label})")
@@ -457,6 +523,10 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     elif first.kind == "engine":
         notes.append("Single runs: there is no spread to judge a difference by; run each side with --repeat N "
                      "(at least 3) to know whether a difference is larger than run-to-run variation.")
+    if thin:
+        notes.append(f"Not enough operations ({len(thin)} rows, marked): fewer than {MIN_OPERATIONS} operations "
+                     "in the stage on some side, so the percentile is close to the maximum and no difference is "
+                     "judged from it.")
     return headers, out, notes
 
 

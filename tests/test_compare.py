@@ -169,3 +169,21 @@ def test_rerun_of_an_embedded_run_stays_embedded_and_goes_beside_the_set(tmp_pat
     rerun = read_json(results / "again" / "run.json")
     assert rerun["target_name"] == "embedded-postgres" and rerun["rerun_of"]["run_id"] == "1"
     assert _planned(results / "again") == _planned(results / "set" / "1")
+
+
+def test_compare_names_what_differed_and_will_not_judge_a_few_operations(two_runs: dict, pg_uri: str) -> None:
+    root, results = two_runs["root"], two_runs["results"]
+    more = dbsurge("run", *[a if a != "1" else "2" for a in BASE], "--target", pg_uri, "--shape", "stages",
+                   "--stages", PLAN, "--results-dir", str(results), "--run-id", "users2", cwd=root)
+    assert more.returncode == 0, more.stderr[-2000:]
+    out = dbsurge("compare", str(two_runs["a"]), str(results / "users2"), "--html", str(root / "u.html"), cwd=root)
+    assert out.returncode == 0, out.stderr
+    differed = [line for line in out.stdout.splitlines() if line.startswith("What differed, a vs users2: ")]
+    assert len(differed) == 1 and "--max-users 1 vs 2" in differed[0], out.stdout
+    # 40-80 operations per stage and operation: no percentile difference is judged from so few
+    lines = out.stdout.splitlines()
+    p99 = [line for line in lines if line.split()[1:4] == ["order_create", "p99", "ms"]]
+    assert p99 and all("not enough operations" in line for line in p99), p99
+    assert any(line.startswith("Not enough operations (") and "fewer than 100 operations" in line for line in lines)
+    same = dbsurge("compare", str(two_runs["a"]), str(two_runs["b"]), "--html", str(root / "s.html"), cwd=root)
+    assert "What differed, a vs b: nothing in run.json's options, target or versions" in same.stdout, same.stdout
