@@ -74,3 +74,20 @@ def test_bad_options_are_one_line_errors(tmp_path):
         cs.SCENARIO.prepare(["--target", "x", "--step-factor", "1"])
     with pytest.raises(UserError, match="--max-rate 50 is below --start 100"):
         cs.SCENARIO.prepare(["--target", "x", "--max-rate", "50"])
+
+
+def test_quick_search_adapts_its_ceiling_to_the_service_time(monkeypatch):
+    """--quick without --max-rate: 1,600 TPS is not the end when 200 users at 0.1 ms could serve far more."""
+    def fake_step(setup: Setup, uri: str, parent: Path, rate: float, index: int) -> cs.Step:
+        ok = rate <= 5000
+        return cs.Step(f"{index:02d}", rate, rate, 2.0 if ok else 80.0, 0, 0.0, 0, "" if ok else "target",
+                       "pass" if ok else "fail", "" if ok else "p99 80 ms > 50 ms", 0, service_ms=0.1)
+
+    monkeypatch.setattr(cs, "run_step", fake_step)
+    setup = fake_setup(max_rate=1600.0, bisections=0)
+    setup.values["adapt_ceiling"] = True
+    steps = cs.search(setup, "uri", Path("."))
+    assert [s.rate_tps for s in steps] == [100, 200, 400, 800, 1600, 3200, 6400]
+    assert cs.answer(steps, setup.values["ceiling"])[0] == "target"
+    fixed = fake_setup(max_rate=1600.0, bisections=0)  # an explicit --max-rate stays the ceiling
+    assert [s.rate_tps for s in cs.search(fixed, "uri", Path("."))][-1] == 1600
