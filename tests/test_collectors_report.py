@@ -298,3 +298,25 @@ def test_a_cost_given_to_dbsurge_cost_stays_in_the_report(tmp_path):
         assert "<h2>Cost</h2>" in page and "c6g.4xlarge" in page
         assert "## Cost" in (run / "summary.md").read_text()
         build_report(run)
+
+
+def test_a_run_with_rate_overrides_has_their_table(tmp_path):
+    """segments.csv (a run whose rate was changed live) becomes the report's and summary.md's override table."""
+    from dbsurge.rundir import SEGMENT_COLUMNS
+
+    run = tmp_path / "run_low_rate"
+    shutil.copytree(FIXTURES / "run_low_rate", run)
+    rows = [{"segment": "stage 20tps", "start_utc": "2026-09-29T08:43:08Z", "seconds": 5, "target_tps": 20,
+             "achieved_tps": 20, "p50_ms": 1.5, "p99_ms": 3.0, "failures": 0, "dropped": 0},
+            {"segment": "override 1: plan x2 from 08:43:13Z (stage 20tps)", "start_utc": "2026-09-29T08:43:13Z",
+             "seconds": 5, "target_tps": 40, "achieved_tps": 39.8, "p50_ms": 1.7, "p99_ms": 4.25, "failures": 0,
+             "dropped": 0}]
+    with open(run / "segments.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, SEGMENT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    build_report(run)
+    table = html_tables((run / "report.html").read_text())["Rate overrides"]
+    assert [r["segment"] for r in table] == [r["segment"] for r in rows]
+    assert table[1]["target TPS"] == "40.0" and table[1]["achieved TPS"] == "39.8"
+    assert "## Rate overrides" in (run / "summary.md").read_text()
