@@ -44,7 +44,6 @@ from dbsurge.help_examples import epilog
 
 KINDS = ("engine", "cache", "ycsb", "scalability")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-_STYLES = ("-", "--", ":", "-.")
 
 
 @dataclass
@@ -582,52 +581,58 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
         return _png(fig)
     if sides[0].kind != "engine":
         return None
+    import pandas as pd
+
     from .merge import capacity_frames, merge_run
     from .rundata import read_cloudwatch
 
-    fig = MplFigure(figsize=(11, 9), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax_lat, ax_rate, ax_cap = fig.subplots(3, 1, sharex=True)
-    capacity_drawn = False
+    loaded = []  # (side index, repetition index, run directory, merged.csv)
     for i, s in enumerate(sides):
-        color = _COLORS[i % len(_COLORS)]
         for j, d in enumerate(s.runs):
             path = d / "merged.csv"
             try:
-                import pandas as pd
-
                 merged = pd.read_csv(path) if path.is_file() else merge_run(d)
             except (UserError, OSError, ValueError):
                 continue
-            if merged.empty or "elapsed_s" not in merged:
-                continue
-            alpha = 1.0 if j == 0 else 0.35
-            label = s.label if j == 0 else None
-            x = merged["elapsed_s"] + 0.5
-            ops = [c[: -len(".p99_ms")] for c in merged.columns if c.endswith(".p99_ms")
-                   and not c.startswith(("pg.", "mongo.", "cw.", "ALL."))]
-            for k, op in enumerate(ops):
-                ax_lat.plot(x, merged[f"{op}.p99_ms"], color=color, ls=_STYLES[k % len(_STYLES)], lw=1.2, alpha=alpha,
-                            label=f"{s.label} {op}" if j == 0 else None)
-            ax_rate.step(merged["elapsed_s"], merged["achieved_tps"], where="post", color=color, lw=1.2, alpha=alpha,
-                         label=f"{label} achieved" if label else None)
-            if i == 0 and j == 0 and merged["target_tps"].notna().any():
-                ax_rate.step(merged["elapsed_s"], merged["target_tps"], where="post", color="#555555", ls="--", lw=1,
-                             label="target")
-            zero = _zero(_meta(d))
-            cw = read_cloudwatch(d)
-            if zero is not None and not cw.empty:
-                for key, frame in capacity_frames(cw).items():
-                    chosen = frame[frame["stat"] == "Maximum"]
-                    chosen = chosen if not chosen.empty else frame
-                    chosen = chosen.sort_values("time_utc")
-                    xs = (chosen["time_utc"] - zero).dt.total_seconds()
-                    ax_cap.step(xs, chosen["value"], where="post", color=color, alpha=alpha,
-                                label=f"{s.label} {'/'.join(str(k) for k in key[1:3])}" if j == 0 else None)
-                    capacity_drawn = True
-    ax_lat.set_yscale("log")
-    ax_lat.set_ylabel("p99 response time (ms)")
-    ax_lat.set_title("Response-time p99 per operation (line style = operation)", fontsize=10, loc="left")
+            if not merged.empty and "elapsed_s" in merged:
+                loaded.append((i, j, d, merged))
+    ops = list(dict.fromkeys(c[: -len(".p99_ms")] for _, _, _, m in loaded for c in m.columns
+                             if c.endswith(".p99_ms") and not c.startswith(("pg.", "mongo.", "cw.", "ALL."))))
+    # one small panel per operation (each side one colour) rather than every line in one crowded overlay
+    fig = MplFigure(figsize=(11, 2.2 * len(ops) + 5.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(ops) + 2, 1, sharex=True, squeeze=False)[:, 0]
+    ax_ops, ax_rate, ax_cap = dict(zip(ops, axes[:len(ops)])), axes[-2], axes[-1]
+    capacity_drawn = False
+    for i, j, d, merged in loaded:
+        s = sides[i]
+        color = _COLORS[i % len(_COLORS)]
+        alpha = 1.0 if j == 0 else 0.35
+        label = s.label if j == 0 else None
+        x = merged["elapsed_s"] + 0.5
+        for op, ax in ax_ops.items():
+            if f"{op}.p99_ms" in merged:
+                ax.plot(x, merged[f"{op}.p99_ms"], color=color, lw=1.2, alpha=alpha, label=label)
+        ax_rate.step(merged["elapsed_s"], merged["achieved_tps"], where="post", color=color, lw=1.2, alpha=alpha,
+                     label=f"{label} achieved" if label else None)
+        if i == 0 and j == 0 and merged["target_tps"].notna().any():
+            ax_rate.step(merged["elapsed_s"], merged["target_tps"], where="post", color="#555555", ls="--", lw=1,
+                         label="target")
+        zero = _zero(_meta(d))
+        cw = read_cloudwatch(d)
+        if zero is not None and not cw.empty:
+            for key, frame in capacity_frames(cw).items():
+                chosen = frame[frame["stat"] == "Maximum"]
+                chosen = chosen if not chosen.empty else frame
+                chosen = chosen.sort_values("time_utc")
+                xs = (chosen["time_utc"] - zero).dt.total_seconds()
+                ax_cap.step(xs, chosen["value"], where="post", color=color, alpha=alpha,
+                            label=f"{s.label} {'/'.join(str(k) for k in key[1:3])}" if j == 0 else None)
+                capacity_drawn = True
+    for op, ax in ax_ops.items():
+        ax.set_yscale("log")
+        ax.set_ylabel("p99 (ms)")
+        ax.set_title(f"{op}: response-time p99 per second (later repetitions lighter)", fontsize=10, loc="left")
     ax_rate.set_ylabel("operations/s")
     ax_rate.set_title("Achieved rate against the plan", fontsize=10, loc="left")
     ax_cap.set_ylabel("capacity units")
@@ -636,7 +641,7 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
         ax_cap.text(0.5, 0.5, "no CloudWatch capacity in these runs", transform=ax_cap.transAxes, ha="center",
                     va="center", color="#777777")
     ax_cap.set_xlabel("seconds since the plan's time zero")
-    for ax in (ax_lat, ax_rate, ax_cap):
+    for ax in axes:
         ax.grid(True, color="#dddddd", lw=0.6)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left", ncol=2, framealpha=0.8)
