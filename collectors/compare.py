@@ -13,8 +13,10 @@ where they mean something:
 - **scalability** (``ycsb-run --scale-workers``): throughput per worker count against the ideal.
 
 A directory written by ``--repeat N`` counts as one run whose figures are the repetitions'
-medians with their [min-max] spread; when both sides have repetitions, a column says whether a
-difference is larger than the spread (their ranges do not overlap) or not.
+medians with their [min-max] spread; when both sides have repetitions, a column gives a 95%
+bootstrap interval of the difference from the repetitions' per-second values
+(`collectors.bootstrap`), and another says whether the difference is beyond the spread (the
+interval excludes 0; without per-second values, the ranges do not overlap) or not.
 
 Before comparing, `differences` checks that the runs are comparable (plan, workload, data size,
 operation mix, arrival process; for the scenarios their own settings) and prints what differs;
@@ -41,6 +43,8 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
+
+from .bootstrap import difference_interval, per_second
 
 KINDS = ("engine", "cache", "ycsb", "scalability")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -288,6 +292,7 @@ class Row:
     cells: list[Figure]
     ratio: bool = True
     operations: list[int] | None = None  # the fewest operations behind the figure on each side (percentiles)
+    series: tuple[str, str] | None = None  # (operation, timeline.csv column): its per-second values, for the CI
 
     def too_few(self) -> bool:
         """A percentile of fewer than `MIN_OPERATIONS` operations on some side: no difference is judged from it."""
@@ -327,8 +332,10 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
             cells = [Figure(values.get((stage, op, fig), [])) for _, values, _ in per_side]
             if any(c.values for c in cells):
                 counts = [min(values.get((stage, op, "count"), [0.0]) or [0.0]) for _, values, _ in per_side]
+                series = {"ok_tps": (op, "achieved_tps"), "p95_ms": (op, "p95_ms"), "p99_ms": (op, "p99_ms")}.get(fig)
                 rows.append(Row(stage, label, unit, cells, ratio,
-                                operations=[int(n) for n in counts] if unit == "ms" and op != "ALL" else None))
+                                operations=[int(n) for n in counts] if unit == "ms" and op != "ALL" else None,
+                                series=series if op != "ALL" or fig == "ok_tps" else None))
         labels = list(dict.fromkeys(k for _, _, cap in per_side for k in cap.get(stage, {})))
         for label in labels:
             cells = [Figure(cap.get(stage, {}).get(label, [])) for _, _, cap in per_side]
@@ -479,6 +486,15 @@ def _ratio(row: Row, a: Figure, b: Figure) -> str:
     return f"{b.value / a.value:.2f}x"
 
 
+def _interval(row: Row, a: Side, b: Side) -> tuple[float, float, float] | None:
+    """The bootstrap interval of B minus A for a row with per-second values (`collectors.bootstrap`)."""
+    if row.series is None:
+        return None
+    op, column = row.series
+    return difference_interval([per_second(d, row.stage, op, column) for d in a.runs],
+                               [per_second(d, row.stage, op, column) for d in b.runs])
+
+
 def beyond_spread(a: Figure, b: Figure) -> bool | None:
     """Whether b differs from a by more than their repetitions' spread (ranges do not overlap); None without spread."""
     if len(a.values) < 2 or len(b.values) < 2:
@@ -492,8 +508,11 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     first_column = {"engine": "stage", "cache": "percentile", "ycsb": "distribution", "scalability": "workers"}
     headers = [first_column[first.kind], "figure"] + [s.label for s in sides]
     spread = all(s.repeated for s in sides)
+    intervals = spread and first.kind == "engine"
     for s in sides[1:]:
         headers.append(f"{s.label} vs {first.label}")
+        if intervals:
+            headers.append(f"{s.label} - {first.label} (95% CI)")
         if spread:
             headers.append("beyond spread?")
     out, within, beyond, thin = [], [], [], []
@@ -503,9 +522,13 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
             thin.append(f"{r.stage} {r.figure}")
         for c, s in zip(r.cells[1:], sides[1:]):
             line.append("not enough operations" if r.too_few() else _ratio(r, r.cells[0], c))
+            ci = _interval(r, first, s) if intervals and not r.too_few() else None
+            if intervals:
+                line.append("" if ci is None else f"{ci[0]:+.3g} [{ci[1]:+.3g}, {ci[2]:+.3g}]")
             if spread:
                 judged = (r.ratio or r.unit == "rate") and not r.too_few()
-                verdict = beyond_spread(r.cells[0], c) if judged else None
+                verdict = (ci[1] > 0 or ci[2] < 0) if ci is not None else beyond_spread(r.cells[0], c) if judged \
+                    else None
                 line.append("" if verdict is None else "yes" if verdict else "no")
                 if verdict is not None:
                     (beyond if verdict else within).append(f"{r.stage} {r.figure} ({s.label})")
@@ -514,6 +537,12 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     if spread:
         n = min(len(s.runs) for s in sides)
         notes.append(f"Each cell is the median of the repetitions [min-max] (at least {n} per run).")
+        if intervals:
+            notes.append("The 95% CI is of the difference in the per-second mean (successful TPS, p95, p99 of each "
+                         "second in the stage), by a two-level bootstrap over the repetitions' timeline.csv: runs "
+                         "drawn with replacement, then seconds within each run, 2,000 resamples, seeded. Where it "
+                         "has one, 'beyond spread?' says yes when the interval excludes 0; elsewhere, when the "
+                         "repetitions' ranges do not overlap.")
         if beyond:
             notes.append(f"Larger than the spread across repetitions ({len(beyond)}): " + "; ".join(beyond) + ".")
         if within:

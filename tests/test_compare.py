@@ -140,6 +140,10 @@ def test_repeat_three_and_compare_spread(pg_uri: str, tmp_path: Path) -> None:
     cmp = dbsurge("compare", str(parent), str(results / "y"), "--labels", "X,Y", cwd=tmp_path)
     assert cmp.returncode == 0, cmp.stderr
     assert "beyond spread?" in cmp.stdout and "median of the repetitions" in cmp.stdout
+    # per stage, a bootstrap interval of the difference from the repetitions' seconds
+    assert "Y - X (95% CI)" in cmp.stdout and "two-level bootstrap" in cmp.stdout
+    tps_line = next(line for line in cmp.stdout.splitlines() if line.split()[:3] == ["20tps", "successful", "TPS"])
+    assert re.search(r"[+-][\d.e+-]+ \[[+-][\d.e+-]+, [+-][\d.e+-]+\]", tps_line), tps_line
     assert "NOT larger than the spread" in cmp.stdout or "Larger than the spread" in cmp.stdout
 
 
