@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
@@ -51,7 +52,8 @@ def collect_main(argv: Sequence[str]) -> int:
     from .cloudwatch import CloudWatchCollector, parse_presets
     from .merge import merge_run
 
-    parser = _Parser(prog="dbsurge collect", description="Fetch CloudWatch metrics for a run and merge them.")
+    parser = _Parser(prog="dbsurge collect", description="Fetch CloudWatch metrics for a run and merge them.",
+                     epilog=epilog("collect"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
     parser.add_argument("--cloudwatch", action="append", default=[], metavar="PRESET:ID",
                         help="docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID or metric:NS:NAME[...]; "
@@ -111,7 +113,8 @@ def report_main(argv: Sequence[str]) -> int:
     """Write report.html, timeline.png and summary.md (and merged.csv, cost.csv) for a run."""
     from .report import build_report
 
-    parser = _Parser(prog="dbsurge report", description="Build the run's report (several runs: with a comparison).")
+    parser = _Parser(prog="dbsurge report", description="Build the run's report (several runs: with a comparison).",
+                     epilog=epilog("report"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="the run directory, results/<run-id>")
     args = parser.parse_args(list(argv))
     if len(args.run_dirs) > 1:
@@ -142,7 +145,8 @@ def cost_main(argv: Sequence[str]) -> int:
     from .cost import estimate_cost
     from .report import cost_tables, markdown_table
 
-    parser = _Parser(prog="dbsurge cost", description="Estimate what a run cost.")
+    parser = _Parser(prog="dbsurge cost", description="Estimate what a run cost.", epilog=epilog("cost"),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
     parser.add_argument("--prices", help="a prices TOML file laid over the us-east-1 defaults")
     parser.add_argument("--region", help="the region to price (default: run.json's, AWS_DEFAULT_REGION, us-east-1)")
@@ -153,6 +157,7 @@ def cost_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests)
+    _keep_cost_inputs(Path(args.run_dir), args)
     (items_h, items), (stages_h, stages) = cost_tables(report)
     _say(markdown_table(items_h, items))
     if stages:
@@ -160,4 +165,18 @@ def cost_main(argv: Sequence[str]) -> int:
         _say(markdown_table(stages_h, stages))
     _say("")
     _say("Prices: " + "; ".join([report.prices.note, *report.notes]))
+    _say(f"wrote {Path(args.run_dir) / 'cost.csv'}")
+    if (Path(args.run_dir) / "report.html").is_file():  # the report shows the same bill, not the one before
+        from .report import build_report
+
+        _say(f"rebuilt {build_report(args.run_dir)} with this cost")
     return 0
+
+
+def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
+    """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
+    given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
+             "prices": str(Path(args.prices).resolve()) if args.prices else None, "region": args.region}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given and (run_dir / "run.json").is_file():
+        update_run_json(run_dir, cost_inputs=given)

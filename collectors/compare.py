@@ -13,8 +13,10 @@ where they mean something:
 - **scalability** (``ycsb-run --scale-workers``): throughput per worker count against the ideal.
 
 A directory written by ``--repeat N`` counts as one run whose figures are the repetitions'
-medians with their [min-max] spread; when both sides have repetitions, a column says whether a
-difference is larger than the spread (their ranges do not overlap) or not.
+medians with their [min-max] spread; when both sides have repetitions, a column gives a 95%
+bootstrap interval of the difference from the repetitions' per-second values
+(`collectors.bootstrap`), and another says whether the difference is beyond the spread (the
+interval excludes 0; without per-second values, the ranges do not overlap) or not.
 
 Before comparing, `differences` checks that the runs are comparable (plan, workload, data size,
 operation mix, arrival process; for the scenarios their own settings) and prints what differs;
@@ -26,6 +28,7 @@ section of report.html (``dbsurge report A B``).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import html
 import io
@@ -39,10 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
+
+from .bootstrap import difference_interval, per_second
 
 KINDS = ("engine", "cache", "ycsb", "scalability")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-_STYLES = ("-", "--", ":", "-.")
 
 
 @dataclass
@@ -203,7 +208,56 @@ def differences(sides: Sequence[Side]) -> tuple[list[str], list[str]]:
     reps = [len(s.runs) for s in sides]
     if len(set(reps)) > 1:
         notes.append("repetitions differ: " + ", ".join(f"{s.label} {n}" for s, n in zip(sides, reps)))
-    return blocking, notes
+    return blocking, notes + what_differed(sides)
+
+
+#: run.json options that differ between any two runs by design (names, ports, paths) or are secret-free noise.
+_OPTIONS_NOT_COMPARED = frozenset({
+    "run_id", "results_dir", "target", "config", "csv_prefix", "html_file", "json_file", "logfile", "master_port",
+    "master_bind_port", "master_bind_host", "master_host", "web_port", "web_host", "prometheus_port",
+    "prometheus_host", "join_token", "target_secret", "target_secret_endpoint_url", "cloudwatch_endpoint_url",
+    "locustfile", "locustfile_list", "tags", "exclude_tags", "user_classes",
+})
+
+
+def what_differed(sides: Sequence[Side]) -> list[str]:
+    """What run.json says differed between the runs beyond the plan: options, target, versions (one line each).
+
+    The runs passed `differences`' checks (or ``--force``): these are the settings a reader should know
+    changed, such as ``--users``, the target or a driver's version, before reading a ratio as the target's.
+    """
+    out = []
+    first = sides[0]
+    for s in sides[1:]:
+        a_meta, b_meta = first.first_meta, s.first_meta
+        changes = []
+        a_opts, b_opts = a_meta.get("options") or {}, b_meta.get("options") or {}
+        for key in sorted(set(a_opts) | set(b_opts)):
+            if key in _OPTIONS_NOT_COMPARED or a_opts.get(key) == b_opts.get(key):
+                continue
+            changes.append(f"--{key.replace('_', '-')} {_shown(a_opts.get(key))} vs {_shown(b_opts.get(key))}")
+        a_target = a_meta.get("target_name") or first.target
+        b_target = b_meta.get("target_name") or s.target
+        if a_target != b_target or first.target != s.target:
+            changes.append(f"target {first.target or a_target} vs {s.target or b_target}")
+        a_ver, b_ver = a_meta.get("versions") or {}, b_meta.get("versions") or {}
+        for key in sorted(set(a_ver) | set(b_ver)):
+            if a_ver.get(key) != b_ver.get(key):
+                changes.append(f"{key} {_shown(a_ver.get(key))} vs {_shown(b_ver.get(key))}")
+        if changes:
+            out.append(f"What differed, {first.label} vs {s.label}: " + "; ".join(changes))
+        else:
+            out.append(f"What differed, {first.label} vs {s.label}: nothing in run.json's options, target or "
+                       "versions")
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(not set)"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "(none)"
+    return str(value)
 
 
 # -- figures ------------------------------------------------------------------------------------------------
@@ -237,6 +291,17 @@ class Row:
     unit: str  # tps | ms | rate | capacity | usd | ops | pct | count
     cells: list[Figure]
     ratio: bool = True
+    operations: list[int] | None = None  # the fewest operations behind the figure on each side (percentiles)
+    series: tuple[str, str] | None = None  # (operation, timeline.csv column): its per-second values, for the CI
+
+    def too_few(self) -> bool:
+        """A percentile of fewer than `MIN_OPERATIONS` operations on some side: no difference is judged from it."""
+        return self.unit == "ms" and self.operations is not None and min(self.operations) < MIN_OPERATIONS
+
+
+#: Below this many operations in a stage (on either side) a percentile's difference is not judged: the p99
+#: of fewer than 100 operations is their maximum or next to it, one slow operation.
+MIN_OPERATIONS = 100
 
 
 def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
@@ -245,8 +310,10 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
     per_side = []
     for s in sides:
         order, values = stage_values(s.runs)
-        for d in s.runs:  # successful TPS: ok over the stage's duration
+        for d in s.runs:  # successful TPS: ok over the stage's duration; the operations behind each percentile
             for r in _stage_csv(d):
+                if r.get("count") not in (None, ""):
+                    values.setdefault((r["stage"], r["operation"], "count"), []).append(float(r["count"]))
                 if r.get("ok") not in (None, "") and r.get("duration_s") not in (None, "", "0", "0.0"):
                     values.setdefault((r["stage"], r["operation"], "ok_tps"), []).append(
                         float(r["ok"]) / float(r["duration_s"]))
@@ -264,7 +331,11 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
         for op, fig, label, unit, ratio in spec:
             cells = [Figure(values.get((stage, op, fig), [])) for _, values, _ in per_side]
             if any(c.values for c in cells):
-                rows.append(Row(stage, label, unit, cells, ratio))
+                counts = [min(values.get((stage, op, "count"), [0.0]) or [0.0]) for _, values, _ in per_side]
+                series = {"ok_tps": (op, "achieved_tps"), "p95_ms": (op, "p95_ms"), "p99_ms": (op, "p99_ms")}.get(fig)
+                rows.append(Row(stage, label, unit, cells, ratio,
+                                operations=[int(n) for n in counts] if unit == "ms" and op != "ALL" else None,
+                                series=series if op != "ALL" or fig == "ok_tps" else None))
         labels = list(dict.fromkeys(k for _, _, cap in per_side for k in cap.get(stage, {})))
         for label in labels:
             cells = [Figure(cap.get(stage, {}).get(label, [])) for _, _, cap in per_side]
@@ -415,6 +486,15 @@ def _ratio(row: Row, a: Figure, b: Figure) -> str:
     return f"{b.value / a.value:.2f}x"
 
 
+def _interval(row: Row, a: Side, b: Side) -> tuple[float, float, float] | None:
+    """The bootstrap interval of B minus A for a row with per-second values (`collectors.bootstrap`)."""
+    if row.series is None:
+        return None
+    op, column = row.series
+    return difference_interval([per_second(d, row.stage, op, column) for d in a.runs],
+                               [per_second(d, row.stage, op, column) for d in b.runs])
+
+
 def beyond_spread(a: Figure, b: Figure) -> bool | None:
     """Whether b differs from a by more than their repetitions' spread (ranges do not overlap); None without spread."""
     if len(a.values) < 2 or len(b.values) < 2:
@@ -428,17 +508,27 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     first_column = {"engine": "stage", "cache": "percentile", "ycsb": "distribution", "scalability": "workers"}
     headers = [first_column[first.kind], "figure"] + [s.label for s in sides]
     spread = all(s.repeated for s in sides)
+    intervals = spread and first.kind == "engine"
     for s in sides[1:]:
         headers.append(f"{s.label} vs {first.label}")
+        if intervals:
+            headers.append(f"{s.label} - {first.label} (95% CI)")
         if spread:
             headers.append("beyond spread?")
-    out, within, beyond = [], [], []
+    out, within, beyond, thin = [], [], [], []
     for r in rows:
         line = [r.stage, r.figure] + [_cell(r, c, s.repeated) for c, s in zip(r.cells, sides)]
+        if r.too_few():
+            thin.append(f"{r.stage} {r.figure}")
         for c, s in zip(r.cells[1:], sides[1:]):
-            line.append(_ratio(r, r.cells[0], c))
+            line.append("not enough operations" if r.too_few() else _ratio(r, r.cells[0], c))
+            ci = _interval(r, first, s) if intervals and not r.too_few() else None
+            if intervals:
+                line.append("" if ci is None else f"{ci[0]:+.3g} [{ci[1]:+.3g}, {ci[2]:+.3g}]")
             if spread:
-                verdict = beyond_spread(r.cells[0], c) if (r.ratio or r.unit == "rate") else None
+                judged = (r.ratio or r.unit == "rate") and not r.too_few()
+                verdict = (ci[1] > 0 or ci[2] < 0) if ci is not None else beyond_spread(r.cells[0], c) if judged \
+                    else None
                 line.append("" if verdict is None else "yes" if verdict else "no")
                 if verdict is not None:
                     (beyond if verdict else within).append(f"{r.stage} {r.figure} ({s.label})")
@@ -447,6 +537,12 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     if spread:
         n = min(len(s.runs) for s in sides)
         notes.append(f"Each cell is the median of the repetitions [min-max] (at least {n} per run).")
+        if intervals:
+            notes.append("The 95% CI is of the difference in the per-second mean (successful TPS, p95, p99 of each "
+                         "second in the stage), by a two-level bootstrap over the repetitions' timeline.csv: runs "
+                         "drawn with replacement, then seconds within each run, 2,000 resamples, seeded. Where it "
+                         "has one, 'beyond spread?' says yes when the interval excludes 0; elsewhere, when the "
+                         "repetitions' ranges do not overlap.")
         if beyond:
             notes.append(f"Larger than the spread across repetitions ({len(beyond)}): " + "; ".join(beyond) + ".")
         if within:
@@ -455,6 +551,10 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     elif first.kind == "engine":
         notes.append("Single runs: there is no spread to judge a difference by; run each side with --repeat N "
                      "(at least 3) to know whether a difference is larger than run-to-run variation.")
+    if thin:
+        notes.append(f"Not enough operations ({len(thin)} rows, marked): fewer than {MIN_OPERATIONS} operations "
+                     "in the stage on some side, so the percentile is close to the maximum and no difference is "
+                     "judged from it.")
     return headers, out, notes
 
 
@@ -510,52 +610,58 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
         return _png(fig)
     if sides[0].kind != "engine":
         return None
+    import pandas as pd
+
     from .merge import capacity_frames, merge_run
     from .rundata import read_cloudwatch
 
-    fig = MplFigure(figsize=(11, 9), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax_lat, ax_rate, ax_cap = fig.subplots(3, 1, sharex=True)
-    capacity_drawn = False
+    loaded = []  # (side index, repetition index, run directory, merged.csv)
     for i, s in enumerate(sides):
-        color = _COLORS[i % len(_COLORS)]
         for j, d in enumerate(s.runs):
             path = d / "merged.csv"
             try:
-                import pandas as pd
-
                 merged = pd.read_csv(path) if path.is_file() else merge_run(d)
             except (UserError, OSError, ValueError):
                 continue
-            if merged.empty or "elapsed_s" not in merged:
-                continue
-            alpha = 1.0 if j == 0 else 0.35
-            label = s.label if j == 0 else None
-            x = merged["elapsed_s"] + 0.5
-            ops = [c[: -len(".p99_ms")] for c in merged.columns if c.endswith(".p99_ms")
-                   and not c.startswith(("pg.", "mongo.", "cw.", "ALL."))]
-            for k, op in enumerate(ops):
-                ax_lat.plot(x, merged[f"{op}.p99_ms"], color=color, ls=_STYLES[k % len(_STYLES)], lw=1.2, alpha=alpha,
-                            label=f"{s.label} {op}" if j == 0 else None)
-            ax_rate.step(merged["elapsed_s"], merged["achieved_tps"], where="post", color=color, lw=1.2, alpha=alpha,
-                         label=f"{label} achieved" if label else None)
-            if i == 0 and j == 0 and merged["target_tps"].notna().any():
-                ax_rate.step(merged["elapsed_s"], merged["target_tps"], where="post", color="#555555", ls="--", lw=1,
-                             label="target")
-            zero = _zero(_meta(d))
-            cw = read_cloudwatch(d)
-            if zero is not None and not cw.empty:
-                for key, frame in capacity_frames(cw).items():
-                    chosen = frame[frame["stat"] == "Maximum"]
-                    chosen = chosen if not chosen.empty else frame
-                    chosen = chosen.sort_values("time_utc")
-                    xs = (chosen["time_utc"] - zero).dt.total_seconds()
-                    ax_cap.step(xs, chosen["value"], where="post", color=color, alpha=alpha,
-                                label=f"{s.label} {'/'.join(str(k) for k in key[1:3])}" if j == 0 else None)
-                    capacity_drawn = True
-    ax_lat.set_yscale("log")
-    ax_lat.set_ylabel("p99 response time (ms)")
-    ax_lat.set_title("Response-time p99 per operation (line style = operation)", fontsize=10, loc="left")
+            if not merged.empty and "elapsed_s" in merged:
+                loaded.append((i, j, d, merged))
+    ops = list(dict.fromkeys(c[: -len(".p99_ms")] for _, _, _, m in loaded for c in m.columns
+                             if c.endswith(".p99_ms") and not c.startswith(("pg.", "mongo.", "cw.", "ALL."))))
+    # one small panel per operation (each side one colour) rather than every line in one crowded overlay
+    fig = MplFigure(figsize=(11, 2.2 * len(ops) + 5.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(ops) + 2, 1, sharex=True, squeeze=False)[:, 0]
+    ax_ops, ax_rate, ax_cap = dict(zip(ops, axes[:len(ops)])), axes[-2], axes[-1]
+    capacity_drawn = False
+    for i, j, d, merged in loaded:
+        s = sides[i]
+        color = _COLORS[i % len(_COLORS)]
+        alpha = 1.0 if j == 0 else 0.35
+        label = s.label if j == 0 else None
+        x = merged["elapsed_s"] + 0.5
+        for op, ax in ax_ops.items():
+            if f"{op}.p99_ms" in merged:
+                ax.plot(x, merged[f"{op}.p99_ms"], color=color, lw=1.2, alpha=alpha, label=label)
+        ax_rate.step(merged["elapsed_s"], merged["achieved_tps"], where="post", color=color, lw=1.2, alpha=alpha,
+                     label=f"{label} achieved" if label else None)
+        if i == 0 and j == 0 and merged["target_tps"].notna().any():
+            ax_rate.step(merged["elapsed_s"], merged["target_tps"], where="post", color="#555555", ls="--", lw=1,
+                         label="target")
+        zero = _zero(_meta(d))
+        cw = read_cloudwatch(d)
+        if zero is not None and not cw.empty:
+            for key, frame in capacity_frames(cw).items():
+                chosen = frame[frame["stat"] == "Maximum"]
+                chosen = chosen if not chosen.empty else frame
+                chosen = chosen.sort_values("time_utc")
+                xs = (chosen["time_utc"] - zero).dt.total_seconds()
+                ax_cap.step(xs, chosen["value"], where="post", color=color, alpha=alpha,
+                            label=f"{s.label} {'/'.join(str(k) for k in key[1:3])}" if j == 0 else None)
+                capacity_drawn = True
+    for op, ax in ax_ops.items():
+        ax.set_yscale("log")
+        ax.set_ylabel("p99 (ms)")
+        ax.set_title(f"{op}: response-time p99 per second (later repetitions lighter)", fontsize=10, loc="left")
     ax_rate.set_ylabel("operations/s")
     ax_rate.set_title("Achieved rate against the plan", fontsize=10, loc="left")
     ax_cap.set_ylabel("capacity units")
@@ -564,7 +670,7 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
         ax_cap.text(0.5, 0.5, "no CloudWatch capacity in these runs", transform=ax_cap.transAxes, ha="center",
                     va="center", color="#777777")
     ax_cap.set_xlabel("seconds since the plan's time zero")
-    for ax in (ax_lat, ax_rate, ax_cap):
+    for ax in axes:
         ax.grid(True, color="#dddddd", lw=0.6)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left", ncol=2, framealpha=0.8)
@@ -648,7 +754,8 @@ def compare_main(argv: Sequence[str]) -> int:
     """``dbsurge compare``."""
     from .cli import _Parser
 
-    parser = _Parser(prog="dbsurge compare", description="Compare runs of one plan on several targets.")
+    parser = _Parser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
+                     epilog=epilog("compare"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="two or more run directories (or --repeat parents)")
     parser.add_argument("--labels", help="one label per run, comma-separated, e.g. D1,A2")
     parser.add_argument("--html", help="write the table and the overlaid plots here (default: compare.html beside "

@@ -433,8 +433,19 @@ def estimate_cost(
     io_requests: float | None = None,
     write: bool = True,
 ) -> CostReport:
-    """Estimate a run's cost from its directory; writes ``cost.csv``."""
+    """Estimate a run's cost from its directory; writes ``cost.csv``.
+
+    What is not given comes from run.json's ``cost_inputs`` (what ``dbsurge cost`` was last asked:
+    runners, storage, I/O, prices file, region), so the report built later prices the same run the
+    same way instead of falling back to a bill of nothing.
+    """
     run = open_run(run_dir)
+    saved = run.meta.get("cost_inputs") if isinstance(run.meta.get("cost_inputs"), dict) else {}
+    prices_path = prices_path or saved.get("prices")
+    region = region or saved.get("region")
+    runners = runners or saved.get("runners") or None
+    storage_gb = storage_gb if storage_gb is not None else saved.get("storage_gb")
+    io_requests = io_requests if io_requests is not None else saved.get("io_requests")
     prices = load_prices(prices_path, region_of(run, region))
     runner_list = [parse_runner(r) if isinstance(r, str) else r for r in runners] if runners else runners_from_meta(run.meta)
     runner_hours: dict[str, float] = {}

@@ -171,6 +171,19 @@ def stage_operation_rows(data: ReportData) -> Table:
     return ["stage", *headers], [[row["stage"], *line] for row, line in zip(rows, lines)]
 
 
+#: What the rate-override table is (the console's end-of-run table says the same, `dbsurge.finish.SEGMENTS_TITLE`).
+OVERRIDES_NOTE = ("A row per stage and per live rate override in force (segments.csv: timeline.csv's seconds, each "
+                  "in the row in force at its start; the ledger stays per stage).")
+
+
+def override_rows(data: ReportData) -> Table:
+    """The rate-override table from segments.csv (a run with live rate changes); no rows without one."""
+    from dbsurge.tables import segment_table
+
+    rows = _read_rows(data.run.path / "segments.csv")
+    return segment_table(rows) if rows else ([], [])
+
+
 def ledger_rows(data: ReportData) -> Table:
     """The ledger per stage from stages.csv (or the run from summary.csv)."""
     from dbsurge.tables import ledger_table
@@ -379,6 +392,8 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
                      "the stage; max from the Maximum statistic, mean from the Average."
                      if any(c.endswith("(max)") for c in data.capacity.columns) else "")
     parts += _section("Per stage", stage_table(data), capacity_note, _stage_thin_note(data))
+    if override_rows(data)[1]:
+        parts += _section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
     figures = [_figure_html(p.name, p.caption, images[p.name]) for p in panels(data) if p.name in images]
     if figures:
         parts += ["<h2>Timeline</h2>", f'<p class="note">{html.escape(_TIME_NOTE)}</p>', *figures]
@@ -428,6 +443,8 @@ def render_markdown(data: ReportData) -> str:
     lines += _md_section("Operations", operation_rows(data),
                          "Response time from the intended start; svc = service time; ms.", _operation_thin_note(data))
     lines += _md_section("Per stage", stage_table(data), _stage_thin_note(data))
+    if override_rows(data)[1]:
+        lines += _md_section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
     lines += _md_section("Ledger", ledger_rows(data), "planned = ok + failed (by kind) + dropped + not sent (by reason)")
     if has_cost(data):
         (ih, ir), (sh, sr) = cost_tables(data.cost)
@@ -465,7 +482,8 @@ def _generator_lines(results: dict) -> list[str]:
     checks = results.get("checks") or []
     if checks:
         lines += ["", "## Checks", ""]
-        lines += [f"- {'passed' if c['passed'] else 'FAILED'}: {c['check']} (measured {c['value']})" for c in checks]
+        lines += [f"- {'passed' if c['passed'] else 'FAILED'}: {c['check']} (measured {c.get('shown', c['value'])})"
+                  for c in checks]
     return lines + [""]
 
 

@@ -458,6 +458,64 @@ def _draw_hits(ax: Any, data: ReportData) -> None:
     ax.set_ylabel("cache hit ratio (%)")
 
 
+#: The database's own seconds (the 1-second samplers): rates on the left axis, connections on the right.
+_DB_RATES = (("pg.commits_per_s", "PostgreSQL commits/s", "#1f77b4"),
+             ("pg.rollbacks_per_s", "PostgreSQL rollbacks/s", "#d62728"),
+             ("pg.blks_read_per_s", "PostgreSQL blocks read/s (from disk or the OS cache)", "#ff7f0e"),
+             ("mongo.ops_per_s", "MongoDB operations/s (opcounters)", "#9467bd"))
+_MONGO_OPCOUNTERS = ("insert", "query", "update", "delete", "getmore", "command")
+_DB_CONNECTIONS = (("pg.numbackends", "PostgreSQL backends (right)", "#2ca02c"),
+                   ("mongo.connections.current", "MongoDB connections (right)", "#17becf"))
+
+
+def _has(m: pd.DataFrame, column: str) -> bool:
+    return column in m and pd.to_numeric(m[column], errors="coerce").notna().any()
+
+
+def has_database_seconds(data: ReportData) -> bool:
+    """Whether a database sampler wrote rates or connections (pg_stat_database.csv, server_status.csv)."""
+    m = data.merged
+    return any(_has(m, c) for c, _, _ in _DB_RATES + _DB_CONNECTIONS)
+
+
+def draw_database(ax: Any, data: ReportData) -> None:
+    """The database's seconds: commits, rollbacks and blocks read per second (PostgreSQL), operations per second by
+    opcounter (MongoDB) on the left; backends or connections on the right."""
+    m = data.merged
+    x = second_starts(data) + 0.5
+    for column, label, color in _DB_RATES:
+        if _has(m, column):
+            _line(ax, x, pd.to_numeric(m[column], errors="coerce"), color=color, lw=1.0, label=label)
+    for i, kind in enumerate(_MONGO_OPCOUNTERS):  # cumulative counters: their per-second differences
+        column = f"mongo.opcounters.{kind}"
+        if _has(m, column):
+            rate = pd.to_numeric(m[column], errors="coerce").diff().clip(lower=0)
+            if rate.fillna(0).gt(0).any():
+                _line(ax, x, rate, color=_COLORS[i % len(_COLORS)], lw=0.8, ls=":", label=f"MongoDB {kind}/s")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("per second")
+    shown = [(c, label, color) for c, label, color in _DB_CONNECTIONS if _has(m, c)]
+    if shown:
+        twin = ax.twinx()
+        for column, label, color in shown:
+            twin.step(x, pd.to_numeric(m[column], errors="coerce"), where="mid", color=color, lw=1.2, label=label)
+        twin.set_ylim(bottom=0)
+        twin.set_ylabel("connections")
+    ax.set_title("The database's own seconds (1-second samplers)", fontsize=10, loc="left", pad=30)
+
+
+def database_caption(data: ReportData) -> str:
+    m = data.merged
+    parts = []
+    if any(_has(m, c) for c in ("pg.commits_per_s", "pg.numbackends")):
+        parts.append("PostgreSQL's pg_stat_database each second: commits, rollbacks and blocks read per second, "
+                     "and backends (connections) on the right axis; its buffer hit ratio is in the cache panel")
+    if any(_has(m, c) for c in ("mongo.ops_per_s", "mongo.connections.current")):
+        parts.append("MongoDB's serverStatus each second: operations per second in all and by opcounter (dotted), "
+                     "and current connections on the right axis")
+    return "; ".join(parts) + ". These are the server's counts, beside the client's achieved rate above."
+
+
 # -- figures ---------------------------------------------------------------------------------------------
 
 
@@ -487,6 +545,9 @@ def panels(data: ReportData) -> list[Panel]:
         dropped = bool("dropped" in m and m["dropped"].fillna(0).gt(0).any())
         out.append(Panel("lag", "Scheduling lag (p99 of the worst operation) and dropped slots", draw_lag,
                          twin=dropped))
+    if has_database_seconds(data):
+        connections = any(_has(m, c) for c, _, _ in _DB_CONNECTIONS)
+        out.append(Panel("database", database_caption(data), draw_database, twin=connections))
     capacity, hits = has_capacity(data), has_cache_hits(data)
     if capacity or hits:  # named for what it shows: a local run's panel has no capacity in it
         out.append(Panel("capacity" if capacity else "cache", capacity_caption(data), draw_capacity,

@@ -50,6 +50,24 @@ class Check:
         value = float(row[self.column])
         return _OPS[self.compare](value, self.limit), value
 
+    def shown(self, value: float | None) -> str:
+        """The measured value with its unit, as the limit was written: ``5.999 ms``, ``2.5%``, ``98.2 TPS``.
+
+        >>> parse_checks("order_create.p99<0.1ms")[0].shown(5.999)
+        '5.999 ms'
+        >>> parse_checks("failure_rate<1%")[0].shown(0.025)
+        '2.5%'
+        """
+        if value is None:
+            return "no data"
+        if self.column.endswith("_ms"):
+            return f"{value:g} ms"
+        if self.column == "failure_rate":
+            return f"{value * 100:g}%"
+        if self.column == "achieved_tps":
+            return f"{value:g} TPS"
+        return f"{value:g} operations"  # count, failures, retries, dropped
+
     def __str__(self) -> str:
         return self.text
 

@@ -26,6 +26,7 @@ import os
 import sys
 
 from .errors import UserError
+from .help_examples import epilog
 from .locust_child import END_WITH_PLAN_ENV, run_child  # run_child: the scenarios run Locust through it too
 
 SHAPES = ("spike", "stages", "constant")
@@ -93,7 +94,8 @@ _RUN_EPILOG = """Each option can also be set in the environment (the variable sh
 (--config FILE, ./locust.conf or ~/.locust.conf, one `name = value` a line, e.g. `rate = 80`): the command
 line wins over the environment, the environment over a file, as in Locust. --workload and --shape are not
 Locust options: give them on the command line or as DBSURGE_WORKLOAD / DBSURGE_SHAPE, not in a file.
-Any other option passes through to Locust (`locust --help`)."""
+Any other option passes through to Locust (`locust --help`); a name neither knows, here or in a config
+file, is refused before anything starts, naming the nearest real option."""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -129,7 +131,7 @@ def help_parser() -> argparse.ArgumentParser:
     """The parser behind ``dbsurge run --help``: its own options, dbsurge's (`dbsurge.options`), grouped."""
     from .options import GROUPS, add_options
 
-    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=_RUN_EPILOG,
+    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=epilog("run", _RUN_EPILOG),
                                 formatter_class=_HelpFormatter, add_help=False,
                                 usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
     titles = {**GROUPS, "configuration": "configuration and help"}
@@ -156,12 +158,15 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _locust_namespace(rest: list[str]) -> argparse.Namespace:
+def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
+                      extra: list[str] | None = None) -> argparse.Namespace:
     """Locust's and dbsurge's options as the Locust child will see them: config files < environment < ``rest``.
 
-    Parsed with Locust's own configargparse parser plus `dbsurge.options.add_options`, so --config,
-    locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to Locust. Locust is imported
-    without its gevent monkey-patching: this process only waits for the child and forwards signals.
+    Parsed with Locust's own configargparse parser plus dbsurge's options (`dbsurge.options`,
+    `dbsurge.spot`), so --config, locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to
+    Locust. An option name nobody knows, on the command line or in a config file, is refused here,
+    before any server starts (`dbsurge.option_names.refuse_unknown`). Locust is imported without its
+    gevent monkey-patching: this process only waits for the child and forwards signals.
     """
     set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
     if set_here:
@@ -172,17 +177,35 @@ def _locust_namespace(rest: list[str]) -> argparse.Namespace:
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
     from .errors import clip
+    from .option_names import refuse_unknown
     from .options import add_options
+    from .spot import add_spot_options
 
     parser = get_parser()
     add_options(parser)
+    add_spot_options(parser)
 
     def error(message: str) -> None:
         raise UserError(clip(message, 200))
 
     parser.error = error  # type: ignore[method-assign]
-    ns, _unknown = parser.parse_known_args(list(rest))
+    ns, unknown = parser.parse_known_args(list(rest))
+    own = [f for _, flags, _kw in RUN_OPTIONS for f in flags if f.startswith("--")]
+    refuse_unknown(parser, list(rest), unknown, extra=own + (extra or []), help_hint=help_hint)
+    _warn_unknown_env_once(parser)
     return ns
+
+
+_ENV_CHECKED: list[bool] = []
+
+
+def _warn_unknown_env_once(parser) -> None:
+    """A ``DBSURGE_*`` variable that no option reads (``DBSURGE_RATEE``): one warning per process, naming the nearest."""
+    from .option_names import known_env, warn_unknown_env
+
+    if not _ENV_CHECKED:
+        _ENV_CHECKED.append(True)
+        warn_unknown_env(known_env(parser, [kw["env_var"] for _, _f, kw in RUN_OPTIONS if kw.get("env_var")]))
 
 
 def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's command line, one option at a time
@@ -287,7 +310,8 @@ def _preflight(args, ns: argparse.Namespace) -> None:
 
 
 def load_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).")
+    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
+                                epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb "

@@ -27,6 +27,11 @@ import logging
 import math
 import os
 import time
+from bisect import bisect_right
+from collections.abc import Callable
+
+from .segments import override_text
+from .utc import parse_utc
 
 log = logging.getLogger("dbsurge")
 
@@ -81,14 +86,32 @@ def final_tables() -> bool:
     return os.environ.get("DBSURGE_FINAL_TABLES") != "0"
 
 
-def stage_line(plan, index: int, start_epoch_s: float) -> str:
-    """``stage 2/4 200%: 400 TPS from 12:00:20Z`` (a ramp: ``100→400 TPS``; an open end: ``until stopped``)."""
+def stage_line(plan, index: int, start_epoch_s: float, schedule=None, changes: list | None = None) -> str:
+    """``stage 2/4 200%: 400 TPS from 12:00:20Z`` (a ramp: ``100→400 TPS``; an open end: ``until stopped``).
+
+    With the run's `Schedule` and its rate overrides (``[at_s, rate_tps, scale]``), the rate is the
+    one in force, and the override that makes it is named:
+    ``stage 3/4 100%: 400 TPS (plan 200 TPS; override 1: plan x2) from ...``.
+    """
     stage = plan.stages[index]
-    rate = (f"{_tps(stage.start_tps)}→{_tps(stage.end_tps)} TPS" if stage.is_ramp else f"{_tps(stage.mean_tps)} TPS")
-    at = start_epoch_s + plan.starts[index]
+    st = plan.starts[index]
+    planned = (f"{_tps(stage.start_tps)}→{_tps(stage.end_tps)} TPS" if stage.is_ramp else f"{_tps(stage.mean_tps)} TPS")
+    rate = planned
+    n = _override_in_force(changes or [], st)
+    if schedule is not None and n:
+        first = schedule.rate_at(st)
+        last = schedule.rate_at(st + stage.duration_s - 1e-6) if math.isfinite(stage.duration_s) else first
+        shown = f"{_tps(first)}→{_tps(last)} TPS" if abs(first - last) > 1e-9 else f"{_tps(first)} TPS"
+        _at, rate_tps, scale = changes[n - 1]
+        rate = f"{shown} (plan {planned}; override {n}: {override_text(rate_tps, scale)})"
     length = f" for {_seconds(stage.duration_s)}" if math.isfinite(stage.duration_s) else " until stopped"
     return (f"stage {index + 1}/{len(plan.stages)} {stage.name}: {rate} from "
-            f"{time.strftime('%H:%M:%SZ', time.gmtime(at))}{length}")
+            f"{time.strftime('%H:%M:%SZ', time.gmtime(start_epoch_s + st))}{length}")
+
+
+def _override_in_force(changes: list, t: float) -> int:
+    """The number (1, 2, ...) of the last override made at or before ``t`` seconds; 0 for none."""
+    return sum(1 for at_s, _rate, _scale in changes if at_s <= t + 1e-9)
 
 
 def _tps(x: float) -> str:
@@ -100,11 +123,22 @@ def _seconds(s: float) -> str:
 
 
 class Progress:
-    """Collects the timeline's ALL rows as they are written; every few seconds, one line."""
+    """Collects the timeline's ALL rows as they are written; every few seconds, one line.
 
-    def __init__(self, start_epoch_s: float, stage_names: list[str], every_s: float = PROGRESS_EVERY_S):
+    A line names the stage its seconds belong to. With the plan's stage starts (seconds from time
+    zero), a second that straddles a stage boundary is named by both stages
+    (``stage 1→2/4 20%→200%``) and gets a line of its own, so a line never mixes two stages'
+    rates under one stage's name. With ``changes`` (the run's live rate overrides,
+    ``[at_s, rate_tps, scale]``), a line whose seconds ran under an override says which one.
+    `finish` gives the last stage its line at the end of the run.
+    """
+
+    def __init__(self, start_epoch_s: float, stage_names: list[str], every_s: float = PROGRESS_EVERY_S,
+                 stage_starts: list[float] | None = None, changes: Callable[[], list] | None = None):
         self.start_epoch_s = start_epoch_s
         self.stage_names = stage_names
+        self.stage_starts = stage_starts
+        self.changes = changes or list
         self.every_s = every_s
         self.rows: list[dict] = []
         self.last_line_at = time.monotonic()
@@ -116,12 +150,46 @@ class Progress:
         for row in rows:
             if row.get("operation") != "ALL":
                 continue
-            if self.rows and row.get("stage") != self.rows[-1].get("stage"):
+            if self.rows and self._key(row) != self._key(self.rows[-1]):
                 lines.append(self._take())  # a line never mixes two stages' rates
             self.rows.append(row)
         if self.rows and time.monotonic() - self.last_line_at >= self.every_s:
             lines.append(self._take())
         return lines
+
+    def finish(self, rows: list[dict]) -> list[str]:
+        """The run's last rows (the final flush): their lines, and one for whatever is left."""
+        lines = self.add(rows) if rows else []
+        if self.rows:
+            lines.append(self._take())
+        return lines
+
+    def _key(self, row: dict) -> tuple:
+        """What a line may not mix: the stages the row's second overlaps, and the override in force."""
+        return self._stages_of(row), self._override_of(row)
+
+    def _offset(self, row: dict) -> float | None:
+        try:
+            return parse_utc(row.get("time_utc")) - self.start_epoch_s
+        except (TypeError, ValueError):
+            return None
+
+    def _stages_of(self, row: dict) -> tuple:
+        """(first, last) index of the stages the row's second overlaps; by its label without the plan."""
+        t = self._offset(row)
+        stage = row.get("stage")
+        if self.stage_starts is None or t is None or not stage or len(self.stage_starts) != len(self.stage_names):
+            return (stage, stage)
+        # by time, not by name: two stages may share a name (``10s@100%,10s@200%,10s@100%``)
+        own = max(0, bisect_right(self.stage_starts, max(t, 0.0)) - 1)
+        last = own
+        while last + 1 < len(self.stage_starts) and self.stage_starts[last + 1] < t + 1.0 - 1e-6:
+            last += 1
+        return (own, last)
+
+    def _override_of(self, row: dict) -> int:
+        t = self._offset(row)
+        return 0 if t is None else _override_in_force(self.changes(), t + 1.0 - 1e-6)
 
     def _take(self) -> str:
         self.last_line_at = time.monotonic()
@@ -140,16 +208,32 @@ class Progress:
         lag = max((_num(r.get("lag_p99_ms"), math.nan) for r in rows), default=math.nan, key=_nan_low)
         elapsed = _elapsed(last.get("time_utc"), self.start_epoch_s)
         rate = f"{achieved:.1f}/{sum(targets) / len(targets):.1f} TPS" if targets else f"{achieved:.1f} ops/s"
-        where = _where(last.get("stage"), self.stage_names)
+        where = self._where(rows)
         return (f"t={elapsed} {where}: {rate}, p99 {_ms(p99)}, lag p99 {_ms(lag)}, "
                 f"{failed} failed ({self.failed_so_far} in all), {dropped} dropped (last {seconds} s)")
 
+    def _where(self, rows: list[dict]) -> str:
+        """``stage 2/4 200%``, ``stage 1→2/4 20%→200%`` (a straddling second), ``... under override 1: plan x2``."""
+        first, last = self._stages_of(rows[0])[0], self._stages_of(rows[-1])[1]
+        names = self.stage_names
+        if isinstance(first, int) and isinstance(last, int) and first != last:
+            where = f"stage {first + 1}→{last + 1}/{len(names)} {names[first]}→{names[last]}"
+        elif isinstance(last, int) and len(names) > 1:
+            where = f"stage {last + 1}/{len(names)} {names[last]}"
+        else:
+            where = _where(rows[-1].get("stage"), names)
+        n = self._override_of(rows[-1])
+        if n:
+            _at, rate_tps, scale = self.changes()[n - 1]
+            where += f" under override {n}: {override_text(rate_tps, scale)}"
+        return where
+
 
 def _where(stage: str | None, names: list[str]) -> str:
-    """``stage 2/4 200%``; a one-stage plan or a closed-model run: just its name."""
+    """``stage 2/4 200%``; a one-stage plan or a closed-model run: just its name; after the plan's end: say so."""
     if stage in names and len(names) > 1:
         return f"stage {names.index(stage) + 1}/{len(names)} {stage}"
-    return str(stage)
+    return str(stage) if stage else "after the plan"
 
 
 def _num(value, default: float = 0.0) -> float:
@@ -169,8 +253,6 @@ def _ms(x: float) -> str:
 
 
 def _elapsed(time_utc: str | None, start_epoch_s: float) -> str:
-    from .utc import parse_utc
-
     try:
         return f"{max(0.0, parse_utc(time_utc) + 1.0 - start_epoch_s):.0f}s"  # the row's second has ended
     except (TypeError, ValueError):

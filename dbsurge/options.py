@@ -42,6 +42,40 @@ GROUPS = {
 }
 
 
+class _LocustGroup:
+    """One of ``locust --help``'s groups for dbsurge's options, added through Locust's own add_argument.
+
+    Locust's parser takes the web-UI keywords (``include_in_web_ui``, ``is_secret``) and argparse's
+    groups do not, so each option is added to the parser and its action then moved from the
+    parser's general options to this group: Locust's web UI and its config files see the option as
+    before, and ``--help`` shows it under dbsurge's heading.
+    """
+
+    def __init__(self, parser, title: str) -> None:
+        self.parser = parser
+        self.group = parser.add_argument_group(title)
+
+    def add_argument(self, *flags: str, **kwargs):
+        action = self.parser.add_argument(*flags, **kwargs)
+        general = self.parser._optionals._group_actions
+        if action in general:
+            general.remove(action)
+            self.group._group_actions.append(action)
+        return action
+
+
+def locust_help_groups(parser):
+    """``group(name)`` for `add_options`: dbsurge's options in their own groups of ``locust -f ... --help``."""
+    groups: dict[str, _LocustGroup] = {}
+
+    def group(name: str) -> _LocustGroup:
+        if name not in groups:
+            groups[name] = _LocustGroup(parser, f"dbsurge {GROUPS[name]}")
+        return groups[name]
+
+    return group
+
+
 def add_options(parser, group=None) -> None:
     """Register dbsurge's options on Locust's argument parser (``init_command_line_parser``).
 
@@ -83,6 +117,10 @@ def add_options(parser, group=None) -> None:
                         "see docs/prometheus.md")
     g.add_argument("--prometheus-host", env_var="DBSURGE_PROMETHEUS_HOST", default="127.0.0.1",
                    include_in_web_ui=False, help="address the Prometheus endpoint binds to (default 127.0.0.1)")
+    g.add_argument("--prometheus-grace", env_var="DBSURGE_PROMETHEUS_GRACE", type=float, default=15.0,
+                   include_in_web_ui=False, metavar="SECONDS",
+                   help="seconds the Prometheus endpoint stays up after the run with the final values, so the last "
+                        "scrape sees them (default 15; 0: none)")
     g = section("plan")
     g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")

@@ -22,7 +22,14 @@ Metrics (all prefixed ``dbsurge_``; times in seconds):
 - ``response_seconds``, ``service_seconds``, ``lag_seconds``, ``failed_response_seconds``
   (histograms by ``operation``);
 - ``users``, ``workers``, ``worker_clock_offset_seconds{worker}`` (when the run measures them),
-  ``stage{stage,index}`` (1 for the stage under way), ``elapsed_seconds``, ``info{run_id,...}``.
+  ``stage{stage,index}`` (1 for the stage under way; ``index`` counts from 1, as the console's
+  ``stage 2/4``), ``elapsed_seconds``, ``info{run_id,...}``.
+
+Every counter is a whole number, and every series a dashboard asks for exists from zero: each
+operation and stage has its ``ok`` operations, retries, drops and each reason of not sent at 0
+until something happens, so a panel shows 0, not "No data". At the end of a run the endpoint stays
+up for ``--prometheus-grace`` seconds (default 15, one scrape interval of most setups) with the
+final values (`PrometheusExporter.linger`), so the last scrape sees how the run ended.
 """
 
 from __future__ import annotations
@@ -36,7 +43,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .errors import UserError
+from .measure.cells import NOT_SENT_REASONS
 from .measure.histogram import COUNTS_LEN, _value_from_index
+
+#: Seconds the endpoint stays up after the run (``--prometheus-grace``): one scrape interval of most setups.
+DEFAULT_GRACE_S = 15.0
 
 #: Upper bounds of the latency buckets, in seconds: 50 µs to 60 s (+Inf is added).
 BUCKETS_S: tuple[float, ...] = (
@@ -99,6 +110,7 @@ class PrometheusExporter:
         self.dropped: Counter[tuple[str, str]] = Counter()
         self.not_sent: Counter[tuple[str, str, str]] = Counter()
         self.histograms: dict[str, dict[str, _Buckets]] = {name: defaultdict(_Buckets) for _, name, _ in HISTOGRAMS}
+        self.known_ops: set[str] = set()  # every operation seen or in the run's mix: its series start at 0
         self.server = None
         self.registry.register(self)
 
@@ -113,6 +125,7 @@ class PrometheusExporter:
     def observe(self, payload: dict, source: str = "local") -> None:
         """Add one `Recorder.drain` payload (what `Aggregator.merge` gets) to the totals."""
         ops = payload.get("ops", [])
+        self.known_ops.update(ops)
         for op, stage, wire in payload.get("stages", []):
             name, st = ops[op], self._stage_name(int(stage))
             if wire[4]:
@@ -135,27 +148,48 @@ class PrometheusExporter:
     def describe(self) -> list:
         return []  # metric families vary with the run; the registry is built with auto_describe=False
 
+    def _zero_keys(self) -> list[tuple[str, str]]:
+        """(operation, stage) of every series that must exist from zero: the run's operations by its stages."""
+        ops = set(self.known_ops)
+        if self.run is not None:
+            try:
+                ops.update(self.run.operation_mix().names)
+            except Exception:  # noqa: BLE001, S110 - before the run is set up there is no mix: the payloads name them
+                pass
+        agg = getattr(self.run, "aggregator", None) if self.run is not None else None
+        stages = list(agg.stage_names) if agg is not None and agg.stage_names else []
+        return [(op, st) for op in sorted(ops) for st in stages]
+
     def collect(self):
-        """The metric families, computed at scrape time."""
+        """The metric families, computed at scrape time; every counter a whole number, every series from 0."""
         yield from self._run_families()
+        zero = self._zero_keys()
+        operations = Counter({(op, st, "ok"): 0 for op, st in zero})
+        operations.update(self.operations)
+        retries_n = Counter({k: 0 for k in zero})
+        retries_n.update(self.retries)
+        dropped_n = Counter({k: 0 for k in zero})
+        dropped_n.update(self.dropped)
+        not_sent_n = Counter({(op, st, r): 0 for op, st in zero for r in NOT_SENT_REASONS})
+        not_sent_n.update(self.not_sent)
         ops = CounterMetricFamily("dbsurge_operations", "operations completed, by outcome (ok or failure kind)",
                                   labels=["operation", "stage", "outcome"])
-        for (op, st, outcome), n in sorted(self.operations.items()):
+        for (op, st, outcome), n in sorted(operations.items()):
             ops.add_metric([op, st, outcome], n)
         yield ops
         retries = CounterMetricFamily("dbsurge_retries", "transactions retried whole (SQLSTATE 40001)",
                                       labels=["operation", "stage"])
-        for (op, st), n in sorted(self.retries.items()):
+        for (op, st), n in sorted(retries_n.items()):
             retries.add_metric([op, st], n)
         yield retries
         dropped = CounterMetricFamily("dbsurge_dropped", "slots skipped because they were later than --max-lag "
                                       "(or stale after a rate change)", labels=["operation", "stage"])
-        for (op, st), n in sorted(self.dropped.items()):
+        for (op, st), n in sorted(dropped_n.items()):
             dropped.add_metric([op, st], n)
         yield dropped
         not_sent = CounterMetricFamily("dbsurge_not_sent", "planned arrivals written off, by reason",
                                        labels=["operation", "stage", "reason"])
-        for (op, st, reason), n in sorted(self.not_sent.items()):
+        for (op, st, reason), n in sorted(not_sent_n.items()):
             not_sent.add_metric([op, st, reason], n)
         yield not_sent
         for _, metric, doc in HISTOGRAMS:
@@ -163,6 +197,16 @@ class PrometheusExporter:
             for op, b in sorted(self.histograms[metric].items()):
                 fam.add_metric([op], b.cumulative(), sum_value=b.sum_us / 1e6)
             yield fam
+
+    def _planned_until(self, t: float) -> int:
+        """Whole arrivals due before ``t``: arrival n (from 0) is due when the plan's integral reaches n.
+
+        Once the run has counted its ledger, the ledger's exact total (the same as stages.csv's planned).
+        """
+        agg = getattr(self.run, "aggregator", None)
+        if getattr(self.run, "finished", False) and agg is not None and agg.planned_arrivals() is not None:
+            return int(agg.planned_arrivals())
+        return math.ceil(self.run.schedule.cumulative(t) - 1e-9)
 
     def _run_families(self):  # noqa: C901 - one metric family per block, flat
         run = self.run
@@ -178,10 +222,10 @@ class PrometheusExporter:
         if schedule is not None and elapsed is not None and elapsed >= 0:
             t = min(elapsed, schedule.end_s)
             target.add_metric([], schedule.rate_at(t) if elapsed < schedule.end_s else 0.0)
-            planned.add_metric([], float(schedule.cumulative(t)))
-            if elapsed < schedule.end_s:
+            planned.add_metric([], float(self._planned_until(t)))
+            if elapsed < schedule.end_s and not getattr(run, "finished", False):
                 i = schedule.stage_at(elapsed)
-                stage.add_metric([self._stage_name(i), str(i)], 1.0)
+                stage.add_metric([self._stage_name(i), str(i + 1)], 1.0)  # 1-based, as the console says it
         elif schedule is not None:
             target.add_metric([], 0.0)
             planned.add_metric([], 0.0)
@@ -237,6 +281,21 @@ class PrometheusExporter:
             raise UserError(f"cannot listen on {host}:{port} for --prometheus-port: {e.strerror or e}: choose "
                             f"another port") from None
         self.server = server
+
+    def linger(self, grace_s: float, interrupted=lambda: False) -> None:
+        """Keep serving the final values for ``grace_s`` seconds after the run, so the last scrape sees them.
+
+        Cut short when ``interrupted()`` turns true (another Ctrl-C: the person wants out now).
+        """
+        import time
+
+        import gevent
+
+        if self.server is None or not grace_s or grace_s <= 0:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not interrupted():
+            gevent.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     def close(self) -> None:
         if self.server is not None:

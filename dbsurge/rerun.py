@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .help_examples import epilog
 from .redact import MASK
+
+EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
 
 # plugin options copied when set: run.json options key -> flag
 _COPIED = (("max_lag", "--max-lag"), ("drain", "--drain"), ("op_timeout", "--op-timeout"),
@@ -36,12 +39,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.")
+    p = _Parser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.",
+                epilog=epilog("rerun", "Options it does not know pass on to dbsurge run (--check, --quiet, ...)."),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="the finished run's directory, results/<run-id>")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="the target to run against (default: $DBSURGE_TARGET, else the run's own, without password)")
+                   help="the target to run against (default: $DBSURGE_TARGET, else the run's own: embedded-postgres / "
+                        "embedded-mongo again if it was one, else its URI without password)")
     p.add_argument("--run-id", default=None, help="name of the new run directory (default: a new one)")
-    p.add_argument("--results-dir", default=None, help="where the new run goes (default: beside the original)")
+    p.add_argument("--results-dir", default=None,
+                   help="where the new run goes (default: beside the original; beside its set for one repetition)")
     p.add_argument("--dry-run", action="store_true", help="print the dbsurge run command and stop")
     return p
 
@@ -134,8 +141,25 @@ def _pairs(value: Any, run_dir: Path, what: str) -> list[tuple[str, Any]]:
 
 
 def default_target(meta: dict) -> str | None:
-    """The run's own target (its display URI: never a password)."""
+    """The run's own target: the name it was given when that was an embedded server (``embedded-postgres``:
+    its port died with it, so a fresh one is started), else its display URI (never a password)."""
+    name = meta.get("target_name")
+    if isinstance(name, str) and name in EMBEDDED_NAMES:
+        return name
     return meta.get("target_display") or (meta.get("target") or {}).get("display")
+
+
+def default_results_dir(run_dir: Path) -> Path:
+    """Beside the original run: its parent, or, for one repetition of a ``--repeat`` set (``results/X/2``),
+    beside the set (``results``), never inside the set's own folder."""
+    from .scenarios.files import read_meta
+
+    parent = (run_dir.resolve() if run_dir.name in ("", ".", "..") else run_dir).parent
+    try:
+        is_set = (parent / "run.json").is_file() and read_meta(parent).get("kind") == "repetitions"
+    except (UserError, ValueError):
+        is_set = False
+    return parent.parent if is_set else parent
 
 
 def rerun_main(argv: list[str]) -> int:
@@ -149,12 +173,14 @@ def rerun_main(argv: list[str]) -> int:
     cmd = rebuild_command(meta, run_dir, target)
     from .rundir import new_run_id
 
-    results_dir = args.results_dir or str(run_dir.parent)
+    results_dir = args.results_dir or str(default_results_dir(run_dir))
     run_id = args.run_id or new_run_id(f"rerun-{cmd[1]}")
     cmd += ["--results-dir", results_dir, "--run-id", run_id, *rest]
     shown = " ".join(_quote(c) for c in cmd)
     print(f"dbsurge: rerun of {run_dir}: dbsurge run {shown}", flush=True)
-    if not args.target:
+    if not args.target and target in EMBEDDED_NAMES:
+        print(f"dbsurge: target {target} from run.json: a fresh embedded server, as the original had", flush=True)
+    elif not args.target:
         print("dbsurge: target from run.json (its password is never stored: pass --target URI or set "
               "DBSURGE_TARGET if it needs one)", flush=True)
     if args.dry_run:

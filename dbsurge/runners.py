@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 from . import __version__
 from .errors import UserError, clip
+from .help_examples import epilog
 from .runner_userdata import UserDataSpec, user_data
 from .tables import render
 
@@ -423,7 +424,8 @@ def write_runners_csv(run_dir: str | Path, rows: list[dict]) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dbsurge runners", description="EC2 (Spot) hosts for Locust workers.")
+    p = argparse.ArgumentParser(prog="dbsurge runners", description="EC2 (Spot) hosts for Locust workers.",
+                                epilog=epilog("runners"), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--run-id", required=True, help="the run the runners belong to (their dbsurge:run-id tag)")

@@ -128,6 +128,8 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         port = positive_int(opts.prometheus_port, "--prometheus-port")
         if port > 65535:
             raise UserError(f"--prometheus-port must be a port number from 1 to 65535, not {port}")
+    if get("prometheus_grace") is not None:
+        seconds_option(opts.prometheus_grace, "--prometheus-grace", zero_ok=True)
     if get("max_lag"):
         # 0 would turn the limit off without a word (the pacer reads it as "no limit")
         duration_option(opts.max_lag, "--max-lag", zero_ok=False)

@@ -71,7 +71,10 @@
   }
 
   function spark(id, label, maxId) {
+    // the scale (y from 0 to the top, x the seconds shown) beside the line: an SVG stretched to its box
+    // cannot carry readable tick labels itself
     return el('div', {'class': 'ds-spark-box'}, [svg(id), el('div', {'class': 'ds-spark-label'}, [label]),
+                                                 el('div', {id: id + '-scale', 'class': 'ds-spark-label ds-num'}),
                                                  el('div', {id: maxId, 'class': 'ds-spark-label ds-num'})]);
   }
 
@@ -97,6 +100,10 @@
         nowRow('lag p99', ['dbsurge-lag'], 'ms'),
         nowRow('dropped slots', ['dbsurge-dropped'], ''),
         nowRow('failed', ['dbsurge-failed'], '')]),
+      el('div', {id: 'dbsurge-rate-note', 'class': 'ds-help'}, [
+        "Achieved: successful operations per second over these 5 complete seconds, by the second each was " +
+        "due (timeline.csv's figures). Locust's RPS counts failures too and averages the last seconds as " +
+        'requests complete, so the two differ while the rate changes or operations fail.']),
       el('h3', {}, ['Last minutes']),
       el('div', {'class': 'ds-sparks'}, [
         spark('dbsurge-spark-tps', 'TPS (dashed: planned)', 'dbsurge-spark-tps-max'),
@@ -242,6 +249,8 @@
     tpsBox.appendChild(polyline('ds-achieved', t, sp.achieved_tps, span, top));
     var p99Top = maxOf(sp.p99_ms) * 1.1;
     p99Box.appendChild(polyline('ds-p99', t, sp.p99_ms, span, p99Top));
+    setText('dbsurge-spark-tps-scale', 'y 0 to ' + tps(top) + ' TPS \u00b7 x the last ' + Math.round(span) + ' s');
+    setText('dbsurge-spark-p99-scale', 'y 0 to ' + ms(p99Top) + ' ms \u00b7 x the last ' + Math.round(span) + ' s');
     setText('dbsurge-spark-tps-max', 'last ' + tps(sp.achieved_tps[sp.achieved_tps.length - 1]) + ', max ' +
             tps(maxOf(sp.achieved_tps)));
     setText('dbsurge-spark-p99-max', 'last ' + ms(sp.p99_ms[sp.p99_ms.length - 1]) + ', max ' + ms(maxOf(sp.p99_ms)));

@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from .errors import UserError, clip
+from .help_examples import epilog
 
 _ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):([a-z0-9-]+):\d{12}:(secret:.+|parameter/.+)")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -75,7 +76,8 @@ def fetch_secret(ref: str, *, session: Any = None, endpoint_url: str | None = No
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dbsurge worker", description="A Locust worker that joins a dbsurge master.",
-                                epilog="Other arguments pass through to `locust --worker`.")
+                                epilog=epilog("worker", "Other arguments pass through to `locust --worker`."),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--master-host", default=os.environ.get("DBSURGE_MASTER_HOST"),
                    help="the master's address (or DBSURGE_MASTER_HOST)")
     p.add_argument("--master-port", type=int, default=int(os.environ.get("DBSURGE_MASTER_PORT") or 5557))

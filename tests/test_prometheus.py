@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -234,9 +235,62 @@ def test_run_level_metrics():
     assert "dbsurge_target_tps 100.0" in text
     assert "dbsurge_achieved_tps 99.0" in text
     assert "dbsurge_planned_arrivals_total 500.0" in text
-    assert 'dbsurge_stage{index="0",stage="100tps"} 1.0' in text
+    assert 'dbsurge_stage{index="1",stage="100tps"} 1.0' in text  # 1-based, as the console's "stage 1/1"
     assert "dbsurge_users 4.0" in text and "dbsurge_workers 2.0" in text
     assert 'dbsurge_worker_clock_offset_seconds{worker="w1"} 0.0012' in text
+
+
+def test_counters_are_whole_numbers_and_every_series_starts_at_zero():
+    run = _fake_run()
+    run.elapsed_s = lambda: 5.0031  # 500.31 arrivals' worth of plan: arrival 500 is due, 501 are planned
+    exp = PrometheusExporter(run)
+    rec = Recorder()
+    rec.record(rec.op_id("read"), 0, 0, 0, 1000)
+    exp.observe(rec.drain())
+    text = scrape_text(exp)
+    assert "dbsurge_planned_arrivals_total 501.0" in text
+    # nothing was retried, dropped or written off: the series are there, at 0, for a dashboard to show
+    assert 'dbsurge_retries_total{operation="read",stage="100tps"} 0.0' in text
+    assert 'dbsurge_dropped_total{operation="read",stage="100tps"} 0.0' in text
+    for reason in ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "unaccounted"):
+        assert f'dbsurge_not_sent_total{{operation="read",reason="{reason}",stage="100tps"}} 0.0' in text, reason
+    assert 'dbsurge_operations_total{operation="read",outcome="ok",stage="100tps"} 1.0' in text
+    # after the run: the ledger's exact count, and no stage under way
+    run.finished, run.elapsed_s = True, lambda: 61.0
+    run.aggregator.planned_arrivals = lambda: 6000
+    text = scrape_text(exp)
+    assert "dbsurge_planned_arrivals_total 6000.0" in text and 'dbsurge_stage{' not in text
+
+
+def test_the_endpoint_outlives_the_run_by_its_grace_with_the_final_values(pg_uri: str, tmp_path: Path):
+    port = _free_port()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+           "constant", "--rate", "20", "--duration", "2s", "--workload-option", "products=300", "--no-db-sampler",
+           "--prometheus-port", str(port), "--prometheus-grace", "4", "--quiet", "--results-dir", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (results.exists() and any(results.glob("*/summary.md"))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        run_dir = only_run_dir(results)
+        ended = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        summary = next(r for r in read_csv(run_dir / "summary.csv") if r["operation"] == "ALL")
+        assert f"dbsurge_planned_arrivals_total {float(summary['planned'])}" in text, text[:3000]
+        ok = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("dbsurge_operations_total{") and 'outcome="ok"' in line)
+        assert ok == float(summary["ok"]), (ok, summary["ok"])
+        assert proc.wait(30) == 0
+        assert time.monotonic() - ended >= 2.5  # it waited for the last scrape, then went
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
 def test_grafana_dashboard_uses_only_exported_metrics():

@@ -162,6 +162,10 @@ def test_the_panel_follows_the_run_its_overrides_and_points_to_the_results(locus
         assert float(page.inner_text("#dbsurge-p99")) > 0
         assert "> 20tps" in page.inner_text("#dbsurge-plan")
         assert page.locator("#dbsurge-spark-tps polyline").count() == 2
+        # the sparklines have their scales, and the panel says why its achieved rate is not Locust's RPS
+        assert re.fullmatch(r"y 0 to [\d.]+ TPS \u00b7 x the last \d+ s", page.inner_text("#dbsurge-spark-tps-scale"))
+        assert re.fullmatch(r"y 0 to [\d.]+ ms \u00b7 x the last \d+ s", page.inner_text("#dbsurge-spark-p99-scale"))
+        assert "Locust's RPS counts failures too" in page.inner_text("#dbsurge-rate-note")
 
         # two overrides: each its own row, and the plan line follows
         _override(page, 1, 40)

@@ -19,6 +19,7 @@ import importlib
 import sys
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
 
 # name -> (module, one line for `dbsurge scenario --help`)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -50,7 +51,8 @@ def scenario_help() -> str:
     lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
     lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo|embedded-dynamodb,",
               "  --target-option K=V, --workload-option K=V, --quick (scaled-down defaults for embedded targets),",
-              "  --seed, --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)"]
+              "  --seed, --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)", "",
+              epilog("scenario")]
     return "\n".join(lines)
 
 

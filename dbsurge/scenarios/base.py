@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.help_examples import epilog
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
@@ -82,6 +83,10 @@ class Scenario:
     def parser(self) -> argparse.ArgumentParser:
         p = scenario_parser(self.name, self.description, cloudwatch=self.cloudwatch)
         self.options(p)
+        passes_on = ("Any other option of dbsurge run (dbsurge run --help) passes on to the scenario's runs;\n"
+                     "an option neither knows is refused before anything starts." if self.launch is not None else "")
+        p.epilog = epilog(f"scenario {self.name}", passes_on)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
         return p
 
     def main(self, argv: list[str]) -> int:
@@ -100,6 +105,8 @@ class Scenario:
         if args.from_run:
             print_from(args.from_run, self.report, self.name)
             return None
+        if self.launch is not None:  # its steps are dbsurge runs: they would read the same config files too
+            check_passed_options(self.name, p, rest)
         given = frozenset(k for k in self.study if getattr(args, k, None) is not None)
         settings = apply_defaults(args, self.study, self.quick)
         setup = Setup(args, settings, parse_key_values(args.target_option, "--target-option"),
@@ -134,6 +141,20 @@ class Scenario:
     def show(self, run_dir: Path) -> Report:
         """Build this scenario's report from ``run_dir``, write it there and print it."""
         return show_report(run_dir, self.report(run_dir), self.name)
+
+
+def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[str]) -> None:
+    """The options an engine scenario passes on to ``dbsurge run``: every name must be one it knows.
+
+    Otherwise every step of the scenario would fail on it (``no results (exit 2)``) and the scenario
+    would answer a typo with a wrong result; refused here, in one line naming the nearest option of
+    the scenario or of ``dbsurge run``, before any server starts.
+    """
+    from dbsurge.cli import _locust_namespace, _run_parser
+    from dbsurge.option_names import long_options
+
+    _own, more = _run_parser().parse_known_args(rest)
+    _locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
 
 
 def print_from(run_dir: str, report_of_run: Callable[[Path], Report], scenario: str) -> int:

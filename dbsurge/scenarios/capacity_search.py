@@ -55,6 +55,7 @@ class Step:
     reason: str
     exit_code: int
     finding: str = ""
+    service_ms: float | None = None  # the operation's median service time (actual start to end)
 
     @property
     def passed(self) -> bool:
@@ -68,7 +69,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--p99", default=None, help="p99 response-time bound of a passing step (default 50ms)")
     p.add_argument("--start", type=float, default=None, help="first rate in TPS (default 100)")
     p.add_argument("--step-factor", type=float, default=None, help="rate growth per step (default 2)")
-    p.add_argument("--max-rate", type=float, default=None, help="highest rate tried, TPS (100000; quick 1600)")
+    p.add_argument("--max-rate", type=float, default=None,
+                   help="highest rate tried, TPS (100000; quick: from 1600 up to what the pool serves at the "
+                        "measured service time)")
     p.add_argument("--step-seconds", type=float, default=None, help="length of each step (default 30; quick 3)")
     p.add_argument("--bisections", type=int, default=None, help="bisection runs after the first failure (3; quick 2)")
     p.add_argument("--max-lag", default=None, help="a slot later than this is dropped, failing the step (default 1s)")
@@ -88,6 +91,8 @@ def check(setup: Setup) -> None:
     if args.bisections < 0:
         raise UserError("--bisections must not be negative")
     setup.settings["p99_ms"] = setup.values["p99_ms"]
+    # --quick without --max-rate: 1,600 TPS is only where the search starts to adapt (`adapted_ceiling`)
+    setup.values["adapt_ceiling"] = bool(args.quick) and "max_rate" not in setup.given
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -138,7 +143,8 @@ def judge_step(run_dir: Path, rate: float, operation: str, p99_bound_ms: float, 
     return Step(step=run_dir.name, rate_tps=rate, achieved_tps=opt_float(total.get("achieved_tps")), p99_ms=p99,
                 failures=int(total.get("failures") or 0), failure_rate=failure_rate, dropped=dropped,
                 lag_cause=lag_cause(results.get("lag_causes") or []), verdict="fail" if reasons else "pass",
-                reason="; ".join(reasons), exit_code=code, finding=findings[0] if findings else "")
+                reason="; ".join(reasons), exit_code=code, finding=findings[0] if findings else "",
+                service_ms=opt_float(op_row.get("service_p50_ms")))
 
 
 def run_step(setup: Setup, uri: str, parent: Path, rate: float, index: int) -> Step:
@@ -150,20 +156,54 @@ def run_step(setup: Setup, uri: str, parent: Path, rate: float, index: int) -> S
     return step
 
 
+def adapted_ceiling(step: Step, floor: float, users: int) -> float:
+    """The highest rate worth trying after a passing step: what ``users`` connections could serve at the
+    step's median service time (Little's law), at least ``floor``, at most the study's ``--max-rate``.
+
+    On an embedded server a lookup takes a fraction of a millisecond, so a fixed ``--quick`` ceiling of
+    1,600 TPS passed every step and found no limit; this one lets the search go on until the target or
+    the generator fails a step.
+
+    >>> adapted_ceiling(Step("01", 100, 100, 1, 0, 0, 0, "", "pass", "", 0, service_ms=0.5), 1600, 200)
+    100000.0
+    >>> adapted_ceiling(Step("01", 100, 100, 1, 0, 0, 0, "", "pass", "", 0, service_ms=100.0), 1600, 20)
+    1600.0
+    """
+    if not step.service_ms or step.service_ms <= 0:
+        return floor
+    return float(min(STUDY["max_rate"], max(floor, users / (step.service_ms / 1000.0))))
+
+
+def _users(rest: list[str]) -> int:
+    """The pool cap the steps run with (``--users`` / ``--max-users`` passed on, else the default)."""
+    from dbsurge.options import DEFAULTS
+    from dbsurge.repeat import take_option
+
+    for flag in ("--max-users", "--users"):
+        value, _ = take_option(list(rest), flag)
+        if value is not None and value.isdigit():
+            return int(value)
+    return int(DEFAULTS["max_users"])
+
+
 def search(setup: Setup, uri: str, parent: Path) -> list[Step]:
     """Grow the rate until a step fails, then bisect between the last good and the first bad rate."""
     args = setup.args
     steps: list[Step] = []
     rate, good, bad = args.start, None, None
+    ceiling = args.max_rate
     while True:
         steps.append(run_step(setup, uri, parent, rate, len(steps) + 1))
         if not steps[-1].passed:
             bad = rate
             break
         good = rate
-        if rate >= args.max_rate:
+        if setup.values.get("adapt_ceiling"):
+            ceiling = max(ceiling, adapted_ceiling(steps[-1], args.max_rate, _users(setup.rest)))
+        if rate >= ceiling:
             break
-        rate = min(rate * args.step_factor, args.max_rate)
+        rate = min(rate * args.step_factor, ceiling)
+    setup.values["ceiling"] = ceiling
     for _ in range(args.bisections if good is not None and bad is not None else 0):
         mid = round((good + bad) / 2)
         if mid in (good, bad):
@@ -199,7 +239,7 @@ def launch(setup: Setup, uri: str, run_id: str) -> int:
     parent = Path(setup.args.results_dir) / run_id
     parent.mkdir(parents=True, exist_ok=True)
     steps = search(setup, uri, parent)
-    limit, sentence = answer(steps, setup.args.max_rate)
+    limit, sentence = answer(steps, setup.values.get("ceiling", setup.args.max_rate))
     best = max((s.rate_tps for s in steps if s.passed), default=None)
     annotate_run(parent, run_id=run_id, scenario=NAME, scenario_settings=setup.settings,
                  target_name=setup.args.target,

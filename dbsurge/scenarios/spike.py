@@ -43,6 +43,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage-seconds", type=float, default=None,
                    help="make every stage this long (study: 2m, 1m, 2m, 1m; quick 5)")
     p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this host")
+    p.add_argument("--repeat", default=None, metavar="N",
+                   help="run it N times into <run-id>/1..N and print the spread (median, min, max) across them")
 
 
 def check(setup: Setup) -> None:
@@ -65,6 +67,8 @@ def launch(setup: Setup, uri: str, run_id: str) -> int:
         cmd += ["--stage-seconds", f"{args.stage_seconds:g}"]
     if args.processes:
         cmd += ["--processes", str(args.processes)]
+    if args.repeat is not None:
+        cmd += ["--repeat", args.repeat]  # dbsurge run's: it checks the number and runs the set
     cmd += pairs("--target-option", args.target_option) + pairs("--workload-option", wopts)
     return run_engine(cmd + cloudwatch_flags(args) + setup.rest)
 

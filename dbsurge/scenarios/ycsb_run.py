@@ -65,6 +65,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this host")
     p.add_argument("--scale-workers", default=None, metavar="N,N,...",
                    help="scalability mode: run flat out with each number of worker processes, e.g. 1,2,4")
+    p.add_argument("--repeat", default=None, metavar="N",
+                   help="run it N times into <run-id>/1..N and print the spread (median, min, max) across them")
 
 
 def parse_workers(text: str) -> list[int]:
@@ -90,6 +92,8 @@ def check(setup: Setup) -> None:
     if args.target_tps is not None and args.target_tps <= 0:
         raise UserError("--target-tps must be positive")
     workers = setup.values["workers"] = parse_workers(args.scale_workers) if args.scale_workers else None
+    if args.repeat is not None:
+        setup.rest = [*setup.rest, "--repeat", args.repeat]  # dbsurge run's: it checks the number and runs the set
     if workers and asks_for_repeat(setup.rest):
         raise UserError("--repeat repeats one run; with --scale-workers, run the scenario again instead")
     if workers and args.target_tps is not None:
