@@ -291,3 +291,27 @@ def test_compare_a_mongodb_wire_run_with_a_dynamodb_api_run(tmp_path: Path, mong
     assert "read p99 ms" in out.stdout and "update p99 ms" in out.stdout
     csvs = list(results.glob("compare-*.csv"))
     assert csvs and "DynamoDB" in csvs[0].read_text()
+
+
+def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: EmbeddedDynamo) -> None:
+    load = dbsurge("load", "--workload", "ycsb", "--target", dynamo.uri, "--workload-option", f"recordcount={RECORDS}",
+                   "--workload-option", "table=ut_levels", "--workload-option", "batchsize=25", cwd=tmp_path,
+                   timeout=120)
+    assert load.returncode == 0, explain(load)
+    proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--records", str(RECORDS),
+                   "--duration", "2s", "--target-tps", "30", "--consistency", "eventual,strong",
+                   "--workload-option", "table=ut_levels", "--results-dir", str(tmp_path / "results"),
+                   cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    rows = read_csv(run / "ycsb-run.csv")
+    assert [r["consistency"] for r in rows] == ["EVENTUAL", "STRONG"]
+    assert rows[0]["throughput_vs_first"] == "1.0" and all(int(r["operations"]) == 60 for r in rows)
+    for level, expected in (("EVENTUAL", False), ("STRONG", True)):
+        sub = run / "runs" / f"consistency-{level}"
+        assert read_json(sub / "run.json")["target"]["consistent_read"] is expected
+        assert ledger(sub)["planned"] == 60
+    assert "read p99 vs EVENTUAL" in proc.stdout
+    bad = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--consistency", "ONE,QUORUM",
+                  cwd=tmp_path, timeout=60)
+    assert bad.returncode == 2 and "eventual, strong" in bad.stderr and "Traceback" not in bad.stderr
