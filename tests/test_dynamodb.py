@@ -42,8 +42,11 @@ def dynamo(embedded_root: Path) -> Iterator[EmbeddedDynamo]:
 
 @pytest.fixture
 def throttled(server_dir: Path) -> Iterator[EmbeddedDynamo]:
-    """A fresh embedded DynamoDB-API server that admits 40 data-plane requests a second (bursts of 2)."""
-    server = EmbeddedDynamo(server_dir, delete_on_stop=True, throttle_rate=40, throttle_burst=2)
+    """A fresh embedded DynamoDB-API server that admits 10 data-plane requests a second (no bursts).
+
+    Far below what the tests send, so that throttling happens even when a loaded machine slows the client.
+    """
+    server = EmbeddedDynamo(server_dir, delete_on_stop=True, throttle_rate=10, throttle_burst=1)
     server.start()
     yield server
     server.stop()
@@ -233,13 +236,13 @@ def test_a_throttled_run_books_throttling_in_its_own_ledger_column(tmp_path: Pat
     load = dbsurge("load", "--workload", "ycsb", "--target", throttled.uri, "--workload-option", "recordcount=200",
                    "--workload-option", "batchsize=25", cwd=tmp_path, timeout=120)
     assert load.returncode == 0, explain(load)
-    proc = dbsurge("run", "--workload", "ycsb", "--target", throttled.uri, "--shape", "constant", "--rate", "100",
+    proc = dbsurge("run", "--workload", "ycsb", "--target", throttled.uri, "--shape", "constant", "--rate", "60",
                    "--duration", "3s", "--workload-option", "recordcount=200", "--target-option", "throttle_retries=1",
                    "--quiet", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, explain(proc)  # delivered with failures, no --check: exit 0
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
-    assert total["planned"] == 300
+    assert total["planned"] == 180
     assert total["failed_throttled"] > 0 and total["failed_throttled"] == total["failures"]
     all_row = _summary(run)["ALL"]
     assert int(all_row["retries"]) > 0 and f"throttled={total['failed_throttled']}" in all_row["failed_detail"]
