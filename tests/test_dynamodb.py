@@ -318,3 +318,19 @@ def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: Emb
     bad = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--consistency", "ONE,QUORUM",
                   cwd=tmp_path, timeout=60)
     assert bad.returncode == 2 and "eventual, strong" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_embedded_start_status_stop_dynamodb(capsys: pytest.CaptureFixture[str]) -> None:
+    from dbsurge.embedded import embedded_main
+
+    assert embedded_main(["start", "dynamodb"]) == 0
+    uri = capsys.readouterr().out.strip()
+    try:
+        assert uri.startswith("dynamodb://127.0.0.1:")
+        open_target(uri).check()
+        embedded_main(["status", "dynamodb"])
+        assert capsys.readouterr().out.strip() == f"dynamodb: running {uri}"
+    finally:
+        embedded_main(["stop", "dynamodb"])
+    embedded_main(["status", "dynamodb"])
+    assert capsys.readouterr().out.strip() == "dynamodb: stopped"
