@@ -249,3 +249,23 @@ def test_check_against_nothing_listening_is_one_line() -> None:
     with pytest.raises(TargetError) as err:
         target.check()
     assert "no host reachable at 127.0.0.1 port" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_consistency_levels_for_ycsb_run() -> None:
+    from dbsurge.errors import UserError
+    from dbsurge.scenarios.ycsb_consistency import consistency_rows, parse_levels, target_option
+
+    assert parse_levels("one, quorum", "scylla://node1/ycsb") == ["ONE", "QUORUM"]
+    assert target_option("cql", "QUORUM") == "consistency=QUORUM"
+    assert target_option("dynamodb", "STRONG") == "consistent_read=true"
+    for text, target in (("ONE", "cql://h"), ("ONE,ONE", "cql://h"), ("ONE,MOST", "cql://h"),
+                         ("ONE,QUORUM", "mongodb://h/")):
+        with pytest.raises(UserError):
+            parse_levels(text, target)
+    numbers = {"ONE": {"throughput_ops_s": 100.0, "read_p99_ms": 2.0, "update_p99_ms": 4.0, "operations": 10,
+                       "failures": 0},
+               "QUORUM": {"throughput_ops_s": 80.0, "read_p99_ms": 5.0, "update_p99_ms": 6.0, "operations": 10,
+                          "failures": 1}}
+    rows = consistency_rows(list(numbers.items()))
+    assert rows[1]["throughput_vs_first"] == 0.8 and rows[1]["read_p99_vs_first"] == 2.5
+    assert rows[0]["update_p99_vs_first"] == 1.0

@@ -42,8 +42,11 @@ def dynamo(embedded_root: Path) -> Iterator[EmbeddedDynamo]:
 
 @pytest.fixture
 def throttled(server_dir: Path) -> Iterator[EmbeddedDynamo]:
-    """A fresh embedded DynamoDB-API server that admits 40 data-plane requests a second (bursts of 2)."""
-    server = EmbeddedDynamo(server_dir, delete_on_stop=True, throttle_rate=40, throttle_burst=2)
+    """A fresh embedded DynamoDB-API server that admits 10 data-plane requests a second (no bursts).
+
+    Far below what the tests send, so that throttling happens even when a loaded machine slows the client.
+    """
+    server = EmbeddedDynamo(server_dir, delete_on_stop=True, throttle_rate=10, throttle_burst=1)
     server.start()
     yield server
     server.stop()
@@ -210,10 +213,14 @@ def _summary(run: Path) -> dict[str, dict]:
     return {r["operation"]: r for r in read_csv(run / "summary.csv")}
 
 
+SECRET_KEY = "dbsurge-test-secret-Zq8w"  # moto accepts any key: it must still appear nowhere
+
+
 def test_run_at_a_constant_rate_on_embedded_dynamodb(tmp_path: Path) -> None:
     proc = dbsurge("run", "--workload", "ycsb", "--target", "embedded-dynamodb", "--shape", "constant", "--rate", "50",
                    "--duration", "3s", "--workload-option", f"recordcount={RECORDS}", "--results-dir",
-                   str(tmp_path / "results"), cwd=tmp_path, timeout=240)
+                   str(tmp_path / "results"), cwd=tmp_path, timeout=240,
+                   env={"AWS_ACCESS_KEY_ID": "AKIADBSURGETEST", "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
@@ -226,20 +233,24 @@ def test_run_at_a_constant_rate_on_embedded_dynamodb(tmp_path: Path) -> None:
     values = [float(summary[op][col]) for op in ("read", "update") for col in ("p50_ms", "p99_ms")]
     assert any(abs(v - round(v)) > 0.0005 for v in values), values
     assert (run / "intervals.hlog").read_text().count("Tag=read") >= 2
-    assert "AWS_SECRET" not in (run / "run.json").read_text()
+    # the credentials came from the environment and went nowhere: not the run directory, not the output
+    assert SECRET_KEY not in proc.stdout + proc.stderr
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert SECRET_KEY.encode() not in path.read_bytes(), path
 
 
 def test_a_throttled_run_books_throttling_in_its_own_ledger_column(tmp_path: Path, throttled: EmbeddedDynamo) -> None:
     load = dbsurge("load", "--workload", "ycsb", "--target", throttled.uri, "--workload-option", "recordcount=200",
                    "--workload-option", "batchsize=25", cwd=tmp_path, timeout=120)
     assert load.returncode == 0, explain(load)
-    proc = dbsurge("run", "--workload", "ycsb", "--target", throttled.uri, "--shape", "constant", "--rate", "100",
+    proc = dbsurge("run", "--workload", "ycsb", "--target", throttled.uri, "--shape", "constant", "--rate", "60",
                    "--duration", "3s", "--workload-option", "recordcount=200", "--target-option", "throttle_retries=1",
                    "--quiet", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, explain(proc)  # delivered with failures, no --check: exit 0
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
-    assert total["planned"] == 300
+    assert total["planned"] == 180
     assert total["failed_throttled"] > 0 and total["failed_throttled"] == total["failures"]
     all_row = _summary(run)["ALL"]
     assert int(all_row["retries"]) > 0 and f"throttled={total['failed_throttled']}" in all_row["failed_detail"]
@@ -291,3 +302,43 @@ def test_compare_a_mongodb_wire_run_with_a_dynamodb_api_run(tmp_path: Path, mong
     assert "read p99 ms" in out.stdout and "update p99 ms" in out.stdout
     csvs = list(results.glob("compare-*.csv"))
     assert csvs and "DynamoDB" in csvs[0].read_text()
+
+
+def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: EmbeddedDynamo) -> None:
+    load = dbsurge("load", "--workload", "ycsb", "--target", dynamo.uri, "--workload-option", f"recordcount={RECORDS}",
+                   "--workload-option", "table=ut_levels", "--workload-option", "batchsize=25", cwd=tmp_path,
+                   timeout=120)
+    assert load.returncode == 0, explain(load)
+    proc = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--records", str(RECORDS),
+                   "--duration", "2s", "--target-tps", "30", "--consistency", "eventual,strong",
+                   "--workload-option", "table=ut_levels", "--results-dir", str(tmp_path / "results"),
+                   cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    rows = read_csv(run / "ycsb-run.csv")
+    assert [r["consistency"] for r in rows] == ["EVENTUAL", "STRONG"]
+    assert rows[0]["throughput_vs_first"] == "1.0" and all(int(r["operations"]) == 60 for r in rows)
+    for level, expected in (("EVENTUAL", False), ("STRONG", True)):
+        sub = run / "runs" / f"consistency-{level}"
+        assert read_json(sub / "run.json")["target"]["consistent_read"] is expected
+        assert ledger(sub)["planned"] == 60
+    assert "read p99 vs EVENTUAL" in proc.stdout
+    bad = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--consistency", "ONE,QUORUM",
+                  cwd=tmp_path, timeout=60)
+    assert bad.returncode == 2 and "eventual, strong" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_embedded_start_status_stop_dynamodb(capsys: pytest.CaptureFixture[str]) -> None:
+    from dbsurge.embedded import embedded_main
+
+    assert embedded_main(["start", "dynamodb"]) == 0
+    uri = capsys.readouterr().out.strip()
+    try:
+        assert uri.startswith("dynamodb://127.0.0.1:")
+        open_target(uri).check()
+        embedded_main(["status", "dynamodb"])
+        assert capsys.readouterr().out.strip() == f"dynamodb: running {uri}"
+    finally:
+        embedded_main(["stop", "dynamodb"])
+    embedded_main(["status", "dynamodb"])
+    assert capsys.readouterr().out.strip() == "dynamodb: stopped"

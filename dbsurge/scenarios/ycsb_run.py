@@ -19,6 +19,8 @@ The table: throughput, read p99, update p99, failures.
 per process) one after the other, and prints the achieved throughput per worker count against the
 ideal linear line (1-process throughput x n), as the study compared achieved with theoretical
 scalability. Each run's own directory is under ``runs/`` of the scenario's run directory.
+``--consistency ONE,QUORUM`` (CQL; ``eventual,strong`` on DynamoDB-API targets) runs the plan once per
+level and compares them (`dbsurge.scenarios.ycsb_consistency`).
 ``--repeat N`` (a single run only) repeats it into ``<run-id>/1..N`` with the spread across them
 and each repetition's table. Options this scenario does not know go to ``dbsurge run``.
 """
@@ -37,6 +39,7 @@ from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_e
 from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Report, Table
+from dbsurge.scenarios.ycsb_consistency import consistency_table, parse_levels, run_levels
 from dbsurge.versions import versions
 
 NAME = "ycsb-run"
@@ -67,6 +70,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="scalability mode: run flat out with each number of worker processes, e.g. 1,2,4")
     p.add_argument("--repeat", default=None, metavar="N",
                    help="run it N times into <run-id>/1..N and print the spread (median, min, max) across them")
+    p.add_argument("--consistency", default=None, metavar="LEVEL,LEVEL,...",
+                   help="run once per consistency level and compare: CQL ONE,QUORUM,...; DynamoDB-API "
+                        "eventual,strong")
 
 
 def parse_workers(text: str) -> list[int]:
@@ -96,6 +102,9 @@ def check(setup: Setup) -> None:
         setup.rest = [*setup.rest, "--repeat", args.repeat]  # dbsurge run's: it checks the number and runs the set
     if workers and asks_for_repeat(setup.rest):
         raise UserError("--repeat repeats one run; with --scale-workers, run the scenario again instead")
+    levels = setup.values["levels"] = parse_levels(args.consistency, args.target) if args.consistency else None
+    if levels and (workers or asks_for_repeat(setup.rest)):
+        raise UserError("--consistency runs one plan per level: leave out --scale-workers and --repeat")
     if workers and args.target_tps is not None:
         raise UserError("--scale-workers runs flat out (a target rate would cap the throughput): leave out "
                         "--target-tps")
@@ -117,6 +126,8 @@ def launch(setup: Setup, uri: str, run_id: str) -> int:
     base += pairs("--workload-option", [f"{k}={v}" for k, v in setup.workload_options.items()])
     if setup.values["workers"]:
         return _scale(setup, run_id, base + setup.rest)
+    if setup.values["levels"]:
+        return _levels(setup, run_id, base + setup.rest)
     cmd = base + ["--results-dir", args.results_dir, "--run-id", run_id]
     if args.target_tps is not None:
         # under an arrival rate the shape sizes the pool; --users, when given, caps it
@@ -133,7 +144,7 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     """Annotate a single run's run.json and show the table (a scale run wrote its own run.json)."""
     args = setup.args
     run_dir = Path(args.results_dir) / run_id
-    if setup.values["workers"]:
+    if setup.values["workers"] or setup.values["levels"]:
         SCENARIO.show(run_dir)
         return code
     annotation = dict(scenario=NAME, mode="single", scenario_settings=setup.settings, target_name=args.target,
@@ -150,6 +161,26 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     annotate_run(run_dir, **annotation)
     SCENARIO.show(run_dir)
     return code
+
+
+def _levels(setup: Setup, run_id: str, base: list[str]) -> int:
+    """One run per consistency level (the rate options as for a single run), in runs/consistency-LEVEL."""
+    args = setup.args
+    if args.target_tps is not None:
+        base = base + ["--shape", "constant", "--rate", f"{args.target_tps:g}"]
+        base += ["--users", str(args.users)] if "users" in setup.given else []
+    else:
+        base = base + ["--users", str(args.users)]
+    if args.processes:
+        base += ["--processes", str(args.processes)]
+    rd = RunDirectory(args.results_dir, run_id)
+    try:
+        meta = dict(run_id=run_id, scenario=NAME, target_name=args.target, distribution=args.distribution,
+                    target_tps=args.target_tps, consistency=setup.values["consistency"],
+                    scenario_settings=setup.settings)
+        return run_levels(rd, meta, args.target, setup.values["levels"], base)
+    finally:
+        rd.close()
 
 
 def _scale(setup: Setup, run_id: str, base: list[str]) -> int:
@@ -221,6 +252,10 @@ def report(run_dir: Path) -> Report:
     dist = meta.get("distribution", "")
     if meta.get("mode") == "scale":
         return _scale_report(run_dir, meta, consistency, dist)
+    if meta.get("mode") == "consistency":
+        table, notes = consistency_table(run_dir, meta, summary_numbers)
+        return Report(heading=f"dbsurge scenario ycsb-run --consistency (study 002): {meta.get('target_name')}",
+                      tables=[table], notes=notes)
     numbers = summary_numbers(read_rows(run_dir, "summary.csv"))
     row = {"distribution": dist, "target_tps": meta.get("target_tps"), "consistency": consistency, **numbers}
     table = Table(title="YCSB workload A (50% read, 50% update)",

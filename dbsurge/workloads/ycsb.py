@@ -41,7 +41,6 @@ from dbsurge.distributions import (
     fnvhash64,
 )
 from dbsurge.errors import WorkloadError
-from dbsurge.workloads import ycsb_cql, ycsb_dynamodb
 from dbsurge.workloads.base import (
     LoadProgress,
     Option,
@@ -56,6 +55,12 @@ from dbsurge.workloads.base import (
 )
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
 from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
+from dbsurge.workloads.ycsb_cql import cql_client, ensure_schema
+from dbsurge.workloads.ycsb_cql import load as cql_load
+from dbsurge.workloads.ycsb_cql import present_keys as cql_present_keys
+from dbsurge.workloads.ycsb_dynamodb import BATCH_WRITE_MAX, dynamodb_client, ensure_table
+from dbsurge.workloads.ycsb_dynamodb import load as dynamodb_load
+from dbsurge.workloads.ycsb_dynamodb import present_keys as dynamodb_present_keys
 from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, record_values
 
 __all__ = ["KEY_COLUMN", "YcsbWorkload"]
@@ -145,9 +150,9 @@ class YcsbWorkload(Workload):
                 f"workload option insertstart + insertcount ({opts['insertstart']} + {opts['insertcount']})"
                 f" is above recordcount={self.recordcount}"
             )
-        if self.kind == "dynamodb" and opts["batchsize"] > ycsb_dynamodb.BATCH_WRITE_MAX:
+        if self.kind == "dynamodb" and opts["batchsize"] > BATCH_WRITE_MAX:
             raise WorkloadError(f"workload option batchsize={opts['batchsize']}: DynamoDB's BatchWriteItem takes at"
-                                f" most {ycsb_dynamodb.BATCH_WRITE_MAX} items; lower batchsize")
+                                f" most {BATCH_WRITE_MAX} items; lower batchsize")
         if self.kind != "mongo" and (opts["readpreference"] or opts["writeconcern"]):
             raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
         if self.kind == "postgres" and opts["batchsize"] * (opts["fieldcount"] + 1) > PG_MAX_PARAMS:
@@ -227,9 +232,9 @@ class YcsbWorkload(Workload):
         if self.kind == "postgres":
             return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
         if self.kind == "dynamodb":
-            return len(ycsb_dynamodb.present_keys(self, session, keys)) == len(keys)
+            return len(dynamodb_present_keys(self, session, keys)) == len(keys)
         if self.kind == "cql":
-            return len(ycsb_cql.present_keys(self, session, keys)) == len(keys)
+            return len(cql_present_keys(self, session, keys)) == len(keys)
         return mongo_count_present(session.db[self.table], keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
@@ -248,9 +253,9 @@ class YcsbWorkload(Workload):
                     + ")",
                 )
             elif self.kind == "dynamodb":
-                ycsb_dynamodb.ensure_table(self, session)
+                ensure_table(self, session)
             elif self.kind == "cql":
-                ycsb_cql.ensure_schema(self, session)
+                ensure_schema(self, session)
             self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
                 return stop - start
@@ -273,13 +278,13 @@ class YcsbWorkload(Workload):
                     progress=meter,
                 )
             elif self.kind == "dynamodb":
-                inserted = ycsb_dynamodb.load(
+                inserted = dynamodb_load(
                     self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
                                                                   for i in range(first, last)],
                     start=start, stop=stop, batch_size=batch, progress=meter,
                 )
             elif self.kind == "cql":
-                inserted = ycsb_cql.load(
+                inserted = cql_load(
                     self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
                                                                   for i in range(first, last)],
                     start=start, stop=stop, batch_size=batch, progress=meter,
@@ -333,7 +338,7 @@ class YcsbWorkload(Workload):
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
         if self.kind == "dynamodb":
-            return ycsb_dynamodb.dynamodb_client(self, session, seed)
+            return dynamodb_client(self, session, seed)
         if self.kind == "cql":
-            return ycsb_cql.cql_client(self, session, seed)
+            return cql_client(self, session, seed)
         return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)

@@ -8,7 +8,9 @@ NOT_FOUND: `LookupError`), insert is ``PutItem``, scan is a ``Scan`` from the dr
 (DynamoDB has no ordered scan over a hash key; YCSB's binding does the same), and the batched load is
 ``BatchWriteItem`` of up to 25 items, its unprocessed items sent again.
 
-Every request goes through `DynamoSession.call`, which retries throttling and counts the retries.
+Every request goes through `DynamoSession.call`, which retries throttling and counts the retries. The
+set-up (schema, the load of `Workload.load`, the presence checks) is more patient still (`patient_call`):
+it is not measured, and a load must not fail because the table throttles it for a while.
 The table is created on demand (``PAY_PER_REQUEST``: on-demand capacity, what the cost model prices).
 """
 
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dbsurge.targets.dynamodb import ThrottledError
 from dbsurge.workloads.ycsb_keys import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
 
 Operations = dict[str, Callable[[], object]]
@@ -26,6 +29,22 @@ Operations = dict[str, Callable[[], object]]
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
 TABLE_ACTIVE_TIMEOUT_S = 120.0
+SETUP_ATTEMPTS = 30  # of a set-up request the server keeps throttling (each after the session's own retries)
+
+
+def patient_call(session: Any) -> Callable[..., dict[str, Any]]:
+    """``call(method, **request)``: `DynamoSession.call`, tried again with backoff while it stays throttled."""
+    def call(method: Callable[..., dict[str, Any]], /, **request: Any) -> dict[str, Any]:
+        for attempt in range(SETUP_ATTEMPTS):
+            try:
+                return session.call(method, **request)
+            except ThrottledError:
+                if attempt == SETUP_ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0.5, 1.0) * min(1.0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    return call
 
 
 def _table(workload: Any) -> str:
@@ -40,12 +59,12 @@ def _item(key: str, fields: Sequence[str], values: Sequence[str]) -> dict[str, d
 
 def ensure_table(workload: Any, session: Any) -> None:
     """Create the workload's table (hash key ``ycsb_key``, on-demand) unless it exists; wait until it is ACTIVE."""
-    client, table = session.client, _table(workload)
+    client, table, call = session.client, _table(workload), patient_call(session)
     try:
-        status = session.call(client.describe_table, TableName=table)["Table"].get("TableStatus")
+        status = call(client.describe_table, TableName=table)["Table"].get("TableStatus")
     except client.exceptions.ResourceNotFoundException:
         try:
-            session.call(client.create_table, TableName=table, BillingMode="PAY_PER_REQUEST",
+            call(client.create_table, TableName=table, BillingMode="PAY_PER_REQUEST",
                          AttributeDefinitions=[{"AttributeName": KEY_COLUMN, "AttributeType": "S"}],
                          KeySchema=[{"AttributeName": KEY_COLUMN, "KeyType": "HASH"}])
         except client.exceptions.ResourceInUseException:
@@ -56,7 +75,7 @@ def ensure_table(workload: Any, session: Any) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"DynamoDB table {table} was not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S:g}s")
         time.sleep(0.5)
-        status = session.call(client.describe_table, TableName=table)["Table"].get("TableStatus")
+        status = call(client.describe_table, TableName=table)["Table"].get("TableStatus")
 
 
 def drop_table(workload: Any, session: Any) -> None:
@@ -79,7 +98,7 @@ def table_has_rows(workload: Any, session: Any) -> bool:
     """True if the workload's table exists and holds at least one item."""
     client = session.client
     try:
-        answer = session.call(client.scan, TableName=_table(workload), Limit=1, ProjectionExpression="#k",
+        answer = patient_call(session)(client.scan, TableName=_table(workload), Limit=1, ProjectionExpression="#k",
                               ExpressionAttributeNames={"#k": KEY_COLUMN})
     except client.exceptions.ResourceNotFoundException:
         return False
@@ -88,7 +107,7 @@ def table_has_rows(workload: Any, session: Any) -> bool:
 
 def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
     """Which of ``keys`` exist (BatchGetItem of 100 keys a request; an absent table holds none)."""
-    client, table = session.client, _table(workload)
+    client, table, call = session.client, _table(workload), patient_call(session)
     found: set[str] = set()
     for offset in range(0, len(keys), BATCH_GET_MAX):
         chunk = keys[offset:offset + BATCH_GET_MAX]
@@ -97,7 +116,7 @@ def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
                                            "ExpressionAttributeNames": {"#k": KEY_COLUMN}}}
         while pending:
             try:
-                answer = session.call(client.batch_get_item, RequestItems=pending)
+                answer = call(client.batch_get_item, RequestItems=pending)
             except client.exceptions.ResourceNotFoundException:
                 return set()
             found.update(item[KEY_COLUMN]["S"] for item in answer.get("Responses", {}).get(table, []))
@@ -105,16 +124,17 @@ def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
     return found
 
 
-def batch_write(workload: Any, session: Any, items: list[dict[str, Any]], *, attempts: int = 10) -> None:
+def batch_write(workload: Any, session: Any, items: list[dict[str, Any]], *, attempts: int = 10,
+                call: Callable[..., dict[str, Any]] | None = None) -> None:
     """One ``BatchWriteItem`` of ``items`` (at most 25), its ``UnprocessedItems`` sent again with backoff.
 
     DynamoDB answers a partly throttled batch with the items it did not write instead of an error;
     a batch still unfinished after ``attempts`` raises.
     """
-    client, table = session.client, _table(workload)
+    client, table, call = session.client, _table(workload), call or session.call
     pending: dict[str, Any] = {table: [{"PutRequest": {"Item": item}} for item in items]}
     for attempt in range(attempts):
-        pending = session.call(client.batch_write_item, RequestItems=pending).get("UnprocessedItems") or {}
+        pending = call(client.batch_write_item, RequestItems=pending).get("UnprocessedItems") or {}
         if not pending:
             return
         session.retries += 1
@@ -123,17 +143,22 @@ def batch_write(workload: Any, session: Any, items: list[dict[str, Any]], *, att
                        f"{attempts} attempts")
 
 
-def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
-    """``insert(rows)`` for the load: PutItem for one row, BatchWriteItem for more (rows: key, then fields)."""
+def inserter(workload: Any, session: Any, *, patient: bool = False) -> Callable[[list[tuple]], None]:
+    """``insert(rows)`` for the load: PutItem for one row, BatchWriteItem for more (rows: key, then fields).
+
+    ``patient``: retry throttling beyond the session's retries (`Workload.load`); the ycsb-load scenario
+    measures inserts and keeps the session's own retries.
+    """
     client, table, fields = session.client, _table(workload), workload.fields
+    call = patient_call(session) if patient else session.call
 
     def insert(rows: list[tuple]) -> None:
         items = [_item(row[0], fields, row[1:]) for row in rows]
         if len(items) == 1:
-            session.call(client.put_item, TableName=table, Item=items[0])
+            call(client.put_item, TableName=table, Item=items[0])
         else:
             for offset in range(0, len(items), BATCH_WRITE_MAX):
-                batch_write(workload, session, items[offset:offset + BATCH_WRITE_MAX])
+                batch_write(workload, session, items[offset:offset + BATCH_WRITE_MAX], call=call)
 
     return insert
 
@@ -144,7 +169,7 @@ def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start
     from dbsurge.workloads.loading import block_rows, blocks
 
     check_existing = table_has_rows(workload, session)
-    insert = inserter(workload, session)
+    insert = inserter(workload, session, patient=True)
     inserted = 0
     for block, first, last in blocks(start, stop):
         rows = block_rows(workload.name, workload.options["seed"], block, first, last, make)
