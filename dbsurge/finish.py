@@ -187,7 +187,8 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
     lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
     findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
-    incomplete = bool(lost) or write_failed or run.stop_reason is not None
+    # a worker that never sent its final account took its last operations with it, plan or not
+    incomplete = bool(lost) or bool(run.lost_workers) or write_failed or run.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
         results = [(c, False, v) for c, ok, v in results]

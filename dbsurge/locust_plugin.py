@@ -13,6 +13,8 @@ listener hands over to the module that does the work:
   and Spot watcher (`dbsurge.stopping`, `dbsurge.spot`).
 - ``report_to_master`` / ``worker_report``: the recorder's payload out, into the aggregator.
 - ``heartbeat_sent``: the master dates each worker's last sign of life (membership).
+- ``test_stopping`` (a closed-model run): every worker's final account is collected while Locust
+  still listens to its workers (it sends them ``quit`` right after), `dbsurge.stopping.close_run`.
 - ``test_stop`` / ``quitting``: the ledger is closed and the tables written (`dbsurge.stopping`,
   `dbsurge.finish`), and the exit code set.
 """
@@ -29,6 +31,7 @@ import locust.stats
 from locust import events
 
 from . import console, finish, latency_buckets, protocol, stopping
+from .admission import admit_only_members
 from .errors import UserError
 from .lifecycle import begin_run
 from .membership import Membership
@@ -109,6 +112,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         return
     if run.role == "master":
         run.membership = Membership(run.options.join_token)
+        admit_only_members(runner, run.membership)
         # Locust sends the master's parsed options to every connected worker, proven or not: not the token
         run.options.join_token = None
     protocol.register(run, runner)
@@ -171,6 +175,21 @@ def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):
 
 
 # -- the end ----------------------------------------------------------------------------------------------
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment, **_kw):
+    """Master or local, closed model: collect the final accounts before Locust sends its workers ``quit``.
+
+    A headless ``--run-time`` ends in ``runner.quit()``, which fires this event, then tells every worker
+    to quit and stops listening; by ``quitting`` no worker can answer any more. (Under a plan, the
+    shape's last tick has closed the run already.)
+    """
+    run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
+    if run is None or run.role == "worker" or run.aggregator is None or run.closing is not None:
+        return
+    if run.plan is None:
+        stopping.close_run(run, "users_exhausted", in_flight_reason="in_flight")
 
 
 @events.test_stop.add_listener
