@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from functools import partial
 
 import gevent
@@ -33,6 +34,7 @@ from locust import events
 from . import console, finish, latency_buckets, protocol, stopping
 from .admission import admit_only_members
 from .errors import UserError
+from .lease import HEARTBEAT_S, renew_loop
 from .lifecycle import begin_run
 from .membership import Membership
 from .options import add_options
@@ -45,9 +47,8 @@ log = logging.getLogger("dbsurge")
 # loses at most one interval.
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
 # Heartbeats twice a second (Locust: once), so that a lost worker is known within 2 s
-# (protocol.LOST_AFTER_S) while a worker pauses after 1.5 s without the master (three missed
-# answers), well before that.
-locust.runners.HEARTBEAT_INTERVAL = 0.5
+# (lease.LOST_AFTER_S, whose margin counts one heartbeat period: lease.HEARTBEAT_S).
+locust.runners.HEARTBEAT_INTERVAL = HEARTBEAT_S
 locust.runners.HEARTBEAT_LIVENESS = 5
 # Sub-millisecond response times in Locust's own statistics and web UI.
 locust.stats.bucket_response_time = latency_buckets.bucket_response_time
@@ -106,6 +107,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         protocol.register(run, runner)
         logging.getLogger().addHandler(ShipToMaster(run.recorder))
         gevent.spawn(stopping.master_watchdog, run)
+        gevent.spawn(renew_loop, run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         if runner.worker_state in (locust.runners.STATE_SPAWNING, locust.runners.STATE_RUNNING):
             _arm_worker(run)  # joined a running test: Locust fired test_start before init, without us
@@ -171,7 +173,7 @@ def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):
 def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):
     """Master: Locust answers each worker heartbeat; that answer dates the worker's last sign of life."""
     if run.role == "master":
-        run.last_seen[client_id] = timestamp
+        run.last_seen[client_id] = time.monotonic()  # monotonic: a wall-clock step must not hasten a give-up
 
 
 # -- the end ----------------------------------------------------------------------------------------------

@@ -4,18 +4,21 @@ Every message is a Locust custom message; a local run registers both ends on its
 `LocalRunner`, whose ``send_message`` calls the listener directly, so one path serves both.
 
 master -> worker                         worker -> master
-``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready / back after a pause)
+``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready, where it runs)
 ``dbsurge:clock`` (t1)                   ``dbsurge:proof`` (HMAC of the nonce)
 ``dbsurge:setup`` (plan, share, clock)   ``dbsurge:clock`` (t1, t2, t3)
-``dbsurge:share`` (reshare / resume)     ``dbsurge:leave`` (SIGTERM, Spot notice)
+``dbsurge:share`` (reshare; ``lost``)    ``dbsurge:leave`` (SIGTERM, Spot notice)
 ``dbsurge:rate`` (live rate change)      ``dbsurge:final`` (last account; `dbsurge.stopping`)
-``dbsurge:leave_ok`` (hand-over point)
+``dbsurge:leave_ok`` (hand-over point)   ``dbsurge:renew`` (its send time; `dbsurge.lease`)
+``dbsurge:lease`` (the renewal)
 ``dbsurge:close`` (end of plan; `dbsurge.stopping`)
 
 Membership: a share goes only to a worker heard from within `LOST_AFTER_S` that proved the join
 token (`dbsurge.membership`); a lost worker's share moves to the others from an arrival number
-just ahead (`number_at`), and the master remembers where (`lost_from`) so the worker, if it comes
-back, books exactly what it could not send. Clocks: `dbsurge.clocks`.
+`HANDOVER_AHEAD_S` ahead (`number_at`), and the master remembers where (`lost_from`) so the worker,
+if it comes back, books exactly what it could not send (its share message says ``lost``). A worker
+sends only while its lease holds (`dbsurge.lease`), which ends before the master may give up on it.
+Clocks: `dbsurge.clocks`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from . import credentials
 from .clocks import wall_ns
 from .errors import UserError
 from .hosts import hello_fields
+from .lease import LOST_AFTER_S, on_lease, on_renew, renew_now
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
 from .segments import override_label
@@ -37,16 +41,17 @@ from .stage_plan import parse_duration
 log = logging.getLogger("dbsurge")
 
 
-#: A worker whose last heartbeat is older than this is lost: its share moves to the others. A worker
-#: pauses after `stopping.MASTER_SILENCE_S` (shorter) without the master's answers, so both never send.
-LOST_AFTER_S = 2.0
+#: A worker whose last sign of life is older than `LOST_AFTER_S` is lost: its share moves to the others,
+#: from the arrival due this long after the moment it was given up. Its lease (`dbsurge.lease`) ended
+#: before that moment, so both never send the same arrival.
+HANDOVER_AHEAD_S = 0.5
 
 
 def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
     """Workers that may take a share: connected, heard from within `LOST_AFTER_S`, proven when a token is required."""
     ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
     if run is not None:
-        now = time.time()
+        now = time.monotonic()
         ids = [c for c in ids if now - run.last_seen.get(c, now) <= LOST_AFTER_S and c not in run.departed]
         if run.membership is not None:
             ids = run.membership.members(ids)
@@ -85,7 +90,7 @@ def register(run: DbSurgeRun, runner) -> None:
     if run.role == "worker":
         for name, handler in (("setup", _on_setup_message), ("rate", _on_rate_message), ("share", _on_share_message),
                               ("challenge", _on_challenge_message), ("clock", _on_clock_ping),
-                              ("leave_ok", _on_leave_ok)):
+                              ("leave_ok", _on_leave_ok), ("lease", on_lease)):
             runner.register_message(f"dbsurge:{name}", handler)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
@@ -95,7 +100,7 @@ def register(run: DbSurgeRun, runner) -> None:
     runner.register_message("dbsurge:final", stopping.on_final_message)
     if run.role == "master":
         for name, handler in (("proof", _on_proof_message), ("hello", _on_hello_message),
-                              ("clock", _on_clock_answer), ("leave", _on_leave_message)):
+                              ("clock", _on_clock_answer), ("leave", _on_leave_message), ("renew", on_renew)):
             runner.register_message(f"dbsurge:{name}", handler)
     else:
         runner.register_message("dbsurge:close", stopping.on_close_message)
@@ -164,12 +169,12 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
     if set(workers) == set(run.shares) or not workers:
         return
     elapsed = run.elapsed_s() or 0.0
-    from_number = number_at(run, elapsed + 0.5)
+    from_number = number_at(run, elapsed + HANDOVER_AHEAD_S)
     for cid in sorted(set(run.shares) - set(workers)):
         _book_lost(run, cid, from_number)
     joined = sorted(set(workers) - set(run.shares))
     run.shares = {cid: i for i, cid in enumerate(workers)}
-    _note_shares(run, elapsed + 0.5)
+    _note_shares(run, elapsed + HANDOVER_AHEAD_S)
     for cid in joined:
         run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(workers),
                        from_arrival=from_number, **run.hosts.fields(cid))
@@ -179,8 +184,9 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
                  run.shares[cid], len(workers), from_number)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for cid, i in run.shares.items():
+        lost = cid in run.lost_from  # given up earlier: whatever it still holds of its old share is not its own
         env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                                                  "write_off_until": run.lost_from.pop(cid, from_number),
+                                                  "lost": lost, "write_off_until": run.lost_from.pop(cid, from_number),
                                                   "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
                                 client_id=cid)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
@@ -195,7 +201,7 @@ def _book_lost(run: DbSurgeRun, cid: str, from_number: int) -> None:
     """A worker gone silent: its share is given away from ``from_number``; the ledger books the rest."""
     run.lost_workers.append(cid)
     run.lost_from[cid] = from_number
-    silent = time.time() - run.last_seen.get(cid, time.time())
+    silent = time.monotonic() - run.last_seen.get(cid, time.monotonic())
     run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
                    **run.hosts.fields(cid))
     log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
@@ -233,15 +239,6 @@ def _on_leave_ok(environment, msg, **_kw):
     run.leave_until = int(until) if until is not None else (run.pacer.next_number if run.pacer else 0)
 
 
-def _resume_share(run: DbSurgeRun, cid: str) -> None:
-    """A worker that paused (it lost sight of the master) but was never given up keeps its share:
-    nobody else took its slots, so it sends them, late (the lag says so), instead of writing them off."""
-    if run.closing is not None or run.plan is None or cid not in run.shares:
-        return
-    run.environment.runner.send_message("dbsurge:share", {"resume": True}, client_id=cid)
-    run.safe_event("worker_resumed", worker=cid)
-
-
 # -- clocks (see dbsurge.clocks) ---------------------------------------------------------------------------
 
 
@@ -277,14 +274,12 @@ def _on_clock_answer(environment, msg, **_kw):
 
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    run.last_seen[msg.node_id] = time.time()
+    run.last_seen[msg.node_id] = time.monotonic()
     run.hosts.note(msg.node_id, msg.data)
     if msg.node_id not in run.clocks.best and run.start_epoch_ns is not None:
         # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
         for _ in range(3):
             environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=msg.node_id)
-    if (msg.data or {}).get("rejoin"):
-        _resume_share(run, msg.node_id)
     nonce = run.membership.challenge(msg.node_id)
     if nonce is not None:
         environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
@@ -323,6 +318,9 @@ def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = N
     run.make_pacer(s)
     if join is not None and run.pacer is not None:
         run.pacer.join_at(*join)
+    if run.pacer is not None:
+        run.pacer.require_lease()  # no slot before the master's first renewal (`dbsurge.lease`)
+        renew_now(run)
     run.ready.set()
 
 
@@ -335,15 +333,10 @@ def _on_rate_message(environment, msg, **_kw):
 def _on_share_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     d = msg.data
-    if d.get("resume"):
-        if run.pacer is not None and run.pacer.paused:
-            run.pacer.paused = False
-            log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
-        return
     if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
         _take_setup(run, Setup(**d["setup"]), join=(d["index"], d["count"], d["from_number"]))
         return
-    if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
+    if run.pacer.paused or d.get("lost"):  # given up, or it gave up: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
         log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
                     "(worker_lost); sending again", n)

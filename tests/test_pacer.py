@@ -171,3 +171,32 @@ def test_a_rate_change_leaves_no_backlog_behind():
     # and the plan still adds up: taken + dropped + the rest
     planned = planned_counts(back, ArrivalSequence("uniform", 1), OperationMix([("op", 1.0)], 1))
     assert sum(planned.values()) == int(round(back.total()))
+
+
+def test_no_slot_without_a_lease_and_none_after_it_lapsed():
+    """A worker's pacer issues slots only while its lease holds; a late renewal (an old send time) renews nothing."""
+    from dbsurge.lease import LEASE_NS
+
+    schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
+    p, clock = _pacer(schedule)
+    p.require_lease()
+    assert p.next_slot() is None  # before the first renewal
+    p.renew_lease(0 + LEASE_NS)  # asked at t = 0
+    clock.now = int(1.0e9)
+    slot = p.next_slot()
+    assert slot is not None and p.wait_for(slot) is slot  # due, and the lease holds: it may be sent
+    p.give_back(slot)
+    clock.now = LEASE_NS  # the lease ends: the same slot is not given out again
+    assert p.next_slot() is None
+    clock.now = int(2.0e9)
+    p.renew_lease(int(0.5e9) + LEASE_NS)  # the answer to a request sent at 0.5 s, delivered late: it has lapsed
+    assert p.next_slot() is None
+    p.renew_lease(clock.now + LEASE_NS)
+    assert p.next_slot().number == slot.number  # what it gave back is still its own
+
+
+def test_the_lease_ends_strictly_before_the_master_gives_up():
+    from dbsurge import lease
+
+    assert lease.LEASE_S + lease.CLOCK_BOUND_S + lease.HEARTBEAT_S == lease.LOST_AFTER_S
+    assert lease.RENEW_S * 4 <= lease.LEASE_S  # a healthy worker renews several times per lease
