@@ -83,8 +83,21 @@ def on_renew(environment, msg, **_kw) -> None:
     cid = msg.node_id
     if cid not in run.shares and cid not in run.departed:
         return  # given up, refused, or never given a share: no lease
-    run.last_seen[cid] = time.monotonic()
+    run.last_seen[cid] = run.renewed_at[cid] = time.monotonic()
     environment.runner.send_message("dbsurge:lease", {"sent_ns": (msg.data or {}).get("sent_ns")}, client_id=cid)
+
+
+def lease_end_number(run, cid: str) -> int:
+    """Master: the first arrival a worker could not have issued under its last lease.
+
+    Its last renewal was answered at ``renewed_at`` (after the worker asked), so its lease ended
+    before ``renewed_at + LEASE_S``, and it issues an arrival no earlier than its due time on the
+    worker's clock, which may run up to `CLOCK_BOUND_S` ahead of the master's.
+    """
+    now = time.monotonic()
+    answered = run.renewed_at.get(cid, run.last_seen.get(cid, now))
+    elapsed = (run.elapsed_s() or 0.0) - (now - answered) + LEASE_S + CLOCK_BOUND_S
+    return run.arrivals().first_at_or_after(run.schedule.cumulative(max(0.0, elapsed)))
 
 
 def on_lease(environment, msg, **_kw) -> None:

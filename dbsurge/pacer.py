@@ -172,6 +172,7 @@ class Pacer:
         self.start_epoch_ns = start_epoch_ns
         self.returned: deque[Slot] = deque()
         self.in_flight: dict[int, Slot] = {}
+        self._issued: set[int] = set()  # numbers of in-flight slots already sent to the database
         self.closed: str | None = None  # the not-sent reason once closed
         self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
         # a worker's lease (`dbsurge.lease`): no slot is issued at or after this clock_ns instant
@@ -303,12 +304,18 @@ class Pacer:
         else:
             self.returned.appendleft(slot)
 
+    def issued(self, slot: Slot) -> None:
+        """A user is sending the slot's operation to the database (the ledger's ``unknown`` if never reported)."""
+        self.sink.count(slot.stage, self.op_ids[slot.op], "issued")
+        self._issued.add(slot.number)
+
     def done(self, slot: Slot) -> bool:
         """A user finished the slot's operation: True when it is to be recorded.
 
         False when the slot was written off meanwhile (`write_off_in_flight`): it is already in
         the ledger as not sent, and recording it too would count it twice.
         """
+        self._issued.discard(slot.number)
         return self.in_flight.pop(slot.number, None) is not None
 
     def wait_for(self, slot: Slot) -> Slot | None:
@@ -452,9 +459,12 @@ class Pacer:
         for slot in self.in_flight.values():
             if self._planned(slot):
                 self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
+                if slot.number in self._issued:  # sent, and its outcome is accounted now: not unknown
+                    self.sink.count(slot.stage, self.op_ids[slot.op], "issued", -1)
                 oldest = max(oldest, (now - slot.intended_ns) / NS)
                 n += 1
         self.in_flight.clear()
+        self._issued.clear()
         return n, oldest
 
     def _planned(self, slot: Slot) -> bool:

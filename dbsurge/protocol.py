@@ -32,7 +32,7 @@ from . import credentials
 from .clocks import ROUND, wall_ns
 from .errors import UserError
 from .hosts import hello_fields
-from .lease import LOST_AFTER_S, on_lease, on_renew, renew_now
+from .lease import LOST_AFTER_S, lease_end_number, on_lease, on_renew, renew_now
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
 from .segments import override_label
@@ -77,6 +77,7 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     workers = _worker_ids(runner, run)
     _measure_clocks(run, workers)
     run.shares = {cid: i for i, cid in enumerate(workers)}
+    run.share_history = {cid: [(0, i, len(workers))] for cid, i in run.shares.items()}
     _note_shares(run, 0.0)
     for cid, i in run.shares.items():
         runner.send_message("dbsurge:setup", setup_for(run, i, len(workers), max_lag_s, cid).__dict__, client_id=cid)
@@ -176,6 +177,8 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
         _book_lost(run, cid, from_number)
     joined = sorted(set(workers) - set(run.shares))
     run.shares = {cid: i for i, cid in enumerate(workers)}
+    for cid, i in run.shares.items():
+        run.share_history.setdefault(cid, []).append((from_number, i, len(workers)))
     _note_shares(run, elapsed + HANDOVER_AHEAD_S)
     for cid in joined:
         run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(workers),
@@ -203,6 +206,8 @@ def _book_lost(run: DbSurgeRun, cid: str, from_number: int) -> None:
     """A worker gone silent: its share is given away from ``from_number``; the ledger books the rest."""
     run.lost_workers.append(cid)
     run.lost_from[cid] = from_number
+    run.lease_end[cid] = min(lease_end_number(run, cid), from_number)
+    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
     silent = time.monotonic() - run.last_seen.get(cid, time.monotonic())
     run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
                    **run.hosts.fields(cid))
@@ -226,6 +231,9 @@ def _on_leave_message(environment, msg, **_kw):
     environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
     workers = _worker_ids(environment.runner, run)
     run.shares = {w: i for i, w in enumerate(workers)}
+    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
+    for w, i in run.shares.items():
+        run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
     _note_shares(run, (run.elapsed_s() or 0.0) + 0.3)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for w, i in run.shares.items():

@@ -33,6 +33,7 @@ import gevent
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
+from .lease import lease_end_number
 
 log = logging.getLogger("dbsurge")
 
@@ -85,6 +86,8 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
     while run.awaiting_final and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for cid in sorted(run.awaiting_final):
+        if run.schedule is not None and run.role == "master":
+            run.lease_end.setdefault(cid, lease_end_number(run, cid))  # what it may have issued: `unknown`
         run.safe_event("worker_silent", worker=cid, note="no final account before the deadline")
         log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost", cid)
         run.lost_workers.append(cid)

@@ -146,6 +146,34 @@ def test_stalled_worker_stops_before_its_share_is_given_away(tmp_path, netns_db)
     assert master.returncode == 3, out[-3000:]  # arrivals lost to the stall: incomplete, and it says so
 
 
+def test_killed_worker_leaves_unknown_outcomes_not_unsent_ones(tmp_path, netns_db):
+    """A worker on another host is SIGKILLed mid-stage: what it may have issued and never reported is `unknown`
+    (bounded by its last lease), not `not sent`; ok + failed + unknown bounds what the database committed."""
+    ns = netns_db.netns
+    _orders_table(netns_db.uri)
+    port = str(free_port())
+    master = _master(tmp_path, ns.host_ip, port, netns_db.uri, "12s@90tps", 3)
+    cmd = _worker_cmd(ns.host_ip, port, netns_db.uri)
+    workers = [_local_worker(cmd, tmp_path) for _ in range(2)]
+    workers.append(_ns_worker(ns, cmd, tmp_path, "killed"))
+    results = tmp_path / "results"
+    _wait_for_timeline(results)
+    time.sleep(4.3)
+    os.kill(workers[-1].pid, signal.SIGKILL)
+    out = _finish(master, workers)
+    run = only_run_dir(results)
+    total = ledger(run)
+    assert total["planned"] == 1080 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
+    assert 0 < total["unknown"] <= 90 // 3 * 3, total  # at most its share's arrivals over a lease and a report
+    per_source = _check_database(run, netns_db.uri, 90, total)
+    reported = json.loads((run / "run.json").read_text())["results"]
+    assert reported["unknown"] == total["unknown"] and reported["lost_workers"], reported
+    killed = reported["lost_workers"][0]
+    assert per_source.get(ns.ip, 0) >= reported["operations_per_worker"].get(killed, 0)
+    assert f"{total['unknown']} planned arrivals have an unknown outcome" in out, out[-3000:]
+    assert master.returncode == 3, out[-3000:]
+
+
 def test_wrong_token_does_not_count_toward_expect_workers(tmp_path, netns_db):
     """--expect-workers 2 with a refused worker connected first: the plan waits for two admitted workers, starts
     on them from arrival 0 (no re-split), and the refused one is named and sends nothing."""

@@ -200,3 +200,36 @@ def test_the_lease_ends_strictly_before_the_master_gives_up():
 
     assert lease.LEASE_S + lease.CLOCK_BOUND_S + lease.HEARTBEAT_S == lease.LOST_AFTER_S
     assert lease.RENEW_S * 4 <= lease.LEASE_S  # a healthy worker renews several times per lease
+
+
+def test_issued_slots_are_counted_and_an_in_flight_write_off_takes_them_back():
+    """The ledger's ``unknown`` rests on what a worker said it issued: a slot written off in flight is not unknown."""
+    schedule = Schedule.from_plan(StagePlan.parse("1s@100tps"))
+    sink = Recorder()
+    p, _ = _pacer(schedule, sink=sink)
+    a, b, c = p.next_slot(), p.next_slot(), p.next_slot()
+    p.issued(a)
+    p.issued(b)
+    assert p.done(a)
+    p.write_off_in_flight("in_flight")  # b was issued, c only taken
+    ledger = {col: n for _, _, col, n in sink.drain()["ledger"]}
+    assert ledger == {"issued": 2 - 1, "not_sent:in_flight": 2}, ledger
+    assert c.number == 2
+
+
+def test_the_ledger_books_a_lost_workers_unreported_operations_as_unknown():
+    from dbsurge.measure.aggregator import Aggregator
+    from dbsurge.measure.ledger import balance
+
+    agg = Aggregator(stage_names=["s"])
+    lost = Recorder()
+    p, _ = _pacer(Schedule.from_plan(StagePlan.parse("1s@10tps")), sink=lost, op_ids=[lost.op_id("op")],
+                  worker_index=1, worker_count=2)
+    slots = [p.next_slot() for _ in range(3)]
+    for s in slots:
+        p.issued(s)  # sent; the worker dies before it reports any outcome
+    agg.merge(lost.drain(), source="w1")
+    booked = balance(agg.stage_cells, {("op", 0): 5}, ["w1"], True, agg.unreported(["w1"]))
+    assert booked == {"unknown": 3, "worker_lost": 2}, booked
+    cell = agg.stage_cells[("op", 0)]
+    assert cell.unknown == 3 and cell.not_sent["worker_lost"] == 2
