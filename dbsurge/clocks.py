@@ -10,7 +10,8 @@ answers, the master stamps t4 on receipt; then
     delay  = (t4 - t1) - (t3 - t2)              (round trip, less the worker's own time)
 
 and the offset is known to within ``delay / 2``. Of several exchanges the one with the smallest
-delay wins (`ClockBook`), and a later drift counts only beyond both estimates' error bounds. Each worker converts the master's time zero into its own clock with its offset, so
+delay wins (`ClockBook`), and a later drift counts only beyond both estimates' error bounds.
+Each worker converts the master's time zero into its own clock with its offset, so
 stages start together at the database whatever the workers' clocks say.
 
 `wall_ns` is the clock the pacer and recorder use. ``DBSURGE_TEST_CLOCK_SKEW_S`` shifts it (tests

@@ -24,6 +24,7 @@ Clocks: `dbsurge.clocks`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import gevent
@@ -45,6 +46,12 @@ log = logging.getLogger("dbsurge")
 #: from the arrival due this long after the moment it was given up. Its lease (`dbsurge.lease`) ended
 #: before that moment, so both never send the same arrival.
 HANDOVER_AHEAD_S = 0.5
+#: A joining worker's offer is made again when unanswered for this long ...
+JOIN_ACK_TIMEOUT_S = 2.0
+#: ... each time twice as far ahead, up to this far.
+MAX_JOIN_LEAD_S = 8.0
+#: The others must have this long to get their narrower share before the hand-over arrival is due.
+COMMIT_MARGIN_S = 0.2
 
 
 def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
@@ -101,7 +108,8 @@ def register(run: DbSurgeRun, runner) -> None:
     runner.register_message("dbsurge:final", stopping.on_final_message)
     if run.role == "master":
         for name, handler in (("proof", _on_proof_message), ("hello", _on_hello_message),
-                              ("clock", _on_clock_answer), ("leave", _on_leave_message), ("renew", on_renew)):
+                              ("clock", _on_clock_answer), ("leave", _on_leave_message), ("renew", on_renew),
+                              ("share_ok", _on_share_ok)):
             runner.register_message(f"dbsurge:{name}", handler)
     else:
         runner.register_message("dbsurge:close", stopping.on_close_message)
@@ -162,38 +170,94 @@ def _has_users(runner, cid: str) -> bool:
 
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
-    """Move shares when a worker was lost or a new one can take a share.
+    """Move shares when a worker was lost (at once) or a new one can take a share (`_propose_join`).
 
     A worker that joins mid-run gets a share only once Locust has given it users (without
     ``--enable-rebalancing`` it never does): a share without users would be slots nobody takes.
     """
     env = run.environment
-    workers = [w for w in _worker_ids(env.runner, run) if w in run.shares or _has_users(env.runner, w)]
-    if set(workers) == set(run.shares) or not workers:
+    alive = set(_worker_ids(env.runner, run))
+    survivors = sorted(alive & set(run.shares))
+    if set(run.shares) - alive and survivors:
+        elapsed = run.elapsed_s() or 0.0
+        from_number = number_at(run, elapsed + HANDOVER_AHEAD_S)
+        for cid in sorted(set(run.shares) - alive):
+            _book_lost(run, cid, from_number)
+        run.joining = None  # a proposal made for the old membership is stale
+        _commit_shares(run, survivors, from_number, elapsed + HANDOVER_AHEAD_S)
+        return
+    joiners = sorted(w for w in alive - set(run.shares) if _has_users(env.runner, w))
+    if joiners and run.shares:
+        _propose_join(run, joiners[0])
+
+
+def _propose_join(run: DbSurgeRun, cid: str) -> None:
+    """Offer a joining (or rejoining) worker its share from an arrival ahead; the others keep theirs until it
+    acknowledges (`_on_share_ok`), so no arrival falls between them (a hole) or comes due before it knows (a burst).
+
+    One proposal at a time. Unanswered for `JOIN_ACK_TIMEOUT_S`, or answered too late, it is made again
+    twice as far ahead (a rejoining worker's messages may still be stuck in TCP's retransmission backoff).
+    """
+    p = run.joining
+    now = time.monotonic()
+    if p is not None and now - p["sent_at"] < JOIN_ACK_TIMEOUT_S:
+        return  # waiting for an answer
+    again = p is not None and p["worker"] == cid
+    lead_s = min(p["lead_s"] * 2, MAX_JOIN_LEAD_S) if again else HANDOVER_AHEAD_S
+    workers = sorted(set(run.shares) | {cid})
+    elapsed = run.elapsed_s() or 0.0
+    from_number = number_at(run, elapsed + lead_s)
+    i = workers.index(cid)
+    run.join_proposals += 1
+    run.joining = {"worker": cid, "workers": workers, "from_number": from_number, "from_elapsed": elapsed + lead_s,
+                   "lead_s": lead_s, "sent_at": now, "first_at": p["first_at"] if again else now,
+                   "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals,
+                   "write_off_until": run.lost_from.get(cid, p["write_off_until"] if again else from_number)}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    # "lost": it holds arrivals that are not its own any more (its old share, or an offer it took that lapsed)
+    run.environment.runner.send_message("dbsurge:share", {
+        "index": i, "count": len(workers), "from_number": from_number, "lost": cid in run.lost_from or again,
+        "write_off_until": run.joining["write_off_until"], "proposal": run.join_proposals,
+        "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__}, client_id=cid)
+
+
+def _on_share_ok(environment, msg, **_kw):
+    """Master: a joining worker took its offered share; the others now narrow theirs from the same arrival."""
+    run: DbSurgeRun = environment.dbsurge
+    p, d, cid = run.joining, msg.data or {}, msg.node_id
+    if p is None or cid != p["worker"] or d.get("proposal") != p["proposal"] or run.closing is not None:
         return
     elapsed = run.elapsed_s() or 0.0
-    from_number = number_at(run, elapsed + HANDOVER_AHEAD_S)
-    for cid in sorted(set(run.shares) - set(workers)):
-        _book_lost(run, cid, from_number)
-    joined = sorted(set(workers) - set(run.shares))
-    run.shares = {cid: i for i, cid in enumerate(workers)}
-    for cid, i in run.shares.items():
-        run.share_history.setdefault(cid, []).append((from_number, i, len(workers)))
-    _note_shares(run, elapsed + HANDOVER_AHEAD_S)
-    for cid in joined:
-        run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(workers),
-                       from_arrival=from_number, **run.hosts.fields(cid))
-        if cid in run.clocks.best:  # measured since its hello (`_on_hello_message`)
-            run.safe_event("clock", worker=cid, **run.clocks.describe()[cid])
-        log.info("worker %s joined: it takes share %d of %d from arrival %d", run.hosts.name(cid),
-                 run.shares[cid], len(workers), from_number)
+    if (d.get("late") or number_at(run, elapsed + COMMIT_MARGIN_S) >= p["from_number"]
+            or set(run.shares) != set(p["workers"]) - {cid}):
+        p["sent_at"] = -math.inf  # too late for the others to switch in time, or the members changed: again
+        return
+    run.joining = None
+    run.lost_from.pop(cid, None)
+    _commit_shares(run, p["workers"], p["from_number"], p["from_elapsed"], offered=cid)
+    waited = time.monotonic() - p["first_at"]
+    run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(run.shares),
+                   from_arrival=p["from_number"], lead_s=round(p["lead_s"], 3), waited_s=round(waited, 3),
+                   attempts=p["attempts"], **run.hosts.fields(cid))
+    if cid in run.clocks.best:  # measured since its hello (`_on_hello_message`)
+        run.safe_event("clock", worker=cid, **run.clocks.describe()[cid])
+    log.info("worker %s joined: it takes share %d of %d from arrival %d (acknowledged after %.2f s, %d offer(s))",
+             run.hosts.name(cid), run.shares[cid], len(run.shares), p["from_number"], waited, p["attempts"])
+
+
+def _commit_shares(run: DbSurgeRun, workers: list[str], from_number: int, from_elapsed_s: float,
+                   offered: str | None = None) -> None:
+    """The new shares from ``from_number`` on, sent to every member (but ``offered``, which has its share)."""
+    run.shares = {w: i for i, w in enumerate(workers)}
+    for w, i in run.shares.items():
+        run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
+    _note_shares(run, from_elapsed_s)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    for cid, i in run.shares.items():
-        lost = cid in run.lost_from  # given up earlier: whatever it still holds of its old share is not its own
-        env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                                                  "lost": lost, "write_off_until": run.lost_from.pop(cid, from_number),
-                                                  "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
-                                client_id=cid)
+    for w, i in run.shares.items():
+        if w != offered:
+            run.environment.runner.send_message(
+                "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                                  "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
 
 
@@ -229,18 +293,11 @@ def _on_leave_message(environment, msg, **_kw):
     log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", run.hosts.name(cid),
                 (msg.data or {}).get("why"), from_number)
     environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
-    workers = _worker_ids(environment.runner, run)
-    run.shares = {w: i for i, w in enumerate(workers)}
     run.share_history.setdefault(cid, []).append((from_number, -1, 0))
-    for w, i in run.shares.items():
-        run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
-    _note_shares(run, (run.elapsed_s() or 0.0) + 0.3)
-    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    for w, i in run.shares.items():
-        environment.runner.send_message(
-            "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                              "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
-    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+    run.joining = None  # an offer made for the old membership is stale (it is made again)
+    workers = [w for w in _worker_ids(environment.runner, run) if w in run.shares]
+    if workers:
+        _commit_shares(run, workers, from_number, (run.elapsed_s() or 0.0) + 0.3)
 
 
 def _on_leave_ok(environment, msg, **_kw):
@@ -345,13 +402,19 @@ def _on_share_message(environment, msg, **_kw):
     d = msg.data
     if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
         _take_setup(run, Setup(**d["setup"]), join=(d["index"], d["count"], d["from_number"]))
-        return
-    if run.pacer.paused or d.get("lost"):  # given up, or it gave up: write off what it could not send
+    elif run.pacer.paused or d.get("lost"):  # given up, or it gave up: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
-        log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
-                    "(worker_lost); sending again", n)
-        return
-    run.pacer.reshare(d["index"], d["count"], d["from_number"])
+        if n:
+            log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
+                        "(worker_lost)", n)
+    else:
+        run.pacer.reshare(d["index"], d["count"], d["from_number"])
+    if d.get("proposal") is not None:  # an offer: say whether it came in time; the lease follows at once
+        pacer = run.pacer
+        late = pacer is None or (pacer.clock_ns() - pacer.start_ns) / 1e9 > \
+            pacer.schedule.time_of(pacer.sequence.position(int(d["from_number"]))) - 0.05
+        environment.runner.send_message("dbsurge:share_ok", {"proposal": d["proposal"], "late": late})
+        renew_now(run)
 
 
 # -- live rate changes (web UI, HTTP endpoint) ----------------------------------------------------------

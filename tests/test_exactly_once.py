@@ -146,6 +146,46 @@ def test_stalled_worker_stops_before_its_share_is_given_away(tmp_path, netns_db)
     assert master.returncode == 3, out[-3000:]  # arrivals lost to the stall: incomplete, and it says so
 
 
+def test_partition_heals_without_a_hole_or_a_burst(tmp_path, netns_db):
+    """A worker on another host is cut from the master for 10 s, then healed: given up after 2 s, it takes a share
+    back only once it has acknowledged the offer (its messages may still sit in TCP's backoff), so the seconds after
+    the heal are neither short (a hole) nor above the plan (a burst); the rejoin is an event with its figures."""
+    ns = netns_db.netns
+    _orders_table(netns_db.uri)
+    port = str(free_port())
+    master = _master(tmp_path, ns.host_ip, port, netns_db.uri, "24s@90tps", 3)
+    cmd = _worker_cmd(ns.host_ip, port, netns_db.uri)
+    workers = [_local_worker(cmd, tmp_path) for _ in range(2)]
+    workers.append(_ns_worker(ns, cmd, tmp_path, "cut"))
+    results = tmp_path / "results"
+    _wait_for_timeline(results)
+    time.sleep(3)
+    rule = ["OUTPUT", "-p", "tcp", "-d", ns.host_ip, "--dport", port, "-j", "DROP"]
+    ns.run("iptables", "-w", "-A", *rule)
+    try:
+        time.sleep(10)
+    finally:
+        ns.run("iptables", "-w", "-D", *rule)
+    out = _finish(master, workers)
+    run = only_run_dir(results)
+    total = ledger(run)
+    assert total["planned"] == 2160 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
+    _check_database(run, netns_db.uri, 90, total)
+    events = _events(run)
+    lost = next(e for e in events if e["kind"] == "worker_lost")
+    rejoins = [e for e in events if e["kind"] == "worker_join" and e["worker"] == lost["worker"] and "waited_s" in e]
+    assert rejoins, [e for e in events if e["kind"] in ("worker_join", "worker_lost", "reshare")]
+    rejoin = rejoins[-1]
+    assert rejoin["attempts"] >= 1 and rejoin["lead_s"] >= 0.5 and rejoin["from_arrival"] > lost["from_arrival"]
+    # from the second after the hand-over to the last whole second: the plan's rate, no hole
+    started = datetime.fromisoformat(json.loads((run / "run.json").read_text())["started_utc"].replace("Z", "+00:00"))
+    _, per_second, _ = _committed(netns_db.uri, started.timestamp())
+    back = rejoin["from_arrival"] / 90 + started.timestamp()
+    after = [n for t, n in sorted(per_second.items()) if back + 1 <= t < started.timestamp() + 23]
+    assert len(after) >= 3 and min(after) >= 90 - 4, (rejoin, sorted(per_second.items()))
+    assert master.returncode == 3, out[-3000:]
+
+
 def test_killed_worker_leaves_unknown_outcomes_not_unsent_ones(tmp_path, netns_db):
     """A worker on another host is SIGKILLed mid-stage: what it may have issued and never reported is `unknown`
     (bounded by its last lease), not `not sent`; ok + failed + unknown bounds what the database committed."""

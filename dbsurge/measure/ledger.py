@@ -9,8 +9,8 @@ master counts what the plan called for from the same numbered arrivals (`planned
 `balance` books whatever no live worker reported: ``unknown`` for what a lost worker had said it
 issued to the database but never reported the outcome of (the database may have done them),
 ``not sent: worker_lost`` for the rest of a lost worker's share (nobody issued them), otherwise
-``unaccounted``, which is a bug of dbsurge's and fails the run. Operations sent beyond the plan go to ``over_plan``. After
-`balance` the ledger balances exactly, in every run.
+``unaccounted``, which is a bug of dbsurge's and fails the run. Operations sent beyond the plan
+go to ``over_plan``. After `balance` the ledger balances exactly, in every run.
 
     >>> from dbsurge.stage_plan import StagePlan, Schedule
     >>> from dbsurge.arrivals import ArrivalSequence, OperationMix
