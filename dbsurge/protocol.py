@@ -208,16 +208,18 @@ def _propose_join(run: DbSurgeRun, cid: str) -> None:
     elapsed = run.elapsed_s() or 0.0
     from_number = number_at(run, elapsed + lead_s)
     i = workers.index(cid)
+    # "lost": it holds arrivals that are not its own (its old share, or an earlier offer never taken up);
+    # it books as not sent only its own old share's, below where that share was given away
+    lost = cid in run.lost_from or cid in run.offered_to
+    write_off_until = run.lost_from.get(cid, run.offered_to.setdefault(cid, from_number))
     run.join_proposals += 1
     run.joining = {"worker": cid, "workers": workers, "from_number": from_number, "from_elapsed": elapsed + lead_s,
                    "lead_s": lead_s, "sent_at": now, "first_at": p["first_at"] if again else now,
-                   "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals,
-                   "write_off_until": run.lost_from.get(cid, p["write_off_until"] if again else from_number)}
+                   "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals}
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    # "lost": it holds arrivals that are not its own any more (its old share, or an offer it took that lapsed)
     run.environment.runner.send_message("dbsurge:share", {
-        "index": i, "count": len(workers), "from_number": from_number, "lost": cid in run.lost_from or again,
-        "write_off_until": run.joining["write_off_until"], "proposal": run.join_proposals,
+        "index": i, "count": len(workers), "from_number": from_number, "lost": lost,
+        "write_off_until": write_off_until, "proposal": run.join_proposals,
         "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__}, client_id=cid)
 
 
@@ -234,6 +236,7 @@ def _on_share_ok(environment, msg, **_kw):
         return
     run.joining = None
     run.lost_from.pop(cid, None)
+    run.offered_to.pop(cid, None)
     _commit_shares(run, p["workers"], p["from_number"], p["from_elapsed"], offered=cid)
     waited = time.monotonic() - p["first_at"]
     run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(run.shares),

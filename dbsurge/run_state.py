@@ -115,6 +115,8 @@ class DbSurgeRun:
         self.renewed_at: dict[str, float] = {}  # master: worker id -> when its last lease renewal was answered
         self.joining: dict | None = None  # master: the share offered to a joining worker, not yet acknowledged
         self.join_proposals = 0
+        # master: workers offered a share they have not taken up yet -> the first offer's first arrival
+        self.offered_to: dict[str, int] = {}
         self.lease_end: dict[str, int] = {}  # master: a lost worker -> the first arrival its last lease did not cover
         self.sequence = None  # the numbered arrivals (`arrivals`): reshare points, the end, the ledger
         self.clocks = ClockBook()  # master: each worker's clock offset
