@@ -100,16 +100,27 @@ def _events(run) -> list[dict]:
     return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
 
 
-def _check_database(run, uri: str, rate: float, total: dict, catch_up: int = 0) -> dict[str, int]:
-    """What the database committed is bounded by the ledger, and no second holds more than the plan allows."""
+#: The catch-up bound (docs/architecture.md, "The lease"): a worker sends its own late arrivals as soon as a
+#: user is free, so a second may hold more than the plan's rate (the tests allow half a second's backlog),
+#: but by the end of any second the database never holds more than the arrivals due by then.
+CATCH_UP = 0.5
+
+
+def _check_database(run, uri: str, rate: float, total: dict) -> dict[str, int]:
+    """What the database committed is bounded by the ledger; by every second, no more than was due by then
+    (none twice, none early); no second above the plan's rate plus the catch-up bound."""
     started = datetime.fromisoformat(json.loads((run / "run.json").read_text())["started_utc"].replace("Z", "+00:00"))
-    committed, per_second, per_source = _committed(uri, started.timestamp())
+    t0 = started.timestamp()
+    committed, per_second, per_source = _committed(uri, t0)
     reported = total["ok"] + total["failures"] + total.get("unknown", 0)
     assert total["ok"] <= committed <= reported, (committed, per_source, {k: v for k, v in total.items() if v})
     assert total["over_plan"] == 0, total
-    # whole seconds only (the first and last are partial); the slack is the jitter of a second's edge
-    inner = [n for t, n in sorted(per_second.items())][1:-1]
-    assert inner and max(inner) <= rate + 4 + catch_up, sorted(per_second.items())
+    done = 0
+    for t, n in sorted(per_second.items()):
+        done += n
+        due = min(rate * (t + 1 - t0), total["planned"])
+        assert done <= due + 2, ("more committed than was due", t - t0, done, due, sorted(per_second.items()))
+        assert n <= rate * (1 + CATCH_UP), ("a second above the catch-up bound", t - t0, sorted(per_second.items()))
     return per_source
 
 
@@ -182,7 +193,9 @@ def test_partition_heals_without_a_hole_or_a_burst(tmp_path, netns_db):
     _, per_second, _ = _committed(netns_db.uri, started.timestamp())
     back = rejoin["from_arrival"] / 90 + started.timestamp()
     after = [n for t, n in sorted(per_second.items()) if back + 1 <= t < started.timestamp() + 23]
-    assert len(after) >= 3 and min(after) >= 90 - 4, (rejoin, sorted(per_second.items()))
+    # the old way left a third of the plan unsent for seconds (the others had narrowed, the rejoined one not started)
+    assert len(after) >= 3 and min(after) >= 0.8 * 90 and sum(after) >= 90 * (len(after) - 0.25), \
+        (rejoin, sorted(per_second.items()))
     assert master.returncode == 3, out[-3000:]
 
 
