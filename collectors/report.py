@@ -398,7 +398,7 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
     if figures:
         parts += ["<h2>Timeline</h2>", f'<p class="note">{html.escape(_TIME_NOTE)}</p>', *figures]
     parts += _section("Ledger", ledger_rows(data),
-                      "planned = ok + failed (by kind) + dropped + not sent (by reason)")
+                      "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
     detail_headers, detail_rows = stage_operation_rows(data)
     if detail_rows:
         parts += ['<details id="stage-operations"><summary>Every stage and operation</summary>',
@@ -445,7 +445,8 @@ def render_markdown(data: ReportData) -> str:
     lines += _md_section("Per stage", stage_table(data), _stage_thin_note(data))
     if override_rows(data)[1]:
         lines += _md_section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
-    lines += _md_section("Ledger", ledger_rows(data), "planned = ok + failed (by kind) + dropped + not sent (by reason)")
+    lines += _md_section("Ledger", ledger_rows(data),
+                         "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
     if has_cost(data):
         (ih, ir), (sh, sr) = cost_tables(data.cost)
         lines += ["## Cost", "", markdown_table(ih, ir), "", markdown_table(sh, sr), "", "Prices: " + "; ".join(
@@ -475,8 +476,9 @@ def _generator_lines(results: dict) -> list[str]:
     lines = ["## Generator", ""]
     planned = results.get("planned_operations")
     if planned is not None:
+        unknown = f"unknown {results['unknown']}, " if results.get("unknown") else ""
         lines.append(f"- planned {planned}, sent {results.get('operations')}, dropped {results.get('dropped')}, "
-                     f"not sent {results.get('not_sent')}")
+                     f"{unknown}not sent {results.get('not_sent')}")
     behind = results.get("behind_plan") or []
     lines += [f"- {b}" for b in behind] or ["- kept to the plan: no stage lagged or dropped slots"]
     checks = results.get("checks") or []

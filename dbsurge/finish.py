@@ -68,7 +68,7 @@ def lag_findings(stage_rows: list[dict], lag_warn_ms: float, capped: set[str] | 
 
 def _book_ledger(run) -> dict[str, int]:
     """Count what the plan called for and book what nobody reported (see `dbsurge.ledger`)."""
-    from .measure.ledger import balance, planned_counts
+    from .measure.ledger import balance, planned_counts, share_counts
 
     agg = run.aggregator
     if run.schedule is None:
@@ -80,8 +80,14 @@ def _book_ledger(run) -> dict[str, int]:
     counts = planned_counts(run.schedule, run.arrivals(), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
     had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
+    leased = {}
+    for cid in set(run.lost_workers):
+        if cid in run.share_history and cid in run.lease_end:
+            held = share_counts(run.schedule, run.arrivals(), mix, run.share_history[cid], run.lease_end[cid])
+            leased[cid] = {(mix.names[op], stage): n for (stage, op), n in held.items()}
     return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers,
-                   gap_reason=getattr(run, "unreported_reason", None))
+                   gap_reason=getattr(run, "unreported_reason", None),
+                   unreported=agg.unreported(run.lost_workers, leased))
 
 
 @dataclass
@@ -205,13 +211,14 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     # every user busy on the database until the end, or operations timing out: the target could not
     # take the plan (exit 1); the measurement itself is whole
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
-    lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
+    lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0) + int(total.get("unknown") or 0)
     findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
     not_reached = stages_not_reached(run)
     if not_reached:
         findings.append(f"stages not reached (the run stopped before they began): {', '.join(not_reached)}; "
                         f"their planned arrivals are not sent (interrupted)")
-    incomplete = bool(lost) or write_failed or run.stop_reason is not None
+    # a worker that never sent its final account took its last operations with it, plan or not
+    incomplete = bool(lost) or bool(run.lost_workers) or write_failed or run.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
         results = [(c, False, v) for c, ok, v in results]
@@ -251,6 +258,10 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     if total.get("over_plan"):
         out.append(f"{total['over_plan']} operations were sent beyond the plan (a worker kept its share "
                    f"after the master gave it away)")
+    if int(total.get("unknown") or 0):
+        out.append(f"{total['unknown']} planned arrivals have an unknown outcome: issued to the database by "
+                   f"{', '.join(run.hosts.name(w) for w in sorted(set(run.lost_workers)))}, which was lost before "
+                   f"it reported them (the database may or may not have done them)")
     out += [f"{n} planned arrivals were not sent: {_REASON_TEXT[r]}" for r, n in not_sent.items()
             if n and r != "unaccounted"]
     out += _refused_connections(run)
@@ -322,6 +333,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "operations": int(total.get("count") or 0), "ok": int(total.get("ok") or 0),
                 "failures": int(total.get("failures") or 0),
                 "failed_by_kind": dict(agg.errors), "dropped": int(total.get("dropped") or 0),
+                "unknown": int(total.get("unknown") or 0),
                 "not_sent": sum(verdict.not_sent.values()), "not_sent_by_reason": verdict.not_sent,
                 "over_plan": int(total.get("over_plan") or 0), "booked_by_master": booked,
                 "behind_plan": verdict.findings, "lag_causes": verdict.lag_causes,
@@ -373,7 +385,8 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
     if planned in ("", None):
         return f"{head} (exit {code})"
     return (f"{head} (exit {code}): planned {planned} = ok {total.get('ok')} + failed {total.get('failures')} "
-            f"+ dropped {total.get('dropped')} + not sent {total.get('not_sent')}")
+            f"+ dropped {total.get('dropped')}" + (f" + unknown {total['unknown']}" if int(total.get("unknown") or 0)
+                                                    else "") + f" + not sent {total.get('not_sent')}")
 
 
 SEGMENTS_TITLE = ("Rate overrides: a row per stage and per override in force (segments.csv: timeline.csv's seconds, "
@@ -408,7 +421,7 @@ def summary_text(run, stages, summary, findings, results, verdict: str = "") -> 
         h, rows = segment_table(segments(run))
         parts.append(render(h, rows, SEGMENTS_TITLE))
     h, rows = ledger_table(stages if run.plan else summary)
-    parts.append(render(h, rows, "Ledger (planned = ok + failed + dropped + not sent)" if run.plan
+    parts.append(render(h, rows, "Ledger (planned = ok + failed + dropped + unknown + not sent)" if run.plan
                         else "Ledger (closed model: no plan)"))
     if findings:
         parts.append("\n".join("WARNING: " + f for f in findings))
@@ -431,7 +444,7 @@ def summary_markdown(run, stages, summary, findings, results, verdict: str = "")
         h, rows = segment_table(segments(run))
         out += ["## Rate overrides", "", SEGMENTS_TITLE, "", markdown(h, rows), ""]
     h, rows = ledger_table(stages if run.plan else summary)
-    out += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + not sent (by reason)", "",
+    out += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)", "",
             markdown(h, rows), ""]
     out += ["## Generator", ""]
     out += [f"- {f}" for f in findings] or ["- kept to the plan: no stage lagged or dropped slots"]

@@ -13,6 +13,8 @@ listener hands over to the module that does the work:
   and Spot watcher (`dbsurge.stopping`, `dbsurge.spot`).
 - ``report_to_master`` / ``worker_report``: the recorder's payload out, into the aggregator.
 - ``heartbeat_sent``: the master dates each worker's last sign of life (membership).
+- ``test_stopping`` (a closed-model run): every worker's final account is collected while Locust
+  still listens to its workers (it sends them ``quit`` right after), `dbsurge.stopping.close_run`.
 - ``test_stop`` / ``quitting``: the ledger is closed and the tables written (`dbsurge.stopping`,
   `dbsurge.finish`), and the exit code set.
 """
@@ -23,6 +25,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from functools import partial
 
 import gevent
@@ -32,7 +35,9 @@ import locust.stats
 from locust import events
 
 from . import console, finish, latency_buckets, locust_child, membership, protocol, stopping
+from .admission import admit_only_members
 from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
+from .lease import HEARTBEAT_S, renew_loop
 from .lifecycle import begin_run
 from .membership import Membership
 from .options import add_options
@@ -45,9 +50,8 @@ log = logging.getLogger("dbsurge")
 # loses at most one interval.
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
 # Heartbeats twice a second (Locust: once), so that a lost worker is known within 2 s
-# (protocol.LOST_AFTER_S) while a worker pauses after 1.5 s without the master (three missed
-# answers), well before that.
-locust.runners.HEARTBEAT_INTERVAL = 0.5
+# (lease.LOST_AFTER_S, whose margin counts one heartbeat period: lease.HEARTBEAT_S).
+locust.runners.HEARTBEAT_INTERVAL = HEARTBEAT_S
 locust.runners.HEARTBEAT_LIVENESS = 5
 # Sub-millisecond response times in Locust's own statistics and web UI.
 locust.stats.bucket_response_time = latency_buckets.bucket_response_time
@@ -135,12 +139,14 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         stopping.install_worker_signal_handlers(run)
         logging.getLogger().addHandler(ShipToMaster(run.recorder))
         gevent.spawn(stopping.master_watchdog, run)
+        gevent.spawn(renew_loop, run)
         gevent.spawn(stopping.loop_lag_monitor, run)
         if runner.worker_state in (locust.runners.STATE_SPAWNING, locust.runners.STATE_RUNNING):
             _arm_worker(run)  # joined a running test: Locust fired test_start before init, without us
         return
     if run.role == "master":
         run.membership = Membership(run.options.join_token)
+        admit_only_members(runner, run.membership)
         # Locust sends the master's parsed options to every connected worker, proven or not: not the token
         run.options.join_token = None
     protocol.register(run, runner)
@@ -202,10 +208,25 @@ def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):
 def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):
     """Master: Locust answers each worker heartbeat; that answer dates the worker's last sign of life."""
     if run.role == "master":
-        run.last_seen[client_id] = timestamp
+        run.last_seen[client_id] = time.monotonic()  # monotonic: a wall-clock step must not hasten a give-up
 
 
 # -- the end ----------------------------------------------------------------------------------------------
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment, **_kw):
+    """Master or local, closed model: collect the final accounts before Locust sends its workers ``quit``.
+
+    A headless ``--run-time`` ends in ``runner.quit()``, which fires this event, then tells every worker
+    to quit and stops listening; by ``quitting`` no worker can answer any more. (Under a plan, the
+    shape's last tick has closed the run already.)
+    """
+    run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
+    if run is None or run.role == "worker" or run.aggregator is None or run.closing is not None:
+        return
+    if run.plan is None:
+        stopping.close_run(run, "users_exhausted", in_flight_reason="in_flight")
 
 
 @events.test_stop.add_listener

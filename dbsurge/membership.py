@@ -8,7 +8,8 @@ connects, the master sends it a fresh random nonce (``dbsurge:challenge``) and t
 ``HMAC-SHA256(token, nonce || worker id)`` (``dbsurge:proof``). The token itself never crosses the
 wire, and a recorded answer is useless for the next nonce. A worker that answers wrong or not at
 all gets no ``dbsurge:setup`` (no plan, no target), so its users stay idle and send nothing; it is
-named in ``events.jsonl`` (``worker_refused``) and in the summary.
+named in ``events.jsonl`` (``worker_refused``), on the console and in the summary. Only admitted
+workers count toward Locust's ``--expect-workers`` and receive users (`dbsurge.admission`).
 
 A master the user asks for (``--master``) listens where Locust's does, on every address, and so
 needs the token; a ``--processes`` master listens on loopback. A master bound to loopback takes
@@ -101,6 +102,10 @@ class Membership:
             self.refused.pop(worker_id, None)
             return True
         return False
+
+    def admitted(self, worker_id: str) -> bool:
+        """True when the worker may count toward ``--expect-workers`` and take a share (`dbsurge.admission`)."""
+        return self.token is None or worker_id in self.proven
 
     def pending(self, worker_ids: list[str]) -> list[str]:
         return [w for w in worker_ids if w in self.nonces]

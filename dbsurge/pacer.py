@@ -173,8 +173,12 @@ class Pacer:
         self.returned: deque[Slot] = deque()
         self.in_flight: dict[int, Slot] = {}
         self.last_done_ns: int | None = None  # when an operation last came back (`target_silent`)
+        self._issued: set[int] = set()  # numbers of in-flight slots already sent to the database
         self.closed: str | None = None  # the not-sent reason once closed
         self.paused = False  # cut off from the master: no slots until it gives a share again (`rejoin`)
+        # a worker's lease (`dbsurge.lease`): no slot is issued at or after this clock_ns instant
+        # unless the master renewed it; None (a local run, the tests' own pacers): no lease needed
+        self.lease_until_ns: int | None = None
         self.stop_number: int | None = None  # leaving: arrivals from here on are the others' (`stop_at`)
         # closed: arrivals from here on were never planned (an open-ended plan cut where it stopped)
         self.cut_number: int | None = None
@@ -236,6 +240,21 @@ class Pacer:
         self.next_number = max(self.next_number, _first_of_share(self.index, self.count, cutoff))
         return n
 
+    # -- the lease (dbsurge.lease) -----------------------------------------------------------------
+
+    def require_lease(self) -> None:
+        """From now on, slots are issued only while a renewal holds (a worker, before its first renewal)."""
+        if self.lease_until_ns is None:
+            self.lease_until_ns = 0
+
+    def renew_lease(self, until_ns: int) -> None:
+        """The master renewed the lease until ``until_ns`` (this pacer's clock); an older renewal changes nothing."""
+        self.lease_until_ns = max(self.lease_until_ns or 0, int(until_ns))
+
+    def leased(self) -> bool:
+        """True while this pacer may issue a slot: no lease is needed, or the last renewal still holds."""
+        return self.lease_until_ns is None or self.clock_ns() < self.lease_until_ns
+
     # -- taking slots ---------------------------------------------------------------------------
 
     def next_slot(self) -> Slot | None:
@@ -243,7 +262,7 @@ class Pacer:
 
         Slots later than ``max_lag_s`` are skipped and counted as dropped.
         """
-        if self.closed is not None or self.paused:
+        if self.closed is not None or self.paused or not self.leased():
             return None
         sched = self.schedule
         while True:
@@ -286,6 +305,11 @@ class Pacer:
         else:
             self.returned.appendleft(slot)
 
+    def issued(self, slot: Slot) -> None:
+        """A user is sending the slot's operation to the database (the ledger's ``unknown`` if never reported)."""
+        self.sink.count(slot.stage, self.op_ids[slot.op], "issued")
+        self._issued.add(slot.number)
+
     def done(self, slot: Slot) -> bool:
         """A user finished the slot's operation: True when it is to be recorded.
 
@@ -293,6 +317,7 @@ class Pacer:
         the ledger as not sent, and recording it too would count it twice.
         """
         self.last_done_ns = self.clock_ns()
+        self._issued.discard(slot.number)
         return self.in_flight.pop(slot.number, None) is not None
 
     def target_silent(self, silent_s: float) -> bool:
@@ -314,14 +339,15 @@ class Pacer:
         change or a close reaches a waiting slot quickly. The last stretch: on Linux, an `Alarm` (a
         timerfd the event loop watches) wakes us on time without using the CPU; elsewhere, yield in
         a tight loop for the last millisecond. Returns None (the caller gives the slot back) when a
-        rate change moved the slot past the end of the plan or the pacer was closed.
+        rate change moved the slot past the end of the plan, the pacer was closed, or its lease lapsed
+        (checked last thing before the slot is returned: a user runs it at once, without yielding).
         """
         clock = self.clock_ns
         schedule = self.schedule
         alarm = self._alarm
         while True:
-            if self.closed is not None or self.paused:
-                return None
+            if self.closed is not None or self.paused or not self.leased():
+                return None  # a lapsed lease: the slot goes back, unsent (it may be someone else's soon)
             remaining = slot.intended_ns - clock()
             if remaining <= 0:
                 return slot
@@ -447,9 +473,12 @@ class Pacer:
         for slot in self.in_flight.values():
             if self._planned(slot):
                 self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
+                if slot.number in self._issued:  # sent, and its outcome is accounted now: not unknown
+                    self.sink.count(slot.stage, self.op_ids[slot.op], "issued", -1)
                 oldest = max(oldest, (now - slot.intended_ns) / NS)
                 n += 1
         self.in_flight.clear()
+        self._issued.clear()
         return n, oldest
 
     def _planned(self, slot: Slot) -> bool:

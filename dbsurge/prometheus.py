@@ -140,7 +140,7 @@ class PrometheusExporter:
             name, st = ops[op], self._stage_name(int(stage))
             if column == "dropped":
                 self.dropped[(name, st)] += int(n)
-            else:
+            elif column.startswith("not_sent:"):  # "issued" counts are the ledger's, not an outcome
                 self.not_sent[(name, st, column.split(":", 1)[1])] += int(n)
 
     # -- output ----------------------------------------------------------------------------------------

@@ -4,24 +4,28 @@ Every message is a Locust custom message; a local run registers both ends on its
 `LocalRunner`, whose ``send_message`` calls the listener directly, so one path serves both.
 
 master -> worker                         worker -> master
-``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready / back after a pause)
+``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready, where it runs)
 ``dbsurge:clock`` (t1)                   ``dbsurge:proof`` (HMAC of the nonce)
 ``dbsurge:setup`` (plan, share, clock)   ``dbsurge:clock`` (t1, t2, t3)
-``dbsurge:share`` (reshare / resume)     ``dbsurge:leave`` (SIGTERM, Spot notice)
+``dbsurge:share`` (reshare; ``lost``)    ``dbsurge:leave`` (SIGTERM, Spot notice)
 ``dbsurge:rate`` (live rate change)      ``dbsurge:final`` (last account; `dbsurge.stopping`)
-``dbsurge:leave_ok`` (hand-over point)
+``dbsurge:leave_ok`` (hand-over point)   ``dbsurge:renew`` (its send time; `dbsurge.lease`)
+``dbsurge:lease`` (the renewal)
 ``dbsurge:close`` (end of plan; `dbsurge.stopping`)
 
 Membership: a share goes only to a worker heard from within `LOST_AFTER_S` that proved the join
 token (`dbsurge.membership`); a lost worker's share moves to the others from an arrival number
-just ahead (`number_at`), and the master remembers where (`lost_from`) so the worker, if it comes
-back, books exactly what it could not send. Clocks: `dbsurge.clocks`.
+`HANDOVER_AHEAD_S` ahead (`number_at`), and the master remembers where (`lost_from`) so the worker,
+if it comes back, books exactly what it could not send (its share message says ``lost``). A worker
+sends only while its lease holds (`dbsurge.lease`), which ends before the master may give up on it.
+Clocks: `dbsurge.clocks`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sys
 import time
@@ -29,9 +33,10 @@ import time
 import gevent
 
 from . import credentials
-from .clocks import wall_ns
+from .clocks import ROUND, wall_ns
 from .errors import UserError
 from .hosts import hello_fields
+from .lease import LOST_AFTER_S, lease_end_number, on_lease, on_renew, renew_now
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
 from .segments import override_label
@@ -40,16 +45,23 @@ from .stage_plan import parse_duration
 log = logging.getLogger("dbsurge")
 
 
-#: A worker whose last heartbeat is older than this is lost: its share moves to the others. A worker
-#: pauses after `stopping.MASTER_SILENCE_S` (shorter) without the master's answers, so both never send.
-LOST_AFTER_S = 2.0
+#: A worker whose last sign of life is older than `LOST_AFTER_S` is lost: its share moves to the others,
+#: from the arrival due this long after the moment it was given up. Its lease (`dbsurge.lease`) ended
+#: before that moment, so both never send the same arrival.
+HANDOVER_AHEAD_S = 0.5
+#: A joining worker's offer is made again when unanswered for this long ...
+JOIN_ACK_TIMEOUT_S = 2.0
+#: ... each time twice as far ahead, up to this far.
+MAX_JOIN_LEAD_S = 8.0
+#: The others must have this long to get their narrower share before the hand-over arrival is due.
+COMMIT_MARGIN_S = 0.2
 
 
 def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
     """Workers that may take a share: connected, heard from within `LOST_AFTER_S`, proven when a token is required."""
     ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
     if run is not None:
-        now = time.time()
+        now = time.monotonic()
         ids = [c for c in ids if now - run.last_seen.get(c, now) <= LOST_AFTER_S and c not in run.departed]
         if run.membership is not None:
             ids = run.membership.members(ids)
@@ -75,6 +87,7 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     workers = _worker_ids(runner, run)
     _measure_clocks(run, workers)
     run.shares = {cid: i for i, cid in enumerate(workers)}
+    run.share_history = {cid: [(0, i, len(workers))] for cid, i in run.shares.items()}
     _note_shares(run, 0.0)
     for cid, i in run.shares.items():
         runner.send_message("dbsurge:setup", setup_for(run, i, len(workers), max_lag_s, cid).__dict__, client_id=cid)
@@ -88,7 +101,7 @@ def register(run: DbSurgeRun, runner) -> None:
     if run.role == "worker":
         for name, handler in (("setup", _on_setup_message), ("rate", _on_rate_message), ("share", _on_share_message),
                               ("challenge", _on_challenge_message), ("clock", _on_clock_ping),
-                              ("leave_ok", _on_leave_ok), ("refused", _on_refused_message)):
+                              ("leave_ok", _on_leave_ok), ("refused", _on_refused_message), ("lease", on_lease)):
             runner.register_message(f"dbsurge:{name}", handler)
         runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
@@ -98,7 +111,8 @@ def register(run: DbSurgeRun, runner) -> None:
     runner.register_message("dbsurge:final", stopping.on_final_message)
     if run.role == "master":
         for name, handler in (("proof", _on_proof_message), ("hello", _on_hello_message),
-                              ("clock", _on_clock_answer), ("leave", _on_leave_message)):
+                              ("clock", _on_clock_answer), ("leave", _on_leave_message), ("renew", on_renew),
+                              ("share_ok", _on_share_ok)):
             runner.register_message(f"dbsurge:{name}", handler)
     else:
         runner.register_message("dbsurge:close", stopping.on_close_message)
@@ -112,8 +126,10 @@ def membership_loop(run: DbSurgeRun) -> None:
         gevent.sleep(0.25)
         if time.monotonic() >= next_clock:
             next_clock = time.monotonic() + 10.0
-            for cid in list(run.shares):
-                run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+            for _ in range(ROUND):  # a round, of which the minimum-delay sample counts (`ClockBook`)
+                for cid in list(run.shares):
+                    run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+                gevent.sleep(0.02)
         if run.closing is not None or run.plan is None:
             continue
         try:
@@ -168,35 +184,97 @@ def _has_users(runner, cid: str) -> bool:
 
 
 def _reshare_if_needed(run: DbSurgeRun) -> None:
-    """Move shares when a worker was lost or a new one can take a share.
+    """Move shares when a worker was lost (at once) or a new one can take a share (`_propose_join`).
 
     A worker that joins mid-run gets a share only once Locust has given it users (without
     ``--enable-rebalancing`` it never does): a share without users would be slots nobody takes.
     """
     env = run.environment
-    workers = [w for w in _worker_ids(env.runner, run) if w in run.shares or _has_users(env.runner, w)]
-    if set(workers) == set(run.shares) or not workers:
+    alive = set(_worker_ids(env.runner, run))
+    survivors = sorted(alive & set(run.shares))
+    if set(run.shares) - alive and survivors:
+        elapsed = run.elapsed_s() or 0.0
+        from_number = number_at(run, elapsed + HANDOVER_AHEAD_S)
+        for cid in sorted(set(run.shares) - alive):
+            _book_lost(run, cid, from_number)
+        run.joining = None  # a proposal made for the old membership is stale
+        _commit_shares(run, survivors, from_number, elapsed + HANDOVER_AHEAD_S)
+        return
+    joiners = sorted(w for w in alive - set(run.shares) if _has_users(env.runner, w))
+    if joiners and run.shares:
+        _propose_join(run, joiners[0])
+
+
+def _propose_join(run: DbSurgeRun, cid: str) -> None:
+    """Offer a joining (or rejoining) worker its share from an arrival ahead; the others keep theirs until it
+    acknowledges (`_on_share_ok`), so no arrival falls between them (a hole) or comes due before it knows (a burst).
+
+    One proposal at a time. Unanswered for `JOIN_ACK_TIMEOUT_S`, or answered too late, it is made again
+    twice as far ahead (a rejoining worker's messages may still be stuck in TCP's retransmission backoff).
+    """
+    p = run.joining
+    now = time.monotonic()
+    if p is not None and now - p["sent_at"] < JOIN_ACK_TIMEOUT_S:
+        return  # waiting for an answer
+    again = p is not None and p["worker"] == cid
+    lead_s = min(p["lead_s"] * 2, MAX_JOIN_LEAD_S) if again else HANDOVER_AHEAD_S
+    workers = sorted(set(run.shares) | {cid})
+    elapsed = run.elapsed_s() or 0.0
+    from_number = number_at(run, elapsed + lead_s)
+    i = workers.index(cid)
+    # "lost": it holds arrivals that are not its own (its old share, or an earlier offer never taken up);
+    # it books as not sent only its own old share's, below where that share was given away
+    lost = cid in run.lost_from or cid in run.offered_to
+    write_off_until = run.lost_from.get(cid, run.offered_to.setdefault(cid, from_number))
+    run.join_proposals += 1
+    run.joining = {"worker": cid, "workers": workers, "from_number": from_number, "from_elapsed": elapsed + lead_s,
+                   "lead_s": lead_s, "sent_at": now, "first_at": p["first_at"] if again else now,
+                   "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals}
+    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
+    run.environment.runner.send_message("dbsurge:share", {
+        "index": i, "count": len(workers), "from_number": from_number, "lost": lost,
+        "write_off_until": write_off_until, "proposal": run.join_proposals,
+        "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__}, client_id=cid)
+
+
+def _on_share_ok(environment, msg, **_kw):
+    """Master: a joining worker took its offered share; the others now narrow theirs from the same arrival."""
+    run: DbSurgeRun = environment.dbsurge
+    p, d, cid = run.joining, msg.data or {}, msg.node_id
+    if p is None or cid != p["worker"] or d.get("proposal") != p["proposal"] or run.closing is not None:
         return
     elapsed = run.elapsed_s() or 0.0
-    from_number = number_at(run, elapsed + 0.5)
-    for cid in sorted(set(run.shares) - set(workers)):
-        _book_lost(run, cid, from_number)
-    joined = sorted(set(workers) - set(run.shares))
-    run.shares = {cid: i for i, cid in enumerate(workers)}
-    _note_shares(run, elapsed + 0.5)
-    for cid in joined:
-        run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(workers),
-                       from_arrival=from_number, **run.hosts.fields(cid))
-        if cid in run.clocks.best:  # measured since its hello (`_on_hello_message`)
-            run.safe_event("clock", worker=cid, **run.clocks.describe()[cid])
-        log.info("worker %s joined: it takes share %d of %d from arrival %d", run.hosts.name(cid),
-                 run.shares[cid], len(workers), from_number)
+    if (d.get("late") or number_at(run, elapsed + COMMIT_MARGIN_S) >= p["from_number"]
+            or set(run.shares) != set(p["workers"]) - {cid}):
+        p["sent_at"] = -math.inf  # too late for the others to switch in time, or the members changed: again
+        return
+    run.joining = None
+    run.lost_from.pop(cid, None)
+    run.offered_to.pop(cid, None)
+    _commit_shares(run, p["workers"], p["from_number"], p["from_elapsed"], offered=cid)
+    waited = time.monotonic() - p["first_at"]
+    run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(run.shares),
+                   from_arrival=p["from_number"], lead_s=round(p["lead_s"], 3), waited_s=round(waited, 3),
+                   attempts=p["attempts"], **run.hosts.fields(cid))
+    if cid in run.clocks.best:  # measured since its hello (`_on_hello_message`)
+        run.safe_event("clock", worker=cid, **run.clocks.describe()[cid])
+    log.info("worker %s joined: it takes share %d of %d from arrival %d (acknowledged after %.2f s, %d offer(s))",
+             run.hosts.name(cid), run.shares[cid], len(run.shares), p["from_number"], waited, p["attempts"])
+
+
+def _commit_shares(run: DbSurgeRun, workers: list[str], from_number: int, from_elapsed_s: float,
+                   offered: str | None = None) -> None:
+    """The new shares from ``from_number`` on, sent to every member (but ``offered``, which has its share)."""
+    run.shares = {w: i for i, w in enumerate(workers)}
+    for w, i in run.shares.items():
+        run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
+    _note_shares(run, from_elapsed_s)
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    for cid, i in run.shares.items():
-        env.runner.send_message("dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                                                  "write_off_until": run.lost_from.pop(cid, from_number),
-                                                  "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__},
-                                client_id=cid)
+    for w, i in run.shares.items():
+        if w != offered:
+            run.environment.runner.send_message(
+                "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
+                                  "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
 
 
@@ -209,7 +287,9 @@ def _book_lost(run: DbSurgeRun, cid: str, from_number: int) -> None:
     """A worker gone silent: its share is given away from ``from_number``; the ledger books the rest."""
     run.lost_workers.append(cid)
     run.lost_from[cid] = from_number
-    silent = time.time() - run.last_seen.get(cid, time.time())
+    run.lease_end[cid] = min(lease_end_number(run, cid), from_number)
+    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
+    silent = time.monotonic() - run.last_seen.get(cid, time.monotonic())
     run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
                    **run.hosts.fields(cid))
     log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
@@ -230,30 +310,17 @@ def _on_leave_message(environment, msg, **_kw):
     log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", run.hosts.name(cid),
                 (msg.data or {}).get("why"), from_number)
     environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
-    workers = _worker_ids(environment.runner, run)
-    run.shares = {w: i for i, w in enumerate(workers)}
-    _note_shares(run, (run.elapsed_s() or 0.0) + 0.3)
-    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    for w, i in run.shares.items():
-        environment.runner.send_message(
-            "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                              "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
-    run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
+    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
+    run.joining = None  # an offer made for the old membership is stale (it is made again)
+    workers = [w for w in _worker_ids(environment.runner, run) if w in run.shares]
+    if workers:
+        _commit_shares(run, workers, from_number, (run.elapsed_s() or 0.0) + 0.3)
 
 
 def _on_leave_ok(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     until = (msg.data or {}).get("until_number")
     run.leave_until = int(until) if until is not None else (run.pacer.next_number if run.pacer else 0)
-
-
-def _resume_share(run: DbSurgeRun, cid: str) -> None:
-    """A worker that paused (it lost sight of the master) but was never given up keeps its share:
-    nobody else took its slots, so it sends them, late (the lag says so), instead of writing them off."""
-    if run.closing is not None or run.plan is None or cid not in run.shares:
-        return
-    run.environment.runner.send_message("dbsurge:share", {"resume": True}, client_id=cid)
-    run.safe_event("worker_resumed", worker=cid)
 
 
 # -- clocks (see dbsurge.clocks) ---------------------------------------------------------------------------
@@ -291,14 +358,12 @@ def _on_clock_answer(environment, msg, **_kw):
 
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    run.last_seen[msg.node_id] = time.time()
+    run.last_seen[msg.node_id] = time.monotonic()
     run.hosts.note(msg.node_id, msg.data)
     if msg.node_id not in run.clocks.best and run.start_epoch_ns is not None:
         # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
         for _ in range(3):
             environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=msg.node_id)
-    if (msg.data or {}).get("rejoin"):
-        _resume_share(run, msg.node_id)
     nonce = run.membership.challenge(msg.node_id)
     if nonce is not None:
         environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
@@ -337,6 +402,9 @@ def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = N
     run.make_pacer(s)
     if join is not None and run.pacer is not None:
         run.pacer.join_at(*join)
+    if run.pacer is not None:
+        run.pacer.require_lease()  # no slot before the master's first renewal (`dbsurge.lease`)
+        renew_now(run)
     run.ready.set()
 
 
@@ -349,20 +417,21 @@ def _on_rate_message(environment, msg, **_kw):
 def _on_share_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     d = msg.data
-    if d.get("resume"):
-        if run.pacer is not None and run.pacer.paused:
-            run.pacer.paused = False
-            log.warning("dbsurge: back in touch with the master, which kept this worker's share: sending again")
-        return
     if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
         _take_setup(run, Setup(**d["setup"]), join=(d["index"], d["count"], d["from_number"]))
-        return
-    if run.pacer.paused:  # back after losing sight of the master: write off what it could not send
+    elif run.pacer.paused or d.get("lost"):  # given up, or it gave up: write off what it could not send
         n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
-        log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
-                    "(worker_lost); sending again", n)
-        return
-    run.pacer.reshare(d["index"], d["count"], d["from_number"])
+        if n:
+            log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
+                        "(worker_lost)", n)
+    else:
+        run.pacer.reshare(d["index"], d["count"], d["from_number"])
+    if d.get("proposal") is not None:  # an offer: say whether it came in time; the lease follows at once
+        pacer = run.pacer
+        late = pacer is None or (pacer.clock_ns() - pacer.start_ns) / 1e9 > \
+            pacer.schedule.time_of(pacer.sequence.position(int(d["from_number"]))) - 0.05
+        environment.runner.send_message("dbsurge:share_ok", {"proposal": d["proposal"], "late": late})
+        renew_now(run)
 
 
 # -- live rate changes (web UI, HTTP endpoint) ----------------------------------------------------------

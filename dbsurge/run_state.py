@@ -113,6 +113,14 @@ class DbSurgeRun:
         self.membership: Membership | None = None
         self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
         self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
+        # master: each worker's shares in order, (from_number, index, count); index -1: none from there on
+        self.share_history: dict[str, list[tuple[int, int, int]]] = {}
+        self.renewed_at: dict[str, float] = {}  # master: worker id -> when its last lease renewal was answered
+        self.joining: dict | None = None  # master: the share offered to a joining worker, not yet acknowledged
+        self.join_proposals = 0
+        # master: workers offered a share they have not taken up yet -> the first offer's first arrival
+        self.offered_to: dict[str, int] = {}
+        self.lease_end: dict[str, int] = {}  # master: a lost worker -> the first arrival its last lease did not cover
         self.sequence = None  # the numbered arrivals (`arrivals`): reshare points, the end, the ledger
         self.clocks = ClockBook()  # master: each worker's clock offset
         self.hosts = WorkerHosts()  # master: each worker's host name and address (dbsurge.hosts)

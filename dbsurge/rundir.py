@@ -45,15 +45,16 @@ TIMELINE_COLUMNS = [
 #: workers.csv: per worker and second (by completion), with its share of the plan's rate; ``host`` is
 #: ``name (address)`` as the worker reported them (dbsurge.hosts).
 WORKER_COLUMNS = ["time_utc", "worker", "host", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
-#: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + not_sent, with
-#: failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code) and not_sent by
-#: reason (not_sent_*); over_plan counts operations sent beyond the plan (a bug or a partition).
+#: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + unknown + not_sent,
+#: with failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code), unknown the
+#: arrivals a lost worker issued but never reported, and not_sent by reason (not_sent_*); over_plan counts
+#: operations sent beyond the plan (a bug or a partition).
 STAGE_COLUMNS = [
     "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "planned", "count",
     "ok", "failures", "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms",
     "service_p50_ms", "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "loop_lag_max_ms",
-    "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "not_sent", *_NOT_SENT,
-    "over_plan",
+    "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "unknown", "not_sent",
+    *_NOT_SENT, "over_plan",
 ]
 #: segments.csv (runs with live rate overrides, `dbsurge.segments`): per stage and per override in force,
 #: the timeline's seconds merged (by second of completion, as timeline.csv; the ledger is stages.csv's).

@@ -19,8 +19,9 @@ every worker sends a final account (``dbsurge:final``) before the master writes 
 Local runs use the same messages: Locust's ``LocalRunner.send_message`` calls the listener
 directly, so one path serves a single process and a master with workers.
 
-On a worker, `master_watchdog` stops the load within 3 s of the master's last heartbeat: a
-worker whose master is gone must not keep loading the database unobserved.
+On a worker, the lease (`dbsurge.lease`) stops the load within `lease.LEASE_S` of the last renewal
+it asked for, and `master_watchdog` ends the process after `MASTER_GONE_S`: a worker whose master
+is gone must not keep loading the database unobserved.
 """
 
 from __future__ import annotations
@@ -36,16 +37,14 @@ import gevent
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
+from .lease import lease_end_number
 from .pacer import TARGET_SILENT_S
 
 log = logging.getLogger("dbsurge")
 
 
-#: A worker that has not heard from its master for this long stops sending (pauses), before the
-#: master, which waits `locust_plugin.LOST_AFTER_S`, gives its share away: the database never gets
-#: more than the plan. Back in touch, it asks for its share again (``dbsurge:hello`` with ``rejoin``).
-MASTER_SILENCE_S = 1.5
-#: ... and after this long it gives up and exits 3.
+#: A worker that has not heard from its master for this long gives up and exits 3. (It stopped
+#: sending long before: its lease, `dbsurge.lease`, lapses within `lease.LEASE_S`.)
 MASTER_GONE_S = 15.0
 #: Extra time the master waits for final accounts after the drain.
 FINAL_WAIT_S = 3.0
@@ -92,6 +91,8 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
     while run.awaiting_final and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for cid in sorted(run.awaiting_final):
+        if run.schedule is not None and run.role == "master":
+            run.lease_end.setdefault(cid, lease_end_number(run, cid))  # what it may have issued: `unknown`
         run.safe_event("worker_silent", worker=cid, note="no final account before the deadline")
         log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost", cid)
         run.lost_workers.append(cid)
@@ -138,20 +139,13 @@ def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
 
 
 def master_watchdog(run) -> None:
-    """Worker: pause after `MASTER_SILENCE_S` without the master, ask to rejoin when it answers again,
-    and exit 3 after `MASTER_GONE_S`."""
+    """Worker: exit 3 after `MASTER_GONE_S` without a heartbeat from the master.
+
+    Stopping the load sooner is the lease's work (`dbsurge.lease`): no renewal, no slot.
+    """
     runner = run.environment.runner
-    asked = 0.0
-    tick = time.monotonic()
-    grace_until = 0.0
     while True:
         gevent.sleep(0.1)
-        now = time.monotonic()
-        if now - tick > 0.5:
-            # this worker's own loop was blocked (a full GC, a slow disk): the master's answers are
-            # queued, not missing; give them a second to be read before judging the silence
-            grace_until = now + 1.0
-        tick = now
         last = getattr(runner, "last_heartbeat_timestamp", None)
         pacer = run.pacer
         if pacer is None or last is None or pacer.closed is not None:
@@ -164,13 +158,6 @@ def master_watchdog(run) -> None:
             run.environment.process_exit_code = EXIT_INCOMPLETE
             runner.quit()
             return
-        if silent > MASTER_SILENCE_S and not pacer.paused and now >= grace_until:
-            pacer.pause()
-            log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stopped sending load "
-                      "until the master answers again", silent)
-        elif silent <= MASTER_SILENCE_S and pacer.paused and time.time() - asked > 1.0:
-            asked = time.time()
-            runner.send_message("dbsurge:hello", {"rejoin": True})
 
 
 def loop_lag_monitor(run, period_s: float = 0.05) -> None:

@@ -75,7 +75,7 @@ _LEDGER_NOT_SENT = [("worker lost", "not_sent_worker_lost"), ("no connect", "not
 
 
 def ledger_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """The ledger of each ALL row (per stage, or the run): planned = ok + failed + dropped + not sent.
+    """The ledger of each ALL row (per stage, or the run): planned = ok + failed + dropped + unknown + not sent.
 
     Columns that are zero in every row are left out, except the totals; server failures name
     their codes in a last column.
@@ -83,14 +83,17 @@ def ledger_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     rows = [r for r in rows if r["operation"] == ALL]
     failed = [(h, c) for h, c in _LEDGER_FAILED if any(int(r.get(c) or 0) for r in rows)]
     not_sent = [(h, c) for h, c in _LEDGER_NOT_SENT if any(int(r.get(c) or 0) for r in rows)]
-    headers = ["stage", "planned", "ok", "failed"] + [f"failed {h}" for h, _ in failed] + ["dropped", "not sent"]
+    unknown = any(int(r.get("unknown") or 0) for r in rows)
+    headers = ["stage", "planned", "ok", "failed"] + [f"failed {h}" for h, _ in failed] + ["dropped"]
+    headers += ["unknown"] * unknown + ["not sent"]
     headers += [f"not sent: {h}" for h, _ in not_sent] + ["failure codes"]
     out = []
     for r in rows:
         line = [r["stage"] or "run", fmt_num(r.get("planned"), 0), fmt_num(r.get("ok"), 0),
                 fmt_num(r.get("failures"), 0)]
         line += [fmt_num(r.get(c), 0) for _, c in failed]
-        line += [fmt_num(r.get("dropped"), 0), fmt_num(r.get("not_sent"), 0)]
+        line += [fmt_num(r.get("dropped"), 0)] + [fmt_num(r.get("unknown"), 0)] * unknown
+        line.append(fmt_num(r.get("not_sent"), 0))
         line += [fmt_num(r.get(c), 0) for _, c in not_sent]
         line.append(r.get("failed_detail") or "")
         out.append(line)

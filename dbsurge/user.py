@@ -203,6 +203,8 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                         fail(k, stage, intended, start, last_connect_error)
                     continue
             retries_before = session.retries
+            if slot is not None:
+                pacer.issued(slot)  # sent to the database: if this worker is lost now, its outcome is unknown
             timer = gevent.Timeout(op_bound_s, OperationTimeout)  # an Exception: time_call returns it
             timer.start()
             try:

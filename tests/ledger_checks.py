@@ -22,7 +22,8 @@ def assert_row_balances(r: dict) -> None:
     assert _i(r["failures"]) == sum(_i(r.get(c)) for c in FAILED), where  # older directories lack newer kinds
     assert _i(r["not_sent"]) == sum(_i(r.get(c)) for c in NOT_SENT), where  # and newer reasons
     if r["planned"] != "":
-        assert _i(r["planned"]) == _i(r["count"]) + _i(r["dropped"]) + _i(r["not_sent"]) - _i(r["over_plan"]), \
+        assert _i(r["planned"]) == (_i(r["count"]) + _i(r["dropped"]) + _i(r.get("unknown")) + _i(r["not_sent"])
+                                    - _i(r["over_plan"])), \
             f"{where}: {r}"
 
 
@@ -34,7 +35,7 @@ def ledger(run_dir: Path) -> dict:
         assert_row_balances(r)
     total = next(r for r in summary if r["operation"] == "ALL")
     stage_all = [r for r in stages if r["operation"] == "ALL"]
-    for col in ["planned", "count", "ok", "failures", "dropped", "not_sent", *FAILED, *NOT_SENT]:
+    for col in ["planned", "count", "ok", "failures", "dropped", "unknown", "not_sent", *FAILED, *NOT_SENT]:
         assert sum(_i(r.get(col)) for r in stage_all) == _i(total.get(col)), col
         per_op = [r for r in summary if r["operation"] != "ALL"]
         assert sum(_i(r.get(col)) for r in per_op) == _i(total.get(col)), col
@@ -42,8 +43,10 @@ def ledger(run_dir: Path) -> dict:
     assert results["planned_operations"] == (_i(total["planned"]) if total["planned"] != "" else None)
     assert results["operations"] == _i(total["count"])
     assert results["not_sent"] == _i(total["not_sent"])
-    return {k: (_i(v) if k in ("planned", "count", "ok", "failures", "dropped", "not_sent", "over_plan", *FAILED, *NOT_SENT)
-                else v) for k, v in total.items()}
+    out = {k: (_i(v) if k in ("planned", "count", "ok", "failures", "dropped", "unknown", "not_sent", "over_plan",
+                              *FAILED, *NOT_SENT) else v) for k, v in total.items()}
+    out.setdefault("unknown", 0)
+    return out
 
 
 def timeline_seconds(run_dir: Path) -> list[str]:

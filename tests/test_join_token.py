@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from ledger_checks import ledger
@@ -59,18 +60,22 @@ def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
               "--no-db-sampler"]
     env = {**os.environ, "DBSURGE_JOIN_TOKEN": token}
     master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers", "2",
+        # a refused worker does not count toward --expect-workers (dbsurge.admission): one member is all there is
+        [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers",
+         "2" if ns_worker_has_token else "1",
          "--master-bind-host", netns_db.netns.host_ip, "--master-bind-port", port, "--rate", "60", "-t", "6s",
          "--results-dir", str(tmp_path / "results"), *common],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     worker_cmd = [sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-host", netns_db.netns.host_ip,
                   "--master-port", port, *common]
-    local = subprocess.Popen(worker_cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     ns_env = {k: v for k, v in env.items() if k != "DBSURGE_JOIN_TOKEN" or ns_worker_has_token}
     remote = subprocess.Popen(netns_db.netns.cmd("env", *[f"{k}={v}" for k, v in ns_env.items()
                                                           if k in ("PATH", "DBSURGE_JOIN_TOKEN", "DBSURGE_HOME")],
                                                  *worker_cmd),
                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if not ns_worker_has_token:
+        time.sleep(4)  # refused before the member connects: it must not have counted as the one expected
+    local = subprocess.Popen(worker_cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         out, _ = master.communicate(timeout=120)
     finally:

@@ -171,3 +171,65 @@ def test_a_rate_change_leaves_no_backlog_behind():
     # and the plan still adds up: taken + dropped + the rest
     planned = planned_counts(back, ArrivalSequence("uniform", 1), OperationMix([("op", 1.0)], 1))
     assert sum(planned.values()) == int(round(back.total()))
+
+
+def test_no_slot_without_a_lease_and_none_after_it_lapsed():
+    """A worker's pacer issues slots only while its lease holds; a late renewal (an old send time) renews nothing."""
+    from dbsurge.lease import LEASE_NS
+
+    schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
+    p, clock = _pacer(schedule)
+    p.require_lease()
+    assert p.next_slot() is None  # before the first renewal
+    p.renew_lease(0 + LEASE_NS)  # asked at t = 0
+    clock.now = int(1.0e9)
+    slot = p.next_slot()
+    assert slot is not None and p.wait_for(slot) is slot  # due, and the lease holds: it may be sent
+    p.give_back(slot)
+    clock.now = LEASE_NS  # the lease ends: the same slot is not given out again
+    assert p.next_slot() is None
+    clock.now = int(2.0e9)
+    p.renew_lease(int(0.5e9) + LEASE_NS)  # the answer to a request sent at 0.5 s, delivered late: it has lapsed
+    assert p.next_slot() is None
+    p.renew_lease(clock.now + LEASE_NS)
+    assert p.next_slot().number == slot.number  # what it gave back is still its own
+
+
+def test_the_lease_ends_strictly_before_the_master_gives_up():
+    from dbsurge import lease
+
+    assert lease.LEASE_S + lease.CLOCK_BOUND_S + lease.HEARTBEAT_S == lease.LOST_AFTER_S
+    assert lease.RENEW_S * 4 <= lease.LEASE_S  # a healthy worker renews several times per lease
+
+
+def test_issued_slots_are_counted_and_an_in_flight_write_off_takes_them_back():
+    """The ledger's ``unknown`` rests on what a worker said it issued: a slot written off in flight is not unknown."""
+    schedule = Schedule.from_plan(StagePlan.parse("1s@100tps"))
+    sink = Recorder()
+    p, _ = _pacer(schedule, sink=sink)
+    a, b, c = p.next_slot(), p.next_slot(), p.next_slot()
+    p.issued(a)
+    p.issued(b)
+    assert p.done(a)
+    p.write_off_in_flight("in_flight")  # b was issued, c only taken
+    ledger = {col: n for _, _, col, n in sink.drain()["ledger"]}
+    assert ledger == {"issued": 2 - 1, "not_sent:in_flight": 2}, ledger
+    assert c.number == 2
+
+
+def test_the_ledger_books_a_lost_workers_unreported_operations_as_unknown():
+    from dbsurge.measure.aggregator import Aggregator
+    from dbsurge.measure.ledger import balance
+
+    agg = Aggregator(stage_names=["s"])
+    lost = Recorder()
+    p, _ = _pacer(Schedule.from_plan(StagePlan.parse("1s@10tps")), sink=lost, op_ids=[lost.op_id("op")],
+                  worker_index=1, worker_count=2)
+    slots = [p.next_slot() for _ in range(3)]
+    for s in slots:
+        p.issued(s)  # sent; the worker dies before it reports any outcome
+    agg.merge(lost.drain(), source="w1")
+    booked = balance(agg.stage_cells, {("op", 0): 5}, ["w1"], True, agg.unreported(["w1"]))
+    assert booked == {"unknown": 3, "worker_lost": 2}, booked
+    cell = agg.stage_cells[("op", 0)]
+    assert cell.unknown == 3 and cell.not_sent["worker_lost"] == 2

@@ -64,6 +64,10 @@ class Aggregator:
         self.end_epoch_s: float | None = None
         self.stop_epoch_s: float | None = None  # when slots stopped being issued (interrupt, disk full)
         self.connects: Counter[str] = Counter()  # the users' connection attempts by outcome (ok, refused:<code>)
+        # per worker and (operation, stage): operations it issued, and those whose outcome it reported
+        self.issued_by_source: dict[str, Counter] = defaultdict(Counter)
+        self.done_by_source: dict[str, Counter] = defaultdict(Counter)
+        self.written_off_by_source: dict[str, Counter] = defaultdict(Counter)  # its dropped and not sent
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         self.errors: dict[str, int] = defaultdict(int)  # failures by kind, whole run
@@ -105,6 +109,26 @@ class Aggregator:
             out[st] += c.dropped
         return out
 
+    def unreported(self, sources: list[str],
+                   leased: dict[str, dict[tuple[str, int], int]] | None = None) -> dict[tuple[str, int], int]:
+        """Per (operation, stage): what these workers issued but never reported the outcome of.
+
+        From each worker's last report of what it had issued (less the outcomes it reported), or,
+        when larger, from ``leased``: the arrivals its shares held up to the end of its last lease
+        (it could have issued any of them), less everything it accounted for.
+        """
+        out: dict[tuple[str, int], int] = defaultdict(int)
+        for s in set(sources):
+            done, written_off = self.done_by_source.get(s, {}), self.written_off_by_source.get(s, {})
+            issued = self.issued_by_source.get(s, {})
+            held = (leased or {}).get(s, {})
+            for key in set(issued) | set(held):
+                gap = max(issued.get(key, 0) - done.get(key, 0),
+                          held.get(key, 0) - done.get(key, 0) - written_off.get(key, 0))
+                if gap > 0:
+                    out[key] += gap
+        return dict(out)
+
     def merge(self, payload: dict, source: str = "local") -> None:
         """Add one payload of `Recorder.drain` (a worker's second, or a final report)."""
         ops = payload["ops"]
@@ -134,6 +158,7 @@ class Aggregator:
             before = cell.count
             cell.add_wire(wire)
             self.per_source[source] += cell.count - before
+            self.done_by_source[source][(ops[op], stage)] += cell.count - before
             for kind, n in wire[6].items():
                 self.errors[kind] += int(n)
                 self.failed_by_source[source][kind] += int(n)
@@ -141,7 +166,11 @@ class Aggregator:
     def _merge_ledger(self, ops: list[str], ledger: list, dropped_secs: list, source: str) -> None:
         """Dropped and not-sent arrivals, per (stage, operation); dropped ones also per second of their slot."""
         for stage, op, column, n in ledger:
+            if column == "issued":
+                self.issued_by_source[source][(ops[op], int(stage))] += int(n)
+                continue
             cell = self.stage_cells[(ops[op], int(stage))]
+            self.written_off_by_source[source][(ops[op], int(stage))] += int(n)
             if column == "dropped":
                 cell.dropped += int(n)
             else:

@@ -47,7 +47,8 @@ class Cell:
 
     ``response``/``service`` hold successful operations; ``failed_response`` the response time of
     failed ones; ``lag`` every operation sent. ``failed`` counts failures by kind, ``not_sent`` the
-    arrivals written off by reason (``in_flight``, ``interrupted``...).
+    arrivals written off by reason (``in_flight``, ``interrupted``...), ``unknown`` those issued to the
+    database by a worker that was lost before it reported their outcome (booked by the ledger).
     """
 
     response: Histogram = field(default_factory=Histogram)
@@ -58,6 +59,7 @@ class Cell:
     retries: int = 0
     dropped: int = 0
     over_plan: int = 0  # operations sent beyond the plan (booked by the ledger)
+    unknown: int = 0  # issued by a lost worker, outcome never reported (booked by the ledger)
     failed: Counter = field(default_factory=Counter)
     not_sent: Counter = field(default_factory=Counter)
 
@@ -81,6 +83,7 @@ class Cell:
         self.retries += other.retries
         self.dropped += other.dropped
         self.over_plan += other.over_plan
+        self.unknown += other.unknown
         self.failed.update(other.failed)
         self.not_sent.update(other.not_sent)
 
@@ -95,8 +98,8 @@ class Cell:
 
     @property
     def accounted(self) -> int:
-        """Arrivals this cell accounts for: sent, dropped or not sent (less what went beyond the plan)."""
-        return self.count + self.dropped + sum(self.not_sent.values()) - self.over_plan
+        """Arrivals this cell accounts for: sent, dropped, unknown or not sent (less what went beyond the plan)."""
+        return self.count + self.dropped + self.unknown + sum(self.not_sent.values()) - self.over_plan
 
     def failed_by_family(self) -> dict[str, int]:
         out = dict.fromkeys(FAILURE_FAMILIES, 0)
@@ -175,6 +178,7 @@ def cell_stats(cell: Cell, planned: int | None = None) -> dict:
         "failed_p50_ms": us_to_ms(fp50) if failures else "", "failed_p99_ms": us_to_ms(fp99) if failures else "",
         "failed_max_ms": us_to_ms(f.max_value) if failures else "",
         "dropped": cell.dropped,
+        "unknown": cell.unknown,
         "not_sent": sum(cell.not_sent.values()),
         "failed_detail": ";".join(f"{k}={n}" for k, n in sorted(cell.failed.items())),
     }

@@ -2,14 +2,15 @@
 
 For every stage and operation, and for the run::
 
-    planned = ok + failed (by kind) + dropped + not sent (by reason)
+    planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)
 
 The workers account for every arrival of their share (the `Pacer` and the `Recorder`); the
 master counts what the plan called for from the same numbered arrivals (`planned_counts`) and
-`balance` books whatever no live worker reported: under ``worker_lost`` when a worker was lost
-(its share from its last report to the reshare), otherwise under ``unaccounted``, which is a
-bug of dbsurge's and fails the run. Operations sent beyond the plan go to ``over_plan``. After
-`balance` the ledger balances exactly, in every run.
+`balance` books whatever no live worker reported: ``unknown`` for what a lost worker had said it
+issued to the database but never reported the outcome of (the database may have done them),
+``not sent: worker_lost`` for the rest of a lost worker's share (nobody issued them), otherwise
+``unaccounted``, which is a bug of dbsurge's and fails the run. Operations sent beyond the plan
+go to ``over_plan``. After `balance` the ledger balances exactly, in every run.
 
     >>> from dbsurge.stage_plan import StagePlan, Schedule
     >>> from dbsurge.arrivals import ArrivalSequence, OperationMix
@@ -52,15 +53,51 @@ def planned_counts(schedule: Schedule, sequence: ArrivalSequence, mix: Operation
     return dict(out)
 
 
+def share_counts(schedule: Schedule, sequence: ArrivalSequence, mix: OperationMix,
+                 segments: list[tuple[int, int, int]], until_number: int) -> dict[tuple[int, int], int]:
+    """Arrivals per (stage index, operation index) that one worker's shares held, below ``until_number``.
+
+    ``segments`` are the shares the worker was given, in order: (from_number, index, count); each
+    holds arrivals ``k = index (mod count)`` from its ``from_number`` up to the next one's.
+
+        >>> from dbsurge.stage_plan import StagePlan
+        >>> sched = Schedule.from_plan(StagePlan.parse("1s@10tps,1s@10tps"))
+        >>> share_counts(sched, ArrivalSequence("uniform", 1), OperationMix([("read", 1.0)], 1),
+        ...              [(0, 1, 2), (10, 0, 1)], 14)       # 1, 3, ..., 9, then 10, 11, 12, 13
+        {(0, 0): 5, (1, 0): 4}
+    """
+    starts = np.array(schedule.stage_starts())
+    out: dict[tuple[int, int], int] = defaultdict(int)
+    for i, (k_from, index, count) in enumerate(segments):
+        if count < 1:
+            continue  # no share from here on (the worker was lost or left)
+        k_to = min(segments[i + 1][0] if i + 1 < len(segments) else until_number, until_number)
+        first = k_from + ((index - k_from) % count)
+        for a in range(first, k_to, count * _CHUNK):
+            ks = np.arange(a, min(k_to, a + count * _CHUNK), count, dtype=np.int64)
+            if ks.size == 0:
+                continue
+            pos = sequence.positions(int(ks[0]), int(ks[-1]) + 1)[ks - ks[0]]
+            stages = np.clip(np.searchsorted(starts, pos, side="right") - 1, 0, len(starts) - 2)
+            keys, counts = np.unique(stages * 1024 + mix.of_many(ks), return_counts=True)
+            for key, n in zip(keys.tolist(), counts.tolist()):
+                out[(key // 1024, key % 1024)] += n
+    return dict(out)
+
+
 def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers: list[str],
-            had_workers: bool = True, gap_reason: str | None = None) -> dict[str, int]:
+            had_workers: bool = True, gap_reason: str | None = None,
+            unreported: dict[tuple[str, int], int] | None = None) -> dict[str, int]:
     """Book the difference between planned and accounted in each (operation, stage) cell.
 
     ``stage_cells`` maps (operation name, stage index) to `Cell`; ``planned`` the same keys to
-    planned counts. A gap is ``worker_lost`` when a worker was lost, ``no_connect`` when no worker
-    ever took a share (none connected or none proved the join token), ``gap_reason`` when the
-    run was cut short without waiting for the workers (a second signal: ``interrupted``), else
-    ``unaccounted``. Returns what was booked, by reason.
+    planned counts; ``unreported`` the same keys to what lost workers issued to the database but
+    never reported (`Aggregator.unreported`). A gap is first ``unknown`` (issued, outcome not
+    reported: the database may or may not have done them), up to what was unreported; the rest
+    was sent by nobody: ``worker_lost`` when a worker was lost, ``no_connect`` when no worker ever
+    took a share (none connected or none proved the join token), ``gap_reason`` when the run was
+    cut short without waiting for the workers (a second signal: ``interrupted``), else
+    ``unaccounted``. Returns what was booked, by reason (and ``unknown``, ``over_plan``).
     """
     from .cells import Cell
 
@@ -70,6 +107,11 @@ def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers
         if cell is None:
             cell = stage_cells[key] = Cell()
         gap = planned.get(key, 0) - cell.accounted
+        unknown = min(max(gap, 0), (unreported or {}).get(key, 0))
+        if unknown:
+            cell.unknown += unknown
+            booked["unknown"] += unknown
+            gap -= unknown
         if gap > 0:
             reason = ("worker_lost" if lost_workers else "no_connect" if not had_workers
                       else gap_reason or "unaccounted")
