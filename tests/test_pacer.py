@@ -229,7 +229,7 @@ def test_the_ledger_books_a_lost_workers_unreported_operations_as_unknown():
     for s in slots:
         p.issued(s)  # sent; the worker dies before it reports any outcome
     agg.merge(lost.drain(), source="w1")
-    booked = balance(agg.stage_cells, {("op", 0): 5}, ["w1"], True, agg.unreported(["w1"]))
+    booked = balance(agg.stage_cells, {("op", 0): 5}, ["w1"], True, unreported=agg.unreported(["w1"]))
     assert booked == {"unknown": 3, "worker_lost": 2}, booked
     cell = agg.stage_cells[("op", 0)]
     assert cell.unknown == 3 and cell.not_sent["worker_lost"] == 2

@@ -86,7 +86,7 @@ def share_counts(schedule: Schedule, sequence: ArrivalSequence, mix: OperationMi
 
 
 def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers: list[str],
-            had_workers: bool = True, gap_reason: str | None = None,
+            had_workers: bool = True, *, gap_reason: str | None = None,
             unreported: dict[tuple[str, int], int] | None = None) -> dict[str, int]:
     """Book the difference between planned and accounted in each (operation, stage) cell.
 
