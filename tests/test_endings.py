@@ -225,6 +225,7 @@ def test_dbsurge_run_killed_stops_the_load(tmp_path, own_pg, processes):
     assert time.time() - killed < 35
     meta = assert_finalised(run, 143)
     assert meta["interrupted"]["by"] == "SIGTERM: dbsurge run was gone", meta["interrupted"]
+    assert meta["results"]["verdict"].startswith("INTERRUPTED (SIGTERM: dbsurge run was gone) at t = ")
     assert ledger(run)["ok"] >= 200
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from faults import kill_process_tree
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv, read_json
@@ -70,15 +71,18 @@ def test_sigint_ends_a_web_ui_run_with_its_tables(tmp_path, pg_uri):
     assert read_csv(run / "stages.csv") and (run / "summary.md").is_file()
 
 
-def _web_run(tmp_path, pg_uri, seconds: int):
+def _web_run(tmp_path, pg_uri, seconds: int, *extra: str):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "20", "--duration", f"{seconds}s", "--web", "--web-port", str(port), "--operation",
-           "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results)]
+           "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results),
+           *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+    if extra:  # --processes: the workers must be there before the start
+        time.sleep(3)
     _post(base, "/swarm", b"user_count=1&spawn_rate=1")
     return proc, base, results
 
@@ -93,10 +97,11 @@ def _no_temp_files(run) -> None:
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
 
 
-def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri):
-    """`dbsurge run --web`: at the plan's end the tables are written, the results set, and the process exits by
-    the verdict (0), without a signal."""
-    proc, _base, results = _web_run(tmp_path, pg_uri, 4)
+@pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["local", "processes-2"])
+def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
+    """`dbsurge run --web`: at the plan's end the tables are written (and printed, by a master too), the results
+    set, and the process exits by the verdict (0), without a signal."""
+    proc, _base, results = _web_run(tmp_path, pg_uri, 4, *extra)
     try:
         out, _ = proc.communicate(timeout=60)
     finally:
