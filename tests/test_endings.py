@@ -138,8 +138,8 @@ def test_a_signal_after_the_plan_ended_interrupts_nothing(tmp_path, pg_uri):
 
 
 def test_a_sigterm_with_a_long_plan_is_honoured_promptly(tmp_path, pg_uri):
-    """A plan of 2,000 stages: SIGTERM at 4 s ends the run within seconds, the stages never reached named."""
-    stages = ",".join(["1s@20tps"] * 2000)
+    """A plan of 10,000 stages: SIGTERM at 3 s ends the run within seconds, the stages never reached named."""
+    stages = ",".join(["1s@20tps"] * 10000)
     proc = _start(["--workload", "orders", "--target", pg_uri, "--shape", "stages", "--stages", stages, "--quiet",
                    "--workload-option", "products=300", "--no-db-sampler", "--operation", "product_lookup",
                    "--results-dir", "results"], tmp_path)
@@ -153,7 +153,7 @@ def test_a_sigterm_with_a_long_plan_is_honoured_promptly(tmp_path, pg_uri):
     assert code == 143, (out, err)
     meta = assert_finalised(run, 143)
     assert meta["interrupted"]["by"] == "SIGTERM"
-    assert "stages not reached" in out and len(meta["results"]["stages_not_reached"]) > 1900
+    assert "stages not reached" in out and len(meta["results"]["stages_not_reached"]) > 9900
 
 
 # -- the Locust child killed, dbsurge run killed ----------------------------------------------------------------
