@@ -256,3 +256,29 @@ def test_refused_connections_name_the_server_and_its_reason(tmp_path, server_dir
     assert code in (0, 1), (out, err)
     summary = json.dumps(read_json(run / "run.json"))
     assert "FATAL:  the " not in summary
+
+
+@pytest.mark.parametrize("message, code", [
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  sorry, too many clients '
+     "already", "53300"),
+    ("FATAL:  remaining connection slots are reserved for roles with the SUPERUSER attribute", "53300"),
+    ('FATAL:  too many connections for role "app"', "53300"),
+    ("FATAL:  the database system is starting up", "57P03"),
+    ("FATAL:  the database system is shutting down", "57P03"),
+    ("connection refused because too many open connections: 819", "maxIncomingConnections"),
+    ('connection to server at "127.0.0.1", port 5432 failed: Connection refused', None),
+    ("timeout expired", None),
+])
+def test_a_refusal_keeps_the_servers_reason(message, code):
+    """The server's own reason for refusing a connection, from its message (libpq gives no SQLSTATE), also
+    through the exception a binding wraps it in; a connection nobody answered is no refusal."""
+    from dbsurge.user import ConnectFailure, _as_connect_error, _describe, refusal_code
+
+    inner = OSError(message)
+    outer = RuntimeError("target postgresql://127.0.0.1:5432/postgres: connect failed")
+    outer.__cause__ = inner
+    assert refusal_code(inner) == code and refusal_code(outer) == code
+    err = _as_connect_error(outer)
+    assert isinstance(err, ConnectFailure) and err.kind == (f"connect:{code}" if code else "connect")
+    long = OSError("x" * 150 + " " + message)
+    assert message.split()[-1] in _describe(long)  # not cut at 160 characters

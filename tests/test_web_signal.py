@@ -174,3 +174,28 @@ def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
     assert ledger(run)["ok"] == 60
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 0 and meta["interrupted"] is None
+
+
+@pytest.mark.parametrize("sig, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_before_any_test_from_the_web_ui(tmp_path, pg_uri, sig, expected):
+    """The UI is up, no test was started: a signal ends the process in one line, 130/143, no run directory."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+           "constant", "--rate", "20", "--web", "--web-port", str(port), "--no-db-sampler", "--workload-option",
+           "products=300", "--results-dir", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+    assert proc.returncode == expected, out[-3000:]
+    name = signal.Signals(sig).name
+    assert f"dbsurge: {name} while no test was running: nothing was sent (exit {expected})" in out, out[-3000:]
+    assert "Traceback" not in out
+    assert not results.exists() or not any(results.iterdir())
