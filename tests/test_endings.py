@@ -259,8 +259,8 @@ def test_refused_connections_name_the_server_and_its_reason(tmp_path, server_dir
 
 
 @pytest.mark.parametrize("message, code", [
-    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  sorry, too many clients '
-     "already", "53300"),
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  sorry, too many clients already',
+     "53300"),
     ("FATAL:  remaining connection slots are reserved for roles with the SUPERUSER attribute", "53300"),
     ('FATAL:  too many connections for role "app"', "53300"),
     ("FATAL:  the database system is starting up", "57P03"),
