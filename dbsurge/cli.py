@@ -75,7 +75,9 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
                                             help="worker processes on this host (-1: one per CPU; Locust's "
                                                  "--processes)")),
     ("distribution", ("--web",), dict(action="store_true",
-                                      help="start Locust's web UI (on 127.0.0.1:8089) instead of headless")),
+                                      help="start Locust's web UI (on 127.0.0.1:8089) instead of headless; the process "
+                                           "ends with the plan, by its verdict; the UI's Stop is an "
+                                           "interruption (exit 4)")),
 ]
 
 #: Locust options shown in ``dbsurge run --help`` because dbsurge's documentation uses them (they pass through).

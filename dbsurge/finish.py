@@ -119,10 +119,10 @@ def finish_run(run, hurry: bool = False) -> None:
     except Exception as e:
         booked = {}
         run.note_problem("counting the plan's arrivals", e)
-    if getattr(run, "disk_full", False):
+    if run.disk_full:
         run.rundir.release_reserve()  # the space kept back at the start: the final files fit in it
-    write_failed = not _write_measurements(run)
     stages, summary = run.aggregator.tables()
+    write_failed = not _write_measurements(run, stages, summary)
     total = next((r for r in summary if r["operation"] == ALL), {})
     verdict = judge(run, stages, summary, total, write_failed)
     run.exit_code = verdict.code
@@ -169,7 +169,7 @@ def _collect(run) -> None:
     run.aggregator.end_epoch_s = time.time()
 
 
-def _write_measurements(run) -> bool:
+def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
     """The final timeline and stages.csv / summary.csv; False when something could not be written."""
     ok = True
     try:
@@ -181,7 +181,7 @@ def _write_measurements(run) -> bool:
         ok = False
         run.note_problem("writing the timeline", e)
     try:
-        run.rundir.write_tables(*run.aggregator.tables())
+        run.rundir.write_tables(stages, summary)
     except Exception as e:
         ok = False
         run.note_problem("writing stages.csv and summary.csv", e)

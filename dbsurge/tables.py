@@ -111,12 +111,10 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
     if capacity is not None:
         headers.append("capacity (max)")
     rows = []
-    stages = []
+    by_stage: dict[str, dict[str, dict]] = {}  # in the rows' order; grouped once (plans of thousands of stages)
     for r in stage_rows:
-        if r["stage"] not in stages:
-            stages.append(r["stage"])
-    for st in stages:
-        by_op = {r["operation"]: r for r in stage_rows if r["stage"] == st}
+        by_stage.setdefault(r["stage"], {})[r["operation"]] = r
+    for st, by_op in by_stage.items():
         total = by_op.get(ALL, {})
         row = [st, fmt_rate(total.get("target_tps")), fmt_num(total.get("achieved_tps"), 1)]
         for op in ops:

@@ -138,8 +138,8 @@ def test_a_signal_after_the_plan_ended_interrupts_nothing(tmp_path, pg_uri):
 
 
 def test_a_sigterm_with_a_long_plan_is_honoured_promptly(tmp_path, pg_uri):
-    """A plan of 2,000 stages: SIGTERM at 4 s ends the run within seconds, the stages never reached named."""
-    stages = ",".join(["1s@20tps"] * 2000)
+    """A plan of 10,000 stages: SIGTERM at 3 s ends the run within seconds, the stages never reached named."""
+    stages = ",".join(["1s@20tps"] * 10000)
     proc = _start(["--workload", "orders", "--target", pg_uri, "--shape", "stages", "--stages", stages, "--quiet",
                    "--workload-option", "products=300", "--no-db-sampler", "--operation", "product_lookup",
                    "--results-dir", "results"], tmp_path)
@@ -153,7 +153,7 @@ def test_a_sigterm_with_a_long_plan_is_honoured_promptly(tmp_path, pg_uri):
     assert code == 143, (out, err)
     meta = assert_finalised(run, 143)
     assert meta["interrupted"]["by"] == "SIGTERM"
-    assert "stages not reached" in out and len(meta["results"]["stages_not_reached"]) > 1900
+    assert "stages not reached" in out and len(meta["results"]["stages_not_reached"]) > 9900
 
 
 # -- the Locust child killed, dbsurge run killed ----------------------------------------------------------------
@@ -225,6 +225,7 @@ def test_dbsurge_run_killed_stops_the_load(tmp_path, own_pg, processes):
     assert time.time() - killed < 35
     meta = assert_finalised(run, 143)
     assert meta["interrupted"]["by"] == "SIGTERM: dbsurge run was gone", meta["interrupted"]
+    assert meta["results"]["verdict"].startswith("INTERRUPTED (SIGTERM: dbsurge run was gone) at t = ")
     assert ledger(run)["ok"] >= 200
 
 
@@ -255,3 +256,29 @@ def test_refused_connections_name_the_server_and_its_reason(tmp_path, server_dir
     assert code in (0, 1), (out, err)
     summary = json.dumps(read_json(run / "run.json"))
     assert "FATAL:  the " not in summary
+
+
+@pytest.mark.parametrize("message, code", [
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  sorry, too many clients already',
+     "53300"),
+    ("FATAL:  remaining connection slots are reserved for roles with the SUPERUSER attribute", "53300"),
+    ('FATAL:  too many connections for role "app"', "53300"),
+    ("FATAL:  the database system is starting up", "57P03"),
+    ("FATAL:  the database system is shutting down", "57P03"),
+    ("connection refused because too many open connections: 819", "maxIncomingConnections"),
+    ('connection to server at "127.0.0.1", port 5432 failed: Connection refused', None),
+    ("timeout expired", None),
+])
+def test_a_refusal_keeps_the_servers_reason(message, code):
+    """The server's own reason for refusing a connection, from its message (libpq gives no SQLSTATE), also
+    through the exception a binding wraps it in; a connection nobody answered is no refusal."""
+    from dbsurge.user import ConnectFailure, _as_connect_error, _describe, refusal_code
+
+    inner = OSError(message)
+    outer = RuntimeError("target postgresql://127.0.0.1:5432/postgres: connect failed")
+    outer.__cause__ = inner
+    assert refusal_code(inner) == code and refusal_code(outer) == code
+    err = _as_connect_error(outer)
+    assert isinstance(err, ConnectFailure) and err.kind == (f"connect:{code}" if code else "connect")
+    long = OSError("x" * 150 + " " + message)
+    assert message.split()[-1] in _describe(long)  # not cut at 160 characters

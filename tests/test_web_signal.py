@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from faults import kill_process_tree
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv, read_json
@@ -70,15 +71,18 @@ def test_sigint_ends_a_web_ui_run_with_its_tables(tmp_path, pg_uri):
     assert read_csv(run / "stages.csv") and (run / "summary.md").is_file()
 
 
-def _web_run(tmp_path, pg_uri, seconds: int):
+def _web_run(tmp_path, pg_uri, seconds: int, *extra: str):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "20", "--duration", f"{seconds}s", "--web", "--web-port", str(port), "--operation",
-           "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results)]
+           "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results),
+           *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+    if extra:  # --processes: the workers must be there before the start
+        time.sleep(3)
     _post(base, "/swarm", b"user_count=1&spawn_rate=1")
     return proc, base, results
 
@@ -93,10 +97,11 @@ def _no_temp_files(run) -> None:
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
 
 
-def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri):
-    """`dbsurge run --web`: at the plan's end the tables are written, the results set, and the process exits by
-    the verdict (0), without a signal."""
-    proc, _base, results = _web_run(tmp_path, pg_uri, 4)
+@pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["local", "processes-2"])
+def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
+    """`dbsurge run --web`: at the plan's end the tables are written (and printed, by a master too), the results
+    set, and the process exits by the verdict (0), without a signal."""
+    proc, _base, results = _web_run(tmp_path, pg_uri, 4, *extra)
     try:
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -169,3 +174,28 @@ def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
     assert ledger(run)["ok"] == 60
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 0 and meta["interrupted"] is None
+
+
+@pytest.mark.parametrize("sig, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_before_any_test_from_the_web_ui(tmp_path, pg_uri, sig, expected):
+    """The UI is up, no test was started: a signal ends the process in one line, 130/143, no run directory."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+           "constant", "--rate", "20", "--web", "--web-port", str(port), "--no-db-sampler", "--workload-option",
+           "products=300", "--results-dir", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+    assert proc.returncode == expected, out[-3000:]
+    name = signal.Signals(sig).name
+    assert f"dbsurge: {name} while no test was running: nothing was sent (exit {expected})" in out, out[-3000:]
+    assert "Traceback" not in out
+    assert not results.exists() or not any(results.iterdir())

@@ -330,33 +330,34 @@ class Aggregator:
 
     # -- end of run tables --------------------------------------------------------------------------
 
-    def _planned(self, op: str, stage: int) -> int | None:
-        if self.planned is None:
-            return None
-        if op == ALL:
-            return sum(n for (_, st), n in self.planned.items() if st == stage)
-        return self.planned.get((op, stage), 0)
-
     def stage_rows(self) -> list[dict]:
         """One row per stage and operation, plus ``ALL`` per stage; achieved rate by intended start.
 
         A stage cut short by an interrupt divides by the time that actually ran.
         """
         rows = []
+        # grouped by stage once: a plan of thousands of stages would otherwise scan every cell per stage
+        cells_of: dict[int, dict[str, Cell]] = defaultdict(dict)
+        for (op, st), c in self.stage_cells.items():
+            cells_of[st][op] = c
+        planned_of: dict[int, dict[str, int]] = defaultdict(dict)
+        for (op, st), n in (self.planned or {}).items():
+            planned_of[st][op] = n
         for i in range(len(self.stage_names)):
             start, end, target = self._stage_window(i)
             ran_end = end
             if self.stop_epoch_s is not None and end is not None:
                 ran_end = max(start, min(end, self.stop_epoch_s))
             duration = (ran_end - start) if (start is not None and ran_end is not None) else None
-            cells = {op: c for (op, st), c in self.stage_cells.items() if st == i}
-            planned_all = self._planned(ALL, i)
+            cells = cells_of.get(i, {})
+            planned_here = planned_of.get(i, {})
+            planned_all = sum(planned_here.values()) if self.planned is not None else None
             if not cells and not planned_all:
                 continue
             total = Cell()
             for c in cells.values():
                 total.add(c)
-            names = sorted(set(cells) | {op for (op, st) in (self.planned or {}) if st == i})
+            names = sorted(set(cells) | set(planned_here))
             entries = [(op, cells.get(op, Cell())) for op in names] + [(ALL, total)]
             for op, cell in entries:
                 rows.append({
@@ -367,7 +368,8 @@ class Aggregator:
                     "target_tps": round(target, 3) if target is not None and op == ALL else "",
                     "achieved_tps": round(cell.ok / duration, 3) if duration else "",
                     "loop_lag_max_ms": _ms(self.loop_lag_us.get(i, 0)) if op == ALL else "",
-                    **cell_stats(cell, self._planned(op, i)),
+                    **cell_stats(cell, None if self.planned is None
+                                 else planned_all if op == ALL else planned_here.get(op, 0)),
                 })
         return rows
 
