@@ -335,8 +335,10 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
 
 
 def load_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
-                                epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .option_names import OneLineParser
+
+    p = OneLineParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
+                      epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="database URI or embedded-postgres / embedded-mongo (default: $DBSURGE_TARGET)")
