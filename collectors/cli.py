@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
+from dbsurge.option_names import parser_error
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
@@ -31,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises `UserError` (one line) instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
+        raise parser_error(self, message)
 
 
 def parse_duration(text: str) -> float:

@@ -312,8 +312,10 @@ def _preflight(args, ns: argparse.Namespace) -> None:
 
 
 def load_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
-                                epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .option_names import OneLineParser
+
+    p = OneLineParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
+                      epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb "

@@ -16,6 +16,7 @@ Only names are judged here; what an option's value may be is `dbsurge.validate`'
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
@@ -105,6 +106,27 @@ def refuse_unknown(parser, argv: list[str], unknown: list[str], extra: Iterable[
                                             help_hint=help_hint))
     if names:
         raise UserError(unknown_message(names[0], candidates, help_hint=help_hint))
+
+
+def parser_error(parser, message: str) -> UserError:
+    """argparse's error as dbsurge's one line: ``unrecognized arguments: --ratee 5`` names the nearest option.
+
+    For every parser of its own (scenarios, ``dbsurge rerun``, ``load``, ``report``, ``cost``...), so an
+    unknown option anywhere reads the same.
+    """
+    prog = getattr(parser, "prog", "dbsurge")
+    if message.startswith("unrecognized arguments:"):
+        names = command_line_names(message.split(":", 1)[1].split())
+        if names:
+            return UserError(f"{prog}: " + unknown_message(names[0], long_options(parser), help_hint=f"{prog} --help"))
+    return UserError(f"{prog}: {clip(message, 200)}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that ends in dbsurge's one line (`parser_error`), not its usage text and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise parser_error(self, message)
 
 
 def config_file_keys(parser, argv: list[str]) -> list[tuple[str, set[str]]]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import UserError
 from .help_examples import epilog
+from .option_names import OneLineParser
 from .redact import MASK
 
 EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
@@ -33,15 +34,10 @@ _COPIED = (("max_lag", "--max-lag"), ("drain", "--drain"), ("op_timeout", "--op-
 _FLAGS = (("fail_on_lag", "--fail-on-lag"), ("no_db_sampler", "--no-db-sampler"), ("no_load", "--no-load"))
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.",
-                epilog=epilog("rerun", "Options it does not know pass on to dbsurge run (--check, --quiet, ...)."),
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="dbsurge rerun", description="Run a finished run's plan, workload, options and seed again.",
+                      epilog=epilog("rerun", "Options it does not know pass on to dbsurge run (--check, --quiet, ...)."),
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="the finished run's directory, results/<run-id>")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
                    help="the target to run against (default: $DBSURGE_TARGET, else the run's own: embedded-postgres / "

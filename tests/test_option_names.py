@@ -93,3 +93,16 @@ def test_run_json_names_the_config_files_read_and_a_stray_variable_is_warned_abo
     meta = read_json(only_run_dir(results) / "run.json")
     assert meta["config_files"] == [str((tmp_path / "locust.conf").resolve())]
     assert meta["plan"]["text"] == "1s@10tps"  # the file's rate is the one that ran
+
+
+@pytest.mark.parametrize("args, line", [
+    (["scenario", "cache", "--target", "embedded-mongo", "--readss", "5"],
+     "dbsurge: dbsurge scenario cache: unknown option --readss (did you mean --reads?)"),
+    (["load", "--workload", "orders", "--taget", "x"], "dbsurge: dbsurge load: unknown option --taget (did you mean "
+                                                       "--target?)"),
+    (["compare", "a", "b", "--lables", "X,Y"], "dbsurge: dbsurge compare: unknown option --lables (did you mean "
+                                               "--labels?)"),
+])
+def test_every_command_names_the_nearest_option(tmp_path, args, line):
+    proc = dbsurge(*args, cwd=tmp_path, timeout=60)
+    _refused(proc, line, tmp_path / "results")

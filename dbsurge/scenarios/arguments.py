@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.option_names import parser_error
 from dbsurge.options import parse_key_values
 from dbsurge.stage_plan import parse_duration
 
@@ -26,7 +27,7 @@ class ScenarioParser(argparse.ArgumentParser):
     """argparse that raises `UserError` (one line, exit 2) instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
+        raise parser_error(self, message)
 
 
 def scenario_parser(name: str, description: str, *, cloudwatch: bool = False) -> ScenarioParser:
