@@ -35,6 +35,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
     run.finish_state, run.report_path = None, None
     run.lease_end, run.joining, run.offered_to = {}, None, {}  # a second test from the web UI starts afresh
+    run.silent_at_close = set()
     run.sequence = None  # the arrival process may have changed in the start form since the last test
     stopping.install_signal_handlers(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
