@@ -39,6 +39,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.finish_state, run.report_path = None, None
     run.unreported_reason, run.disk_full = None, False
     run.lease_end, run.joining, run.offered_to = {}, None, {}  # a second test from the web UI starts afresh
+    run.silent_at_close = set()
     run.sequence = None  # the arrival process may have changed in the start form since the last test
     stopping.install_signal_handlers(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;

@@ -97,6 +97,7 @@ class DbSurgeRun:
         self.closing: str | None = None  # why the plan was closed, once it was
         self.awaiting_final: set[str] = set()
         self.lost_workers: list[str] = []
+        self.silent_at_close: set[str] = set()  # workers whose final account missed the close's deadline
         self.interrupted: tuple[str, float] | None = None  # (signal name, elapsed s)
         self.signals = 0
         self.exit_code_override: int | None = None

@@ -96,6 +96,7 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
         run.safe_event("worker_silent", worker=cid, note="no final account before the deadline")
         log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost", cid)
         run.lost_workers.append(cid)
+        run.silent_at_close.add(cid)
     run.awaiting_final = set()
 
 
@@ -107,6 +108,13 @@ def on_final_message(environment, msg, **_kw) -> None:
         run.safe_event("in_flight_at_end", worker=msg.node_id, count=msg.data["in_flight"],
                        oldest_s=round(msg.data.get("oldest_s", 0.0), 3), reason=msg.data.get("reason"))
     run.awaiting_final.discard(msg.node_id)
+    if msg.node_id in run.silent_at_close and not run.finished:
+        # late, but before the tables: a worker that answered is not lost
+        run.silent_at_close.discard(msg.node_id)
+        run.lost_workers.remove(msg.node_id)  # the entry the deadline added (one lost mid-run stays)
+        if msg.node_id not in run.lost_workers:
+            run.lease_end.pop(msg.node_id, None)
+        run.safe_event("worker_final_late", worker=msg.node_id)
 
 
 # -- the worker's side (and a local run's) --------------------------------------------------------------
