@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 from .errors import UserError
+from .option_types import ascii_int
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -57,7 +58,7 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
                                 help=f"arrival-rate shape: {', '.join(SHAPES)} (default: none, the closed model)")),
-    ("plan", ("--users", "-u"), dict(type=int, default=None, env_var="LOCUST_USERS",
+    ("plan", ("--users", "-u"), dict(type=ascii_int, default=None, env_var="LOCUST_USERS",
                                      help="concurrent users (closed model, default 8), or the cap on users under a "
                                           "shape (as --max-users)")),
     ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
@@ -70,7 +71,7 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("measurement", ("--repeat",), dict(default=None, metavar="N",
                                         help="run N times into <results>/<run-id>/1..N and print the spread "
                                              "(median, min, max) of each stage's figures")),
-    ("distribution", ("--processes",), dict(type=int, default=None, env_var="LOCUST_PROCESSES",
+    ("distribution", ("--processes",), dict(type=ascii_int, default=None, env_var="LOCUST_PROCESSES",
                                             help="worker processes on this host (-1: one per CPU; Locust's "
                                                  "--processes)")),
     ("distribution", ("--web",), dict(action="store_true",
@@ -79,12 +80,12 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
 
 #: Locust options shown in ``dbsurge run --help`` because dbsurge's documentation uses them (they pass through).
 _LOCUST_SHOWN: list[tuple[str, tuple[str, ...], dict]] = [
-    ("configuration", ("--config",), dict(metavar="FILE", env_var="LOCUST_CONFIG",
+    ("configuration", ("--config",), dict(metavar="FILE",  # Locust reads no variable for it
                                           help="a Locust config file with dbsurge's options too (`rate = 80`, "
                                                "`target = ...`); ./locust.conf and ~/.locust.conf are read anyway")),
     ("distribution", ("--web-host",), dict(default="127.0.0.1", env_var="LOCUST_WEB_HOST",
                                            help="the web UI's address (Locust's option; dbsurge binds loopback)")),
-    ("distribution", ("--web-port",), dict(type=int, default=8089, env_var="LOCUST_WEB_PORT",
+    ("distribution", ("--web-port",), dict(type=ascii_int, default=8089, env_var="LOCUST_WEB_PORT",
                                            help="the web UI's port (Locust's option)")),
 ]
 
@@ -171,11 +172,15 @@ def _locust_namespace(rest: list[str]) -> argparse.Namespace:
     finally:
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
+    from .config_files import check_config_files
     from .errors import clip
+    from .option_types import strict_numbers
     from .options import add_options
 
     parser = get_parser()
     add_options(parser)
+    strict_numbers(parser)
+    check_config_files(getattr(parser, "_default_config_files", []), rest)
 
     def error(message: str) -> None:
         raise UserError(clip(message, 200))

@@ -32,6 +32,7 @@ from . import console, finish, latency_buckets, protocol, stopping
 from .errors import UserError
 from .lifecycle import begin_run
 from .membership import Membership
+from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
 from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
@@ -61,6 +62,14 @@ def _on_parser(parser, **_kw):
     add_options(parser)
     add_spot_options(parser)
     _keep_own_options(parser)
+    strict_numbers(parser)  # Locust's own numbers too: `-u ٥` and `--web-port 1_000` are not numbers
+    parser.error = _one_line_error  # a refused value in dbsurge's one line, not argparse's usage and error
+
+
+def _one_line_error(message: str) -> None:
+    from .errors import clip
+
+    fail(clip(message, 200))
 
 
 def _keep_own_options(parser) -> None:

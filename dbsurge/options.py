@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 from .errors import UserError, clip
+from .option_types import ascii_float, ascii_int
 
 # ASCII digits only: float() alone also takes "nan", "inf", "1_0" and Arabic-Indic or fullwidth digits.
 _WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -75,25 +76,25 @@ def add_options(parser, group=None) -> None:
                    include_in_web_ui=False, help="where run directories go (default: results)")
     g.add_argument("--run-id", env_var="DBSURGE_RUN_ID", default=None, include_in_web_ui=False,
                    help="name of the run directory (default: UTC time, workload and a random suffix)")
-    g.add_argument("--prometheus-port", env_var="DBSURGE_PROMETHEUS_PORT", type=int, default=None,
+    g.add_argument("--prometheus-port", env_var="DBSURGE_PROMETHEUS_PORT", type=ascii_int, default=None,
                    include_in_web_ui=False,
                    help="serve Prometheus metrics on this port, on the master or local runner (default: off); "
                         "see docs/prometheus.md")
     g.add_argument("--prometheus-host", env_var="DBSURGE_PROMETHEUS_HOST", default="127.0.0.1",
                    include_in_web_ui=False, help="address the Prometheus endpoint binds to (default 127.0.0.1)")
     g = section("plan")
-    g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
+    g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=ascii_float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")
     g.add_argument("--stages", env_var="DBSURGE_STAGES", default=None,
                    help="stage plan, e.g. '2m@20%%,1m@200%%,2m@100%%,1m@5%%' or '30s@500tps,30s@ramp(500tps..2000tps)'")
-    g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=float, default=None,
+    g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=ascii_float, default=None,
                    help="spike shape: make every stage this long (keeps the rates)")
-    g.add_argument("--rate", env_var="DBSURGE_RATE", type=float, default=None,
+    g.add_argument("--rate", env_var="DBSURGE_RATE", type=ascii_float, default=None,
                    help="constant shape: the arrival rate in TPS")
-    g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=ascii_float, default=None, include_in_web_ui=False,
                    help="highest rate a live change (web UI, POST /dbsurge/rate) may ask for, in TPS "
                         "(default: 10 times the plan's peak)")
-    g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=int, default=DEFAULTS["max_users"],
+    g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=ascii_int, default=DEFAULTS["max_users"],
                    help="most concurrent users (connections) the shapes may start (default 200)")
     g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],
                    default=DEFAULTS["arrivals"], help="arrival process: evenly spaced (default) or poisson (seeded)")
@@ -108,7 +109,7 @@ def add_options(parser, group=None) -> None:
                    help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; "
                         "exit 1 on failure")
     g = section("plan")
-    g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
+    g.add_argument("--seed", env_var="DBSURGE_SEED", type=ascii_int, default=DEFAULTS["seed"], include_in_web_ui=False,
                    help="seed for arrivals and operation choice (default 42)")
     g = section("target")
     g.add_argument("--op-timeout", env_var="DBSURGE_OP_TIMEOUT", default=DEFAULTS["op_timeout"],
@@ -116,11 +117,11 @@ def add_options(parser, group=None) -> None:
                    help="give up on an operation after this long, e.g. 5s (default 30s): it fails with kind "
                         "timeout; the target option op_timeout overrides it per target")
     g = section("plan")
-    g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,
+    g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=ascii_float, default=DEFAULTS["drain"], include_in_web_ui=False,
                    help="seconds to let in-flight operations finish after the plan ends (default 2)")
-    g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],
+    g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=ascii_float, default=DEFAULTS["start_delay"],
                    include_in_web_ui=False, help="seconds between test start and the plan's time zero (default 1)")
-    g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=ascii_float, default=None, include_in_web_ui=False,
                    help="put the plan's time zero on a multiple of this many wall-clock seconds, e.g. 60 to line "
                         "stages up with CloudWatch's one-minute periods")
     g = section("collectors")
@@ -131,11 +132,11 @@ def add_options(parser, group=None) -> None:
                    help="AWS region for --cloudwatch (default: AWS_DEFAULT_REGION / the profile's)")
     g.add_argument("--cloudwatch-endpoint-url", env_var="DBSURGE_CLOUDWATCH_ENDPOINT_URL", default=None,
                    include_in_web_ui=False, help="CloudWatch endpoint (default: AWS_ENDPOINT_URL or AWS's)")
-    g.add_argument("--cloudwatch-interval", env_var="DBSURGE_CLOUDWATCH_INTERVAL", type=float, default=60.0,
+    g.add_argument("--cloudwatch-interval", env_var="DBSURGE_CLOUDWATCH_INTERVAL", type=ascii_float, default=60.0,
                    include_in_web_ui=False, help="seconds between CloudWatch polls during a run (default 60)")
     g.add_argument("--runner", env_var="DBSURGE_RUNNER", action="append", default=None, metavar="TYPE[:COUNT]",
                    include_in_web_ui=False, help="load-generator instance type(s) for the cost, e.g. m7g.4xlarge:2")
-    g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=ascii_float, default=None, include_in_web_ui=False,
                    help="stop the test when the cost estimate passes this many USD")
     g.add_argument("--no-db-sampler", env_var="DBSURGE_NO_DB_SAMPLER", action="store_true", default=False,
                    include_in_web_ui=False, help="do not sample pg_stat_database / serverStatus during the run")

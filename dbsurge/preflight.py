@@ -67,20 +67,33 @@ def preflight(run: DbSurgeRun) -> None:
     preflight_side(run)
     if not opts.no_load:
         for name in names:
-            wl = run.workload(name)
-            if not wl.has_data():
-                log.info("loading the default %s data set into %s", name, run.target.display)
-                try:
-                    wl.load(progress=True)
-                except Exception as e:  # a refused write, a full disk...: one line, before any load
-                    first = (str(e).strip().splitlines() or [""])[0]
-                    raise UserError(f"loading the {name} data set into {run.target.display} failed: "
-                                    f"{type(e).__name__}: {redact_text(first)}") from None
+            _load_default_data(run, name)
     if run.plan is not None:
         run.probe_service_s = probe_service_time(run)
         if run.probe_service_s is not None:
             log.info("probe: the workload's operations took %.3f ms (median) on %s", run.probe_service_s * 1e3,
                      run.target.display)
+
+
+def _load_default_data(run: DbSurgeRun, name: str) -> None:
+    """Load workload `name`'s default data set when the target lacks it; any failure is one `UserError` line."""
+    wl = run.workload(name)
+    try:
+        present = wl.has_data()
+    except Exception as e:  # noqa: BLE001 - an --op-timeout of 1ms times this query out: one line, no traceback
+        raise UserError(f"looking for the {name} data set on {run.target.display} failed: {_first_line(e)}") from None
+    if present:
+        return
+    log.info("loading the default %s data set into %s", name, run.target.display)
+    try:
+        wl.load(progress=True)
+    except Exception as e:  # noqa: BLE001 - a refused write, a full disk...: one line, before any load
+        raise UserError(f"loading the {name} data set into {run.target.display} failed: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {redact_text(first)}"
 
 
 def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:

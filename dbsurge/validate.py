@@ -95,6 +95,38 @@ def positive_int(value: Any, flag: str, *, minimum: int = 1) -> int:
     return value
 
 
+def port_option(value: Any, flag: str) -> int:
+    """A TCP port, 1 to 65535 (Locust's own ports included: 70000 was an OverflowError deep in gevent)."""
+    port = positive_int(value, flag)
+    if port > 65535:
+        raise UserError(f"{flag} must be a port number from 1 to 65535, not {port}")
+    return port
+
+
+#: An EC2 instance type as AWS spells it: family (with generation and attributes), a dot, a size.
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+#: More runner hosts than this is a typing mistake, not a fleet (raise it here on purpose).
+MAX_RUNNER_COUNT = 10_000
+
+
+def parse_runner(text: Any) -> tuple[str, int]:
+    """``--runner`` ``c6g.4xlarge`` or ``c6g.4xlarge:2`` -> (instance type, count); anything else a `UserError`.
+
+        >>> parse_runner("m7g.4xlarge:2")
+        ('m7g.4xlarge', 2)
+    """
+    name, sep, count = str(text).strip().partition(":")
+    usage = "use INSTANCE-TYPE or INSTANCE-TYPE:COUNT, e.g. m7g.4xlarge:2"
+    if not _INSTANCE_TYPE.fullmatch(name):
+        raise UserError(f"bad --runner '{clip(text)}': '{clip(name, 30)}' is not an EC2 instance type: {usage}")
+    if sep and not re.fullmatch(r"[0-9]{1,6}", count):
+        raise UserError(f"bad --runner '{clip(text)}': the count must be a whole number of at least 1: {usage}")
+    n = int(count) if sep else 1
+    if not 1 <= n <= MAX_RUNNER_COUNT:
+        raise UserError(f"bad --runner '{clip(text)}': the count must be from 1 to {MAX_RUNNER_COUNT}: {usage}")
+    return name, n
+
+
 def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one check per option, flat
     """Check dbsurge's own options (`dbsurge.options`) on a parsed namespace; no network, no files.
 
@@ -124,10 +156,11 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
     if get("max_users") is not None:
         positive_int(opts.max_users, "--max-users")
-    if get("prometheus_port") is not None:
-        port = positive_int(opts.prometheus_port, "--prometheus-port")
-        if port > 65535:
-            raise UserError(f"--prometheus-port must be a port number from 1 to 65535, not {port}")
+    for name in ("prometheus_port", "web_port", "master_port", "master_bind_port"):
+        if get(name) is not None:  # checked whether or not the feature is on: a later --web must not crash
+            port_option(get(name), "--" + name.replace("_", "-"))
+    for text in get("runner") or []:
+        parse_runner(text)
     if get("max_lag"):
         # 0 would turn the limit off without a word (the pacer reads it as "no limit")
         duration_option(opts.max_lag, "--max-lag", zero_ok=False)
@@ -201,10 +234,13 @@ def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) 
 def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:
     """A given run id must be a plain name (see `_RUN_ID`) and must not exist yet under `results_dir`.
 
-    None or "" means "make one up" (`rundir.new_run_id`), which is always new.
+    None means "make one up" (`rundir.new_run_id`), which is always new; "" is refused (it used to
+    become the made-up name without a word).
     """
-    if not run_id:
+    if run_id is None:
         return
+    if not run_id.strip():
+        raise UserError("--run-id is empty: give the run directory a name, or leave --run-id out for a made-up one")
     if not _RUN_ID.fullmatch(run_id):
         raise UserError(f"bad --run-id '{clip(run_id)}': a run id is a name, not a path: use letters, digits, "
                         f"'.', '_' and '-' (at most {RUN_ID_MAX}, not starting with '.')")
