@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.rundir_check import check_run_dirs
 
 KINDS = ("engine", "cache", "ycsb", "scalability")
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -656,6 +657,7 @@ def compare_main(argv: Sequence[str]) -> int:
     parser.add_argument("--csv", help="write the table in long form here (default: beside the HTML)")
     parser.add_argument("--force", action="store_true", help="compare even when plans, workloads or data differ")
     args = parser.parse_args(list(argv))
+    check_run_dirs(args.run_dirs)  # a damaged run is one line naming its file, before any table
     sides = open_sides(args.run_dirs, args.labels)
     blocking, notes = differences(sides)
     if blocking and not args.force:
