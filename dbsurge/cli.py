@@ -257,6 +257,9 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
 
             port = str(free_port())
             cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
+        rest, web_auth = move_target_to_env(rest, "--web-auth")  # a password: the environment, not argv
+        if web_auth is not None:
+            env["DBSURGE_WEB_AUTH"] = web_auth
         cmd += rest
         return run_child(cmd, env)
     finally:
@@ -278,7 +281,7 @@ def _console_options(args, rest: list[str], env: dict) -> list[str]:
 def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
     from .stage_plan import StagePlan
-    from .validate import check_offline
+    from .validate import check_offline, check_web_exposure
 
     if args.shape == "stages" and not ns.stages:
         raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")
@@ -287,6 +290,7 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     if ns.stages:
         StagePlan.parse(ns.stages, ns.baseline_tps)
     check_offline(ns, args.workload)
+    check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
 
 
 def run_child(cmd: list[str], env: dict | None = None) -> int:
@@ -367,8 +371,10 @@ COMMANDS = {
 }
 
 
-def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
-    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI."""
+def move_target_to_env(argv: list[str], flag: str = "--target") -> tuple[list[str], str | None]:
+    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI.
+
+    `flag` names another option whose value is a secret (``--web-auth``)."""
     out: list[str] = []
     target = None
     i = 0
@@ -377,11 +383,11 @@ def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
         if arg == "--":
             out += argv[i:]
             break
-        if arg == "--target" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             target = argv[i + 1]
             i += 2
             continue
-        if arg.startswith("--target="):
+        if arg.startswith(flag + "="):
             target = arg.partition("=")[2]
         else:
             out.append(arg)
@@ -390,7 +396,8 @@ def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 def hide_target_from_command_line(argv: list[str]) -> None:
-    """Re-execute this process with a password-bearing ``--target`` moved into ``DBSURGE_TARGET``.
+    """Re-execute this process with a password-bearing ``--target`` moved into ``DBSURGE_TARGET`` (and a
+    ``--web-auth USER:PASSWORD`` into ``DBSURGE_WEB_AUTH``).
 
     Any user can read a process's command line (/proc/PID/cmdline), only its owner its environment:
     a few milliseconds after start, no dbsurge process shows the password. No-op without one.
@@ -398,11 +405,16 @@ def hide_target_from_command_line(argv: list[str]) -> None:
     from .redact import uri_password
 
     rest, target = move_target_to_env(argv)
-    if target is None or not uri_password(target):
+    rest, web_auth = move_target_to_env(rest, "--web-auth")
+    if (target is None or not uri_password(target)) and web_auth is None:
         return
+    if target is not None and not uri_password(target):
+        rest = [*rest, "--target", target]  # no password: it may stay where it was given
+        target = None
     sys.stdout.flush()
     sys.stderr.flush()
-    env = {**os.environ, "DBSURGE_TARGET": target}
+    env = {**os.environ, **({"DBSURGE_TARGET": target} if target is not None else {}),
+           **({"DBSURGE_WEB_AUTH": web_auth} if web_auth is not None else {})}
     os.execve(sys.executable, [sys.executable, "-m", "dbsurge.cli", *rest], env)
 
 

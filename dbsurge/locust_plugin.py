@@ -36,6 +36,7 @@ from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
 from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
+from .validate import check_web_exposure
 
 log = logging.getLogger("dbsurge")
 
@@ -124,6 +125,9 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     if run.role == "local":
         gevent.spawn(stopping.loop_lag_monitor, run)
     try:
+        warning = check_web_exposure(own, web=web_ui is not None)  # before the UI listens (Locust starts it later)
+        if warning:
+            logging.getLogger("dbsurge").warning(warning)
         preflight(run)
         from .prometheus import start_exporter
 
@@ -131,10 +135,13 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     except UserError as e:
         fail(str(e))
     environment.host = run.target.display  # shown as Host in the web UI; secrets removed
+    # Locust sends its parsed options to every worker with each spawn: not the web UI's password
+    web_auth = getattr(environment.parsed_options, "web_auth", None)
+    environment.parsed_options.web_auth = None
     if web_ui is not None:
         from .web import install_web_controls
 
-        install_web_controls(web_ui, run)
+        install_web_controls(web_ui, run, web_auth=web_auth or getattr(own, "web_auth", None))
 
 
 @events.test_start.add_listener

@@ -151,9 +151,35 @@ def add_options(parser, group=None) -> None:
     g.add_argument("--insecure-join", env_var="DBSURGE_INSECURE_JOIN", action="store_true", default=False,
                    include_in_web_ui=False,
                    help="let any worker that reaches a non-loopback master join without a token")
+    g.add_argument("--web-host-allow", env_var="DBSURGE_WEB_HOST_ALLOW", action="append", default=None,
+                   metavar="NAME", include_in_web_ui=False,
+                   help="a host name the web UI may be reached by besides its own address (a proxy's, a DNS "
+                        "name); a request with any other Host header is refused (repeatable)")
+    _add_replacing(g, "--web-auth", env_var="DBSURGE_WEB_AUTH", default=None, is_secret=True,
+                   include_in_web_ui=False, metavar="USER:PASSWORD",
+                   help="ask every web UI request for this user and password (HTTP basic auth); required, or "
+                        "--web-insecure, when --web-host is beyond loopback (prefer the environment variable)")
+    g.add_argument("--web-insecure", env_var="DBSURGE_WEB_INSECURE", action="store_true", default=False,
+                   include_in_web_ui=False,
+                   help="serve the web UI beyond loopback without authentication, on purpose: anyone who "
+                        "reaches it can start load")
     # The web UI and the master's port bind to loopback unless told otherwise: a load generator's UI
     # can start load, and its master hands out the plan and the target.
     parser.set_defaults(web_host="127.0.0.1", master_bind_host="127.0.0.1")
+
+
+def _add_replacing(parser, *flags: str, **kwargs):
+    """``add_argument`` that first removes an option of the same name: Locust's retired ``--web-auth``, which
+    only says that it was replaced by ``--web-login`` (dbsurge's is basic auth in front of the whole UI)."""
+    existing = getattr(parser, "_option_string_actions", {})  # argparse keeps no public index of options
+    for action in {existing[f] for f in flags if f in existing}:
+        parser._remove_action(action)
+        for flag in action.option_strings:
+            existing.pop(flag, None)
+        for group in getattr(parser, "_action_groups", []):
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+    return parser.add_argument(*flags, **kwargs)
 
 
 def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserError] = UserError) -> dict[str, str]:

@@ -127,6 +127,40 @@ def parse_runner(text: Any) -> tuple[str, int]:
     return name, n
 
 
+def parse_web_auth(text: Any) -> tuple[str, str]:
+    """``--web-auth USER:PASSWORD`` -> (user, password), both non-empty; the password is never quoted back."""
+    user, sep, password = str(text).partition(":")
+    if not sep or not user.strip() or not password:
+        raise UserError("bad --web-auth: expected USER:PASSWORD, both non-empty (better in DBSURGE_WEB_AUTH than on "
+                        "a command line)")
+    return user, password
+
+
+def check_web_exposure(opts: argparse.Namespace, *, web: bool) -> str | None:
+    """A web UI beyond loopback needs ``--web-auth`` (or Locust's ``--web-login``) or ``--web-insecure``.
+
+    Returns the warning to print when it is served beyond loopback (None on loopback or without a UI):
+    the UI can start load and change the rate.
+    """
+    from .membership import is_loopback
+
+    host = getattr(opts, "web_host", None)
+    if not web or is_loopback(host):
+        return None
+    shown = host or "every interface"
+    auth, login = getattr(opts, "web_auth", None), getattr(opts, "web_login", False)
+    if not (auth or login or getattr(opts, "web_insecure", False)):
+        raise UserError(f"the web UI would listen on {shown}, beyond this host, and anyone reaching it could start "
+                        f"load: pass --web-auth USER:PASSWORD (or set DBSURGE_WEB_AUTH), or --web-insecure to serve "
+                        f"it open on purpose, or leave --web-host at 127.0.0.1")
+    if auth or login:
+        tls = "" if getattr(opts, "tls_cert", None) else " over plain HTTP (the password crosses the network in " \
+                                                            "clear: consider --tls-cert and --tls-key)"
+        return f"the web UI listens on {shown}, beyond this host, behind a login{tls}"
+    return f"the web UI listens on {shown}, beyond this host, WITHOUT authentication (--web-insecure): anyone who " \
+           f"reaches it can start load and change the rate"
+
+
 def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one check per option, flat
     """Check dbsurge's own options (`dbsurge.options`) on a parsed namespace; no network, no files.
 
@@ -161,6 +195,8 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
             port_option(get(name), "--" + name.replace("_", "-"))
     for text in get("runner") or []:
         parse_runner(text)
+    if get("web_auth"):  # checked with or without --web: a later --web must not find it malformed
+        parse_web_auth(opts.web_auth)
     if get("max_lag"):
         # 0 would turn the limit off without a word (the pacer reads it as "no limit")
         duration_option(opts.max_lag, "--max-lag", zero_ok=False)
