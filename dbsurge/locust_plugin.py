@@ -31,7 +31,7 @@ from locust import events
 from . import console, finish, latency_buckets, protocol, stopping
 from .errors import UserError
 from .lifecycle import begin_run
-from .membership import Membership
+from .membership import Membership, run_token
 from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
@@ -85,6 +85,10 @@ def _keep_own_options(parser) -> None:
     def parse_and_keep(*args, **kwargs):
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
+            if getattr(options, "processes", None) and not getattr(options, "worker", False) \
+                    and not getattr(options, "join_token", None):
+                # Locust forks the --processes workers after this parse: they inherit the token in memory
+                options.join_token = run_token()
             _OWN_OPTIONS.update(vars(options))
         return options
 
@@ -121,6 +125,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         run.membership = Membership(run.options.join_token)
         # Locust sends the master's parsed options to every connected worker, proven or not: not the token
         run.options.join_token = None
+        environment.parsed_options.join_token = None
+        protocol.guard_dispatch(run)
     protocol.register(run, runner)
     if run.role == "local":
         gevent.spawn(stopping.loop_lag_monitor, run)

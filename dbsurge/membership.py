@@ -10,8 +10,10 @@ wire, and a recorded answer is useless for the next nonce. A worker that answers
 all gets no ``dbsurge:setup`` (no plan, no target), so its users stay idle and send nothing; it is
 named in ``events.jsonl`` (``worker_refused``) and in the summary.
 
-A master bound to loopback (the default, and every ``--processes`` run) takes every worker:
-only processes on the same host can reach it.
+A master bound to loopback takes every worker (only processes on the same host can reach it),
+except with ``--processes``: there the master makes a token for the run (`run_token`) that its
+forked children inherit in memory, never on a command line, so another local process (a plain
+``locust -f - --worker``) cannot take a share. A refused worker is told to quit and gets no users.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Membership:
         self.nonces: dict[str, str] = {}
         self.proven: set[str] = set()
         self.refused: dict[str, str] = {}  # worker id -> why
+        self.first_seen: dict[str, float] = {}  # worker id -> monotonic time the master first saw it undecided
 
     def challenge(self, worker_id: str) -> str | None:
         """A new nonce for a worker that just connected (None when no token is required)."""
@@ -77,3 +80,8 @@ class Membership:
         if self.token is None:
             return list(worker_ids)
         return [w for w in worker_ids if w in self.proven]
+
+
+def run_token() -> str:
+    """A fresh join token for one ``--processes`` run (256 random bits)."""
+    return secrets.token_hex(32)
