@@ -280,6 +280,7 @@ def _console_options(args, rest: list[str], env: dict) -> list[str]:
 
 def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
+    from .size_limits import check_master_bind, check_plan_size
     from .stage_plan import StagePlan
     from .validate import check_offline, check_web_exposure
 
@@ -288,7 +289,8 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     if args.shape == "constant" and ns.rate is None:
         raise UserError("--shape constant needs --rate TPS")
     if ns.stages:
-        StagePlan.parse(ns.stages, ns.baseline_tps)
+        check_plan_size(StagePlan.parse(ns.stages, ns.baseline_tps))
+    check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
 

@@ -36,6 +36,7 @@ from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
 from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
+from .size_limits import check_master_bind, check_processes
 from .validate import check_web_exposure
 
 log = logging.getLogger("dbsurge")
@@ -85,10 +86,16 @@ def _keep_own_options(parser) -> None:
     def parse_and_keep(*args, **kwargs):
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
-            if getattr(options, "processes", None) and not getattr(options, "worker", False) \
-                    and not getattr(options, "join_token", None):
-                # Locust forks the --processes workers after this parse: they inherit the token in memory
-                options.join_token = run_token()
+            processes = getattr(options, "processes", None)
+            if processes and not getattr(options, "worker", False):
+                try:  # Locust forks right after this parse: a refusal later would leave the workers behind
+                    check_processes(processes)
+                    check_master_bind(processes, getattr(options, "master_bind_host", None))
+                except UserError as e:
+                    fail(str(e))
+                if not getattr(options, "join_token", None):
+                    # the forked --processes workers inherit the token in memory, never on a command line
+                    options.join_token = run_token()
             _OWN_OPTIONS.update(vars(options))
         return options
 

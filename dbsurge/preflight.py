@@ -16,6 +16,7 @@ from .errors import UserError
 from .membership import is_loopback
 from .redact import redact_text
 from .run_state import DbSurgeRun, dbsurge_user_classes, resolve_operations
+from .size_limits import check_connections, check_plan_size
 
 log = logging.getLogger("dbsurge")
 
@@ -44,6 +45,7 @@ def preflight(run: DbSurgeRun) -> None:
     validate_locust_options(opts, shape=run.environment.shape_class is not None)
     parsed = check_offline(opts)  # the same checks `dbsurge run` makes before its child starts
     build_plan(run)
+    check_plan_size(run.plan)
     workload_options, target_options = parsed["workload_options"], parsed["target_options"]
     requested_ops, checks = parsed["operations"], parsed["checks"]
     if not opts.target:
@@ -62,6 +64,9 @@ def preflight(run: DbSurgeRun) -> None:
     # a check on an operation the workload lacks could only fail, after the whole load
     check_operations(checks, [op for name in names for op in run.workload(name).operations])
     run.target.check()
+    if run.environment.shape_class is None:  # the closed model: every user holds a connection from the start
+        limit, in_use = run.target.connection_limit()
+        check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)
     from .side import preflight_side
 
     preflight_side(run)

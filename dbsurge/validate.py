@@ -190,6 +190,9 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
     if get("max_users") is not None:
         positive_int(opts.max_users, "--max-users")
+        from .size_limits import check_users
+
+        check_users(opts.max_users, "--max-users")
     for name in ("prometheus_port", "web_port", "master_port", "master_bind_port"):
         if get(name) is not None:  # checked whether or not the feature is on: a later --web must not crash
             port_option(get(name), "--" + name.replace("_", "-"))
@@ -233,9 +236,12 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
     """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
+    from .size_limits import check_users
+
     users = getattr(opts, "num_users", None)
     if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
         positive_int(users, "-u/--users")
+        check_users(users, "-u/--users")
     run_time = getattr(opts, "run_time", None)
     if run_time is not None and run_time <= 0:
         # Locust reads a run time of 0 as "no limit": the test would never end
@@ -245,12 +251,16 @@ def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
 
 def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
     """``dbsurge run``'s own --users, --duration and --processes."""
+    from .size_limits import check_processes, check_users
+
     if users is not None:
         positive_int(users, "--users")
+        check_users(users, "--users")
     if duration is not None:
         duration_option(duration, "--duration", zero_ok=False)
     if processes is not None and processes != -1 and processes < 1:  # -1: one per CPU, as in Locust
         raise UserError(f"--processes must be a whole number of at least 1 (or -1 for one per CPU), not {processes}")
+    check_processes(processes)
 
 
 def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) -> None:

@@ -273,3 +273,55 @@ def test_tiny_op_timeout_is_one_line_or_a_run(tmp_path, pg_uri):
     else:  # a machine fast enough for 1 ms: a run that accounts for every arrival
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
         assert "planned" in proc.stdout
+
+
+# -- sizes: each bound in one line, with the variable that raises it, before anything starts -----------------------
+
+MANY_STAGES = ",".join(["1s@10tps"] * 501)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--processes", "1000"], "--processes 1000 is more than 4 per CPU core"),
+    (["--processes", "100000"], "DBSURGE_MAX_PROCESSES=100000"),
+    (["--users", "1000000"], "DBSURGE_MAX_HOST_USERS=1000000"),
+    (["--shape", "constant", "--rate", "10", "--max-users", "9000000"], "more users than this host's memory holds"),
+    (["--shape", "stages", "--stages", MANY_STAGES], "the plan has 501 stages, more than 500"),
+    (["--shape", "stages", "--stages", "8000h@900000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    (["--shape", "stages", "--stages", "2s@10tps", "--processes", "1", "--master-bind-host", "10.233.0.5"],
+     "--processes workers connect to 127.0.0.1"),
+])
+def test_size_bounds(tmp_path, args, words):
+    extra = [] if "--shape" in args else ["--duration", "2s"]
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, *extra, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+def test_size_bound_raised_on_purpose(tmp_path):
+    """The variable the line names lets the size through (here to the next check: nothing listens at NO_PG)."""
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "stages", "--stages", MANY_STAGES,
+                   cwd=tmp_path, env={"DBSURGE_MAX_STAGES": "1000"}, timeout=60)
+    assert_one_line(proc, "127.0.0.1:1", tmp_path / "results")
+
+
+def test_closed_model_users_beyond_max_connections(tmp_path, pg_uri):
+    """Users that each hold a connection are checked against the server's max_connections (200 here)."""
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--users", "400", "--duration", "2s",
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "allows 197 (max_connections)", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--processes", "1000"], "--processes 1000 is more than 4 per CPU core"),
+    (["--processes", "1", "--master-bind-host", "10.233.0.5"], "--processes workers connect to 127.0.0.1"),
+])
+def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
+    """Refused before Locust forks its workers: no worker process is left behind."""
+    import psutil
+
+    before = {p.pid for p in psutil.process_iter()}
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", "-t", "2s",
+                  *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and LOCUSTFILES in
+            " ".join(p.info["cmdline"] or [])]
+    assert not left, left
