@@ -153,6 +153,10 @@ def rerun_main(argv: list[str]) -> int:
     from .rundir import new_run_id
 
     results_dir = args.results_dir or str(run_dir.parent)
+    if args.run_id is not None:
+        from .validate import validate_run_id
+
+        validate_run_id(args.run_id, results_dir)  # "" is refused, not replaced by a made-up name
     run_id = args.run_id or new_run_id(f"rerun-{cmd[1]}")
     cmd += ["--results-dir", results_dir, "--run-id", run_id, *rest]
     shown = " ".join(_quote(c) for c in cmd)

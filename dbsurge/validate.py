@@ -227,6 +227,10 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     for flag, value in (("--max-lag", opts.max_lag), ("--lag-warn", opts.lag_warn)):
         if value:
             parse_duration(value)
+    if getattr(opts, "cloudwatch", None):  # the syntax before the target is even contacted
+        from .collectors.cloudwatch import parse_presets
+
+        parse_presets(opts.cloudwatch)
     op_timeout = parse_duration(opts.op_timeout)
     if not (0 < op_timeout < math.inf):
         raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': expected a positive duration such as 30s")

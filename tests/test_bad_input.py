@@ -126,9 +126,13 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--runner", "m7g.4xlarge:0"], "the count must be from 1 to"),
     (["--runner", "m7g.4xlarge:٢"], "bad --runner"),
     (["--runner", "m7g.4xlarge:x"], "bad --runner"),
+    (["--cloudwatch", "foo"], "foo"),  # checked before the target, like every other option
+    (["--expect-workers", "٣"], "argument --expect-workers"),
+    (["--max-lag", "1_0ms"], "--max-lag"),
     # where the results go
     (["--run-id", ""], "--run-id is empty"),
     (["--run-id="], "--run-id is empty"),
+    (["--repeat", "2", "--run-id", ""], "--run-id is empty"),
     (["--results-dir", "/proc/nope"], "/proc/nope"),
     (["--run-id", "../../x"], "a run id is a name, not a path"),
     (["--run-id", "a/b"], "a run id is a name, not a path"),

@@ -270,3 +270,10 @@ def test_real_processes_exit_2_with_one_line(case, command, pristine, tmp_path):
     assert len(lines) == 1 and str(run / name) in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and "Verdict" not in proc.stdout
     assert sys.executable  # the child ran with this interpreter (runs.dbsurge)
+
+
+def test_rerun_refuses_an_empty_run_id(pristine, tmp_path, capsys):
+    run = tmp_path / "intact"
+    shutil.copytree(pristine, run)
+    assert main(["rerun", str(run), "--dry-run", "--run-id", ""]) == 2
+    assert "--run-id is empty" in capsys.readouterr().err
