@@ -25,7 +25,27 @@ def fail(message: str) -> None:
     """End the process with one line on stderr, before any load is sent."""
     sys.stderr.write(f"dbsurge: {message}\n")
     sys.stderr.flush()
+    end_forked_workers()
     sys.exit(2)
+
+
+def end_forked_workers() -> None:
+    """Kill this process's ``--processes`` workers: Locust forks them before ``init``, so a master refused in
+    its checks would leave them waiting 60 s for its heartbeat. They have sent nothing yet; other children
+    (an embedded server) run another command line and are left alone."""
+    try:
+        import psutil  # Locust's own dependency
+
+        me = psutil.Process()
+        command = me.cmdline()
+        for child in me.children():
+            try:
+                if child.cmdline() == command:
+                    child.kill()
+            except psutil.Error:
+                continue
+    except Exception as e:  # noqa: BLE001 - the refusal itself must still end in its one line
+        log.debug("could not end the forked workers: %s", e)
 
 
 def preflight(run: DbSurgeRun) -> None:

@@ -317,15 +317,20 @@ def test_closed_model_users_beyond_max_connections(tmp_path, pg_uri):
 @pytest.mark.parametrize("args, words", [
     (["--processes", "1000"], "--processes 1000 is more than 4 per CPU core"),
     (["--processes", "1", "--master-bind-host", "10.233.0.5"], "--processes workers connect to 127.0.0.1"),
+    (["--processes", "2"], "127.0.0.1:1"),  # refused after the fork (the target): the workers end with it
 ])
 def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
-    """Refused before Locust forks its workers: no worker process is left behind."""
+    """Refused before Locust forks its workers, or after with its workers ended: none is left behind."""
+    import time
+
     import psutil
 
     before = {p.pid for p in psutil.process_iter()}
+    started = time.monotonic()
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", "-t", "2s",
                   *args, cwd=tmp_path, timeout=60)
     assert_one_line(proc, words, tmp_path / "results")
     left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and LOCUSTFILES in
             " ".join(p.info["cmdline"] or [])]
     assert not left, left
+    assert time.monotonic() - started < 30  # not Locust's 60 s wait for a heartbeat
