@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from runs import dbsurge, explain
 
 from dbsurge.cli import main
@@ -277,3 +279,41 @@ def test_rerun_refuses_an_empty_run_id(pristine, tmp_path, capsys):
     shutil.copytree(pristine, run)
     assert main(["rerun", str(run), "--dry-run", "--run-id", ""]) == 2
     assert "--run-id is empty" in capsys.readouterr().err
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run_low_rate"
+FILES = sorted(p.name for p in FIXTURE.iterdir() if p.is_file())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(FILES), st.sampled_from(["cut", "insert", "replace_line"]), st.floats(0, 1),
+       st.binary(max_size=40) | st.text(max_size=40).map(str.encode))
+def test_generated_damage_is_refused_or_read(tmp_path_factory, name, how, where, junk):
+    """Any damage to a checked-in run's files: `check_run_dir` refuses it in one line or it passes, and a
+    run directory that passes is read by the readers (run.json, stages, events) without a traceback."""
+    from dbsurge.collectors.rundata import open_run, read_events, read_stages, read_timeline
+
+    from dbsurge.errors import UserError
+
+    run = tmp_path_factory.mktemp("gen") / "run"
+    shutil.copytree(FIXTURE, run)
+    data = (run / name).read_bytes()
+    at = int(len(data) * where)
+    if how == "cut":
+        data = data[:at]
+    elif how == "insert":
+        data = data[:at] + junk + data[at:]
+    else:
+        lines = data.split(b"\n")
+        lines[min(int(len(lines) * where), len(lines) - 1)] = junk
+        data = b"\n".join(lines)
+    (run / name).write_bytes(data)
+    try:
+        check_run_dir(run)
+    except UserError as e:
+        assert "\n" not in str(e) and name in str(e) and len(str(e)) < 400
+        return
+    open_run(run)
+    read_stages(run)
+    read_timeline(run)
+    read_events(run)

@@ -203,3 +203,32 @@ def _strict_locust_parser():
     add_options(parser)
     strict_numbers(parser)
     return parser
+
+
+# -- every dbsurge option, as `dbsurge run` parses and checks it (no network, no files) --------------------------
+
+OPTION_FLAGS = st.sampled_from(["--rate", "--baseline-tps", "--stage-seconds", "--max-rate", "--max-users", "--seed",
+                                "--drain", "--start-delay", "--align-start", "--cloudwatch-interval", "--cost-cap",
+                                "--prometheus-port", "--max-lag", "--lag-warn", "--runner", "--web-auth",
+                                "--operation", "--target-option", "--workload-option"])
+
+
+@FUZZ
+@given(st.lists(st.tuples(OPTION_FLAGS, st.one_of(NUMBERS, TEXT)), min_size=1, max_size=4))
+def test_every_option_value_parses_or_is_one_line(pairs):
+    """dbsurge's own options: parsed (ASCII numbers) and validated, or one `UserError` line; what passes is
+    finite and in range."""
+    from dbsurge.validate import dbsurge_options, validate_options
+
+    argv = [x for flag, value in pairs for x in (flag, value)]
+
+    def parse_and_check():
+        ns = dbsurge_options(argv)
+        validate_options(ns)
+        for name in ("rate", "baseline_tps", "stage_seconds", "max_rate", "drain", "start_delay", "align_start",
+                     "cloudwatch_interval", "cost_cap"):
+            value = getattr(ns, name)
+            assert value is None or (math.isfinite(value) and value >= 0), (name, value)
+        assert ns.max_users is None or ns.max_users >= 1
+
+    assert_clean(parse_and_check)
