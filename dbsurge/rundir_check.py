@@ -250,6 +250,18 @@ def check_csv(path: Path, allowed: set[str], required: set[str], *, ledger: bool
     except csv.Error as e:
         raise _damaged(path, f"it is not CSV ({clip(e, 60)})") from None
     header, body = rows[0], rows[1:]
+    _check_header(path, header, allowed, required, ledger)
+    for n, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
+        for column, cell in zip(header, row):
+            problem = _cell_problem(column, cell)
+            if problem:
+                raise _damaged(path, f"line {n}, column {column}: '{clip(cell, 30)}' is not {problem}")
+    return len(body)
+
+
+def _check_header(path: Path, header: list[str], allowed: set[str], required: set[str], ledger: bool) -> None:
     unknown = [c for c in header if c not in allowed]
     if unknown:
         raise _damaged(path, f"its header has a column dbsurge does not write, '{clip(unknown[0], 30)}' "
@@ -261,14 +273,6 @@ def check_csv(path: Path, allowed: set[str], required: set[str], *, ledger: bool
         raise _damaged(path, f"its header has no column {missing[0]}")
     if len(set(header)) != len(header):
         raise _damaged(path, "its header names a column twice")
-    for n, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
-        for column, cell in zip(header, row):
-            problem = _cell_problem(column, cell)
-            if problem:
-                raise _damaged(path, f"line {n}, column {column}: '{clip(cell, 30)}' is not {problem}")
-    return len(body)
 
 
 def _cell_problem(column: str, cell: str) -> str | None:
@@ -324,7 +328,7 @@ def check_hlog(path: Path) -> int:
         raise _damaged(path, "its last line is cut short (no line break at the end)")
     count = 0
     for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#") or line.startswith('"StartTimestamp"'):
+        if not line.strip() or line.startswith(("#", '"StartTimestamp"')):
             continue
         fields = line.split(",")
         if fields[0].startswith("Tag="):

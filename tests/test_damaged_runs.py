@@ -188,8 +188,8 @@ CASES["events.jsonl cut short"] = ("events.jsonl", cut("events.jsonl", 0.9))
 CASES["events.jsonl a list"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, "[1, 2]"]))
 CASES["events.jsonl a number"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, "7"]))
 CASES["events.jsonl kind=5"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, '{"kind": 5}']))
-CASES["events.jsonl time=abc"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, '{"kind": "x", '
-                                                                                   '"time_utc": "abc"}']))
+CASES["events.jsonl time=abc"] = ("events.jsonl", rows("events.jsonl",
+                                                      lambda ls: [*ls, '{"kind": "x", "time_utc": "abc"}']))
 CASES["events.jsonl binary"] = ("events.jsonl", write("events.jsonl", BINARY))
 CASES["events.jsonl a 0xff byte"] = ("events.jsonl", insert("events.jsonl", b"\xff", 0.5))
 

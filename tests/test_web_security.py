@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from runs import REPO
@@ -580,7 +581,7 @@ def test_web_auth_and_host_on_a_real_ui(tmp_path, pg_uri):
         proxy = {"Host": "lg.example", "Origin": "http://lg.example"}
         assert requests.get(base + "/dbsurge/plan", auth=auth, headers=proxy, timeout=5).status_code == 200
         assert requests.get(base + "/dbsurge/plan", auth=auth, timeout=5).json()["overrides"] == []
-        assert PASSWORD not in " ".join(open(f"/proc/{proc.pid}/cmdline").read().split("\0"))
+        assert PASSWORD not in Path(f"/proc/{proc.pid}/cmdline").read_text().replace("\0", " ")
         assert "WITHOUT" not in (tmp_path / "locust.log").read_text()
     finally:
         _stop(proc)
