@@ -30,7 +30,7 @@ _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt
 # which also matches before a trailing newline).
 _CHECK = re.compile(r"(?:(?P<op>[A-Za-z_][\w-]*)\.)?(?P<metric>[a-z_0-9]+)\s*(?P<cmp><=|>=|<|>)\s*"
                     r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%|tps)?", re.ASCII)
-# No unit is refused for times: "p99<50" read as 50 ms would pass a run whose p99 was 49 s by another reading.
+# A time limit without its unit is refused: "p99<50" could mean 50 ms or 50 s, and a guess would judge wrongly.
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
