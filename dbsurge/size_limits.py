@@ -15,8 +15,8 @@ arrivals in a plan      `MAX_ARRIVALS` (duration x rate)          ``DBSURGE_MAX_
 ======================  ======================================  ==========================
 
 ``-1`` processes is one per core, as in Locust. The open connections a run may need are checked
-against the target's own limit where it can be read (`check_connections`, PostgreSQL's
-``max_connections``).
+against the target's own limit where it can be read (`check_connections`: PostgreSQL's
+``max_connections``, MongoDB's ``serverStatus`` connections).
 
     >>> check_processes(3, cores=2)
     3
@@ -135,5 +135,5 @@ def check_connections(users: int | None, limit: int | None, in_use: int | None, 
     free = limit - (in_use or 0)
     if users > free:
         raise UserError(f"up to {users} users would each open a connection, but {target} allows {limit} "
-                        f"(max_connections) with {in_use or 0} in use: lower --max-users/--users to {max(free, 0)} "
-                        f"or raise the server's limit")
+                        f"(max_connections / maxIncomingConnections) with {in_use or 0} in use: lower --users to "
+                        f"{max(free, 0)} or raise the server's limit")

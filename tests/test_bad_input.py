@@ -334,3 +334,13 @@ def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
             " ".join(p.info["cmdline"] or [])]
     assert not left, left
     assert time.monotonic() - started < 30  # not Locust's 60 s wait for a heartbeat
+
+
+def test_check_connections_unit():
+    from dbsurge.errors import UserError
+    from dbsurge.size_limits import check_connections
+
+    check_connections(100, None, None, "t")  # not readable: not checked
+    check_connections(100, 200, 100, "t")
+    with pytest.raises(UserError, match="lower --users to 99"):
+        check_connections(100, 200, 101, "t")
