@@ -135,5 +135,5 @@ def check_connections(users: int | None, limit: int | None, in_use: int | None, 
     free = limit - (in_use or 0)
     if users > free:
         raise UserError(f"up to {users} users would each open a connection, but {target} allows {limit} "
-                        f"(max_connections / maxIncomingConnections) with {in_use or 0} in use: lower --users to "
+                        f"connections with {in_use or 0} in use: lower --users to "
                         f"{max(free, 0)} or raise the server's limit")
