@@ -269,6 +269,8 @@ def test_environment_values_are_checked_too(tmp_path, name, value):
 
 def test_tiny_op_timeout_is_one_line_or_a_run(tmp_path, pg_uri):
     """--op-timeout 1ms: the first query before load times out; one line naming it, never a traceback."""
+    loaded = dbsurge("load", "--workload", "orders", "--target", pg_uri, "--quiet", cwd=tmp_path, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]  # the data set in place: no "loading" line below
     proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "20",
                    "--duration", "2s", "--op-timeout", "1ms", cwd=tmp_path, timeout=120)
     assert "Traceback" not in proc.stderr + proc.stdout and "Uncaught" not in proc.stderr, proc.stderr[-3000:]
