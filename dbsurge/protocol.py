@@ -172,9 +172,22 @@ def _evict(run: DbSurgeRun, cid: str) -> None:
         log.debug("could not tell worker %s to quit: %s", cid, e)
     if node is not None:
         del runner.clients[cid]
-        dispatcher = getattr(runner, "_users_dispatcher", None)  # Locust keeps it private
-        if dispatcher is not None:
-            dispatcher.remove_worker(node)
+        _undispatch(runner, [node])
+
+
+def _undispatch(runner, nodes: list) -> None:
+    """Take `nodes` out of Locust's (private) dispatcher, never its last worker: Locust's dispatch over no
+    worker at all does not end (its own ``remove_worker`` leaves that case untested), and a run with no
+    member sends nothing anyway."""
+    dispatcher = getattr(runner, "_users_dispatcher", None)
+    if dispatcher is None:
+        return
+    ids = {n.id for n in nodes}
+    remaining = [w for w in getattr(dispatcher, "_worker_nodes", []) if w.id not in ids]
+    if not remaining:
+        return
+    for node in nodes:
+        dispatcher.remove_worker(node)
 
 
 def guard_dispatch(run: DbSurgeRun) -> None:
@@ -189,11 +202,8 @@ def guard_dispatch(run: DbSurgeRun) -> None:
     original = runner.start
 
     def start(*args, **kwargs):
-        dispatcher = getattr(runner, "_users_dispatcher", None)  # Locust keeps it private
-        if dispatcher is not None and run.membership.token is not None:
-            for node in list(runner.clients.values()):
-                if node.id not in run.membership.proven:
-                    dispatcher.remove_worker(node)
+        if run.membership.token is not None:
+            _undispatch(runner, [n for n in runner.clients.values() if n.id not in run.membership.proven])
         return original(*args, **kwargs)
 
     runner.start = start
@@ -213,7 +223,7 @@ def _admit(run: DbSurgeRun, cid: str) -> None:
 
 #: A connected worker that has not proved the join token after this long is refused (a plain Locust
 #: worker, or one of another locustfile, never answers: it has no dbsurge plugin to).
-PROOF_WAIT_S = 3.0
+PROOF_WAIT_S = 5.0
 
 
 def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:

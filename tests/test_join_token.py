@@ -123,7 +123,7 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
     env = {k: v for k, v in os.environ.items() if k != "DBSURGE_JOIN_TOKEN"}
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", FILES, "--headless", "--processes", "2", "--master-bind-port", port,
-         "--master-port", port, "--rate", "40", "-t", "8s", "--results-dir", str(tmp_path / "results"), *common],
+         "--master-port", port, "--rate", "40", "-t", "12s", "--results-dir", str(tmp_path / "results"), *common],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     time.sleep(4)  # the children are in; the rogues join the running test
     rogues = [subprocess.Popen([sys.executable, "-m", "locust", "-f", str(tmp_path / "rogue.py"), "--worker",
@@ -142,7 +142,7 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
             p.wait(timeout=10)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
-    assert total["planned"] == 320 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
+    assert total["planned"] == 480 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
     meta = json.loads((run / "run.json").read_text())
     refused = meta["results"]["refused_workers"]
     assert len(refused) == 2, (refused, out[-3000:])
