@@ -329,10 +329,11 @@ def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
 
     before = {p.pid for p in psutil.process_iter()}
     started = time.monotonic()
+    results = str(tmp_path / "results")  # on this test's command line only: another test's processes differ
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", "-t", "2s",
-                  *args, cwd=tmp_path, timeout=60)
+                  "--results-dir", results, *args, cwd=tmp_path, timeout=60)
     assert_one_line(proc, words, tmp_path / "results")
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and LOCUSTFILES in
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and results in
             " ".join(p.info["cmdline"] or [])]
     assert not left, left
     assert time.monotonic() - started < 30  # not Locust's 60 s wait for a heartbeat
