@@ -22,6 +22,7 @@ from pathlib import Path
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
 from dbsurge.option_names import parser_error
+from dbsurge.rundir_check import check_run_dir, check_run_dirs
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
@@ -64,6 +65,7 @@ def collect_main(argv: Sequence[str]) -> int:
     parser.add_argument("--endpoint-url", help="CloudWatch endpoint (default: AWS_ENDPOINT_URL / AWS's)")
     parser.add_argument("--margin", default="5m", help="fetch this much before and after the run (default 5m)")
     args = parser.parse_args(list(argv))
+    check_run_dir(args.run_dir)  # a damaged run is one line, before any fetch or write
     run = open_run(args.run_dir)
     margin = parse_duration(args.margin)
     specs = parse_presets([*run.cloudwatch, *args.cloudwatch])
@@ -118,6 +120,7 @@ def report_main(argv: Sequence[str]) -> int:
                      epilog=epilog("report"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="the run directory, results/<run-id>")
     args = parser.parse_args(list(argv))
+    check_run_dirs(args.run_dirs)  # never a report ("Verdict: OK") from a partial read
     if len(args.run_dirs) > 1:
         from .compare import add_section, open_sides, report_section
 
@@ -156,6 +159,7 @@ def cost_main(argv: Sequence[str]) -> int:
     parser.add_argument("--storage-gb", type=float, help="database storage in GB, priced per GB-month")
     parser.add_argument("--io-requests", type=float, help="billed I/O requests during the run")
     args = parser.parse_args(list(argv))
+    check_run_dir(args.run_dir)
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests)
     _keep_cost_inputs(Path(args.run_dir), args)

@@ -43,6 +43,7 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
+from dbsurge.rundir_check import check_run_dirs
 
 from .bootstrap import difference_interval, per_second
 
@@ -763,6 +764,7 @@ def compare_main(argv: Sequence[str]) -> int:
     parser.add_argument("--csv", help="write the table in long form here (default: beside the HTML)")
     parser.add_argument("--force", action="store_true", help="compare even when plans, workloads or data differ")
     args = parser.parse_args(list(argv))
+    check_run_dirs(args.run_dirs)  # a damaged run is one line naming its file, before any table
     sides = open_sides(args.run_dirs, args.labels)
     blocking, notes = differences(sides)
     if blocking and not args.force:

@@ -41,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError
+from dbsurge.validate import parse_runner
 
 from .merge import capacity_frames, infer_period_s
 from .rundata import (
@@ -245,14 +246,6 @@ def _per_usd(operations: float | None, usd: float) -> float | None:
     if operations is None or usd <= 0 or (isinstance(operations, float) and math.isnan(operations)):
         return None
     return float(operations) / usd
-
-
-def parse_runner(text: str) -> tuple[str, int]:
-    """``c6g.4xlarge`` or ``c6g.4xlarge:2`` -> (instance type, count)."""
-    name, _, count = str(text).strip().partition(":")
-    if not name or (count and (not count.isdigit() or int(count) < 1)):
-        raise UserError(f"malformed runner {text!r}: use INSTANCE-TYPE or INSTANCE-TYPE:COUNT (c6g.4xlarge:2)")
-    return name, int(count or 1)
 
 
 def runners_from_meta(meta: dict) -> list[tuple[str, int]]:

@@ -2,8 +2,9 @@
 
 A check is ``[OPERATION.]METRIC OP VALUE[UNIT]``. Without an operation it applies to the whole
 run (``ALL``). Metrics are the columns of summary.csv without their unit suffix: p50, p95, p99,
-p999, max, mean, service_p50, service_p95, service_p99, lag_p99, lag_max (times; units us, ms,
-s), failure_rate (units %, or a fraction), achieved_tps, count, failures, retries, dropped::
+p999, max, mean, service_p50, service_p95, service_p99, lag_p99, lag_max (times; a unit us, ms or
+s is required), failure_rate (% up to 100, or a fraction below 1), achieved_tps, count, failures,
+retries, dropped::
 
     >>> [str(c) for c in parse_checks("order_create.p99<50ms, failure_rate<1%")]
     ['order_create.p99<50ms', 'failure_rate<1%']
@@ -29,7 +30,8 @@ _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt
 # which also matches before a trailing newline).
 _CHECK = re.compile(r"(?:(?P<op>[A-Za-z_][\w-]*)\.)?(?P<metric>[a-z_0-9]+)\s*(?P<cmp><=|>=|<|>)\s*"
                     r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%|tps)?", re.ASCII)
-_TIME_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, None: 1.0}
+# A time limit without its unit is refused: "p99<50" could mean 50 ms or 50 s, and a guess would judge wrongly.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,19 @@ def parse_checks(text: str | None) -> list[Check]:  # noqa: C901 - the grammar o
             raise UserError(f"bad --check '{clip(part)}': the limit is too large")
         if metric in _TIME_METRICS:
             if unit not in _TIME_UNITS_MS:
-                raise UserError(f"bad --check '{clip(part)}': {metric} takes a time unit (us, ms or s)")
+                raise UserError(f"bad --check '{clip(part)}': {metric} takes a time unit (us, ms or s), "
+                                f"e.g. {metric}<{m.group('value')}ms")
             column, limit = f"{metric}_ms", value * _TIME_UNITS_MS[unit]
         elif metric == "failure_rate":
             if unit not in ("%", None):
                 raise UserError(f"bad --check '{clip(part)}': failure_rate takes % or a fraction")
+            if unit == "%" and value > 100:
+                raise UserError(f"bad --check '{clip(part)}': a failure rate is at most 100%, so this limit "
+                                f"could never fail")
+            if unit is None and value >= 1:
+                # a bare 1 is a fraction (100%), surely meant as 1%: say so rather than pass every run
+                raise UserError(f"bad --check '{clip(part)}': a failure rate without % is a fraction below 1; "
+                                f"write {m.group('value')}% or e.g. 0.01")
             column, limit = "failure_rate", value / 100.0 if unit == "%" else value
         elif metric in _PLAIN_METRICS:
             if unit not in (None, "tps"):

@@ -28,6 +28,7 @@ import sys
 from .errors import UserError
 from .help_examples import epilog
 from .locust_child import END_WITH_PLAN_ENV, run_child  # run_child: the scenarios run Locust through it too
+from .option_types import ascii_int
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -58,7 +59,7 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
                                 help=f"arrival-rate shape: {', '.join(SHAPES)} (default: none, the closed model)")),
-    ("plan", ("--users", "-u"), dict(type=int, default=None, env_var="LOCUST_USERS",
+    ("plan", ("--users", "-u"), dict(type=ascii_int, default=None, env_var="LOCUST_USERS",
                                      help="concurrent users (closed model, default 8), or the cap on users under a "
                                           "shape (as --max-users)")),
     ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
@@ -71,7 +72,7 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("measurement", ("--repeat",), dict(default=None, metavar="N",
                                         help="run N times into <results>/<run-id>/1..N and print the spread "
                                              "(median, min, max) of each stage's figures")),
-    ("distribution", ("--processes",), dict(type=int, default=None, env_var="LOCUST_PROCESSES",
+    ("distribution", ("--processes",), dict(type=ascii_int, default=None, env_var="LOCUST_PROCESSES",
                                             help="worker processes on this host (-1: one per CPU; Locust's "
                                                  "--processes)")),
     ("distribution", ("--web",), dict(action="store_true",
@@ -82,12 +83,12 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
 
 #: Locust options shown in ``dbsurge run --help`` because dbsurge's documentation uses them (they pass through).
 _LOCUST_SHOWN: list[tuple[str, tuple[str, ...], dict]] = [
-    ("configuration", ("--config",), dict(metavar="FILE", env_var="LOCUST_CONFIG",
+    ("configuration", ("--config",), dict(metavar="FILE",  # Locust reads no variable for it
                                           help="a Locust config file with dbsurge's options too (`rate = 80`, "
                                                "`target = ...`); ./locust.conf and ~/.locust.conf are read anyway")),
     ("distribution", ("--web-host",), dict(default="127.0.0.1", env_var="LOCUST_WEB_HOST",
                                            help="the web UI's address (Locust's option; dbsurge binds loopback)")),
-    ("distribution", ("--web-port",), dict(type=int, default=8089, env_var="LOCUST_WEB_PORT",
+    ("distribution", ("--web-port",), dict(type=ascii_int, default=8089, env_var="LOCUST_WEB_PORT",
                                            help="the web UI's port (Locust's option)")),
 ]
 
@@ -178,14 +179,18 @@ def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
     finally:
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
+    from .config_files import check_config_files
     from .errors import clip
     from .option_names import refuse_unknown
+    from .option_types import strict_numbers
     from .options import add_options
     from .spot import add_spot_options
 
     parser = get_parser()
     add_options(parser)
     add_spot_options(parser)
+    strict_numbers(parser)
+    check_config_files(getattr(parser, "_default_config_files", []), rest)
 
     def error(message: str) -> None:
         raise UserError(clip(message, 200))
@@ -279,6 +284,9 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
 
             port = str(free_port())
             cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
+        rest, web_auth = move_target_to_env(rest, "--web-auth")  # a password: the environment, not argv
+        if web_auth is not None:
+            env["DBSURGE_WEB_AUTH"] = web_auth
         cmd += rest
         return run_child(cmd, env)
     finally:
@@ -299,16 +307,19 @@ def _console_options(args, rest: list[str], env: dict) -> list[str]:
 
 def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
+    from .size_limits import check_master_bind, check_plan_size
     from .stage_plan import StagePlan
-    from .validate import check_offline
+    from .validate import check_offline, check_web_exposure
 
     if args.shape == "stages" and not ns.stages:
         raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")
     if args.shape == "constant" and ns.rate is None:
         raise UserError("--shape constant needs --rate TPS")
     if ns.stages:
-        StagePlan.parse(ns.stages, ns.baseline_tps)
+        check_plan_size(StagePlan.parse(ns.stages, ns.baseline_tps))
+    check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
     check_offline(ns, args.workload)
+    check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
 
 
 def load_main(argv: list[str]) -> int:
@@ -366,8 +377,10 @@ COMMANDS = {
 }
 
 
-def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
-    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI."""
+def move_target_to_env(argv: list[str], flag: str = "--target") -> tuple[list[str], str | None]:
+    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI.
+
+    `flag` names another option whose value is a secret (``--web-auth``)."""
     out: list[str] = []
     target = None
     i = 0
@@ -376,11 +389,11 @@ def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
         if arg == "--":
             out += argv[i:]
             break
-        if arg == "--target" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             target = argv[i + 1]
             i += 2
             continue
-        if arg.startswith("--target="):
+        if arg.startswith(flag + "="):
             target = arg.partition("=")[2]
         else:
             out.append(arg)
@@ -389,7 +402,8 @@ def move_target_to_env(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 def hide_target_from_command_line(argv: list[str]) -> None:
-    """Re-execute this process with a password-bearing ``--target`` moved into ``DBSURGE_TARGET``.
+    """Re-execute this process with a password-bearing ``--target`` moved into ``DBSURGE_TARGET`` (and a
+    ``--web-auth USER:PASSWORD`` into ``DBSURGE_WEB_AUTH``).
 
     Any user can read a process's command line (/proc/PID/cmdline), only its owner its environment:
     a few milliseconds after start, no dbsurge process shows the password. No-op without one.
@@ -397,11 +411,16 @@ def hide_target_from_command_line(argv: list[str]) -> None:
     from .redact import uri_password
 
     rest, target = move_target_to_env(argv)
-    if target is None or not uri_password(target):
+    rest, web_auth = move_target_to_env(rest, "--web-auth")
+    if (target is None or not uri_password(target)) and web_auth is None:
         return
+    if target is not None and not uri_password(target):
+        rest = [*rest, "--target", target]  # no password: it may stay where it was given
+        target = None
     sys.stdout.flush()
     sys.stderr.flush()
-    env = {**os.environ, "DBSURGE_TARGET": target}
+    env = {**os.environ, **({"DBSURGE_TARGET": target} if target is not None else {}),
+           **({"DBSURGE_WEB_AUTH": web_auth} if web_auth is not None else {})}
     os.execve(sys.executable, [sys.executable, "-m", "dbsurge.cli", *rest], env)
 
 

@@ -39,10 +39,13 @@ from .admission import admit_only_members
 from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
 from .lease import HEARTBEAT_S, renew_loop
 from .lifecycle import begin_run
-from .membership import Membership
+from .membership import Membership, run_token
+from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
 from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
+from .size_limits import check_master_bind, check_processes
+from .validate import check_web_exposure
 
 log = logging.getLogger("dbsurge")
 
@@ -78,6 +81,14 @@ def _on_parser(parser, **_kw):
     add_options(parser, group=group)
     add_spot_options(group("distribution"))
     _keep_own_options(parser)
+    strict_numbers(parser)  # Locust's own numbers too: `-u ٥` and `--web-port 1_000` are not numbers
+    parser.error = _one_line_error  # a refused value in dbsurge's one line, not argparse's usage and error
+
+
+def _one_line_error(message: str) -> None:
+    from .errors import clip
+
+    fail(clip(message, 200))
 
 
 def _keep_own_options(parser) -> None:
@@ -92,6 +103,16 @@ def _keep_own_options(parser) -> None:
     def parse_and_keep(*args, **kwargs):
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
+            processes = getattr(options, "processes", None)
+            if processes and not getattr(options, "worker", False):
+                try:  # Locust forks right after this parse: a refusal later would leave the workers behind
+                    check_processes(processes)
+                    check_master_bind(processes, getattr(options, "master_bind_host", None))
+                except UserError as e:
+                    fail(str(e))
+                if not getattr(options, "join_token", None):
+                    # the forked --processes workers inherit the token in memory, never on a command line
+                    options.join_token = run_token()
             _OWN_OPTIONS.update(vars(options))
             if getattr(options, "worker", False):  # Locust connects next, and waits in silence
                 gevent.spawn(_say_why_still_waiting, options.master_host, options.master_port)
@@ -149,10 +170,15 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         admit_only_members(runner, run.membership)
         # Locust sends the master's parsed options to every connected worker, proven or not: not the token
         run.options.join_token = None
+        environment.parsed_options.join_token = None
+        protocol.guard_dispatch(run)
     protocol.register(run, runner)
     if run.role == "local":
         gevent.spawn(stopping.loop_lag_monitor, run)
     try:
+        warning = check_web_exposure(own, web=web_ui is not None)  # before the UI listens (Locust starts it later)
+        if warning:
+            logging.getLogger("dbsurge").warning(warning)
         preflight(run)
         from .prometheus import start_exporter
 
@@ -163,10 +189,13 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     if run.role == "master" and not getattr(own, "processes", None):  # a master the user asked for
         log.info(membership.listening_line(own.master_bind_host, own.master_bind_port,
                                            token=run.membership is not None and run.membership.token is not None))
+    # Locust sends its parsed options to every worker with each spawn: not the web UI's password
+    web_auth = getattr(environment.parsed_options, "web_auth", None)
+    environment.parsed_options.web_auth = None
     if web_ui is not None:
         from .web import install_web_controls
 
-        install_web_controls(web_ui, run)
+        install_web_controls(web_ui, run, web_auth=web_auth or getattr(own, "web_auth", None))
 
 
 @events.test_start.add_listener

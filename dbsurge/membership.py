@@ -12,10 +12,12 @@ named in ``events.jsonl`` (``worker_refused``), on the console and in the summar
 workers count toward Locust's ``--expect-workers`` and receive users (`dbsurge.admission`).
 
 A master the user asks for (``--master``) listens where Locust's does, on every address, and so
-needs the token; a ``--processes`` master listens on loopback. A master bound to loopback takes
-every worker: only processes on the same host can reach it. The master says at start where it
-listens and how to join it (`listening_line`); a worker that has not reached its master after 10 s
-says where it is trying and what to check (`waiting_hint`); a refused worker is told why and ends.
+needs the token; a ``--processes`` master listens on loopback and makes a token for the run
+(`run_token`) that its forked children inherit in memory, never on a command line, so another
+local process (a plain ``locust -f - --worker``) cannot take a share. The master says at start
+where it listens and how to join it (`listening_line`); a worker that has not reached its master
+after 10 s says where it is trying and what to check (`waiting_hint`); a refused worker is told
+why (it prints one line and exits 2), is told to quit, and gets no users.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class Membership:
         self.nonces: dict[str, str] = {}
         self.proven: set[str] = set()
         self.refused: dict[str, str] = {}  # worker id -> why
+        self.first_seen: dict[str, float] = {}  # worker id -> monotonic time the master first saw it undecided
 
     def challenge(self, worker_id: str) -> str | None:
         """A new nonce for a worker that just connected (None when no token is required)."""
@@ -114,3 +117,8 @@ class Membership:
         if self.token is None:
             return list(worker_ids)
         return [w for w in worker_ids if w in self.proven]
+
+
+def run_token() -> str:
+    """A fresh join token for one ``--processes`` run (256 random bits)."""
+    return secrets.token_hex(32)

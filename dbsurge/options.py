@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable
 
 from .errors import UserError, clip
+from .option_types import ascii_float, ascii_int
 
 # ASCII digits only: float() alone also takes "nan", "inf", "1_0" and Arabic-Indic or fullwidth digits.
 _WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -111,7 +112,7 @@ def add_options(parser, group=None) -> None:
                    include_in_web_ui=False, help="where run directories go (default: results)")
     g.add_argument("--run-id", env_var="DBSURGE_RUN_ID", default=None, include_in_web_ui=False,
                    help="name of the run directory (default: UTC time, workload and a random suffix)")
-    g.add_argument("--prometheus-port", env_var="DBSURGE_PROMETHEUS_PORT", type=int, default=None,
+    g.add_argument("--prometheus-port", env_var="DBSURGE_PROMETHEUS_PORT", type=ascii_int, default=None,
                    include_in_web_ui=False,
                    help="serve Prometheus metrics on this port, on the master or local runner (default: off); "
                         "see docs/prometheus.md")
@@ -122,18 +123,18 @@ def add_options(parser, group=None) -> None:
                    help="seconds the Prometheus endpoint stays up after the run with the final values, so the last "
                         "scrape sees them (default 15; 0: none)")
     g = section("plan")
-    g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=float, default=DEFAULTS["baseline_tps"],
+    g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=ascii_float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")
     g.add_argument("--stages", env_var="DBSURGE_STAGES", default=None,
                    help="stage plan, e.g. '2m@20%%,1m@200%%,2m@100%%,1m@5%%' or '30s@500tps,30s@ramp(500tps..2000tps)'")
-    g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=float, default=None,
+    g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=ascii_float, default=None,
                    help="spike shape: make every stage this long (keeps the rates)")
-    g.add_argument("--rate", env_var="DBSURGE_RATE", type=float, default=None,
+    g.add_argument("--rate", env_var="DBSURGE_RATE", type=ascii_float, default=None,
                    help="constant shape: the arrival rate in TPS")
-    g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=ascii_float, default=None, include_in_web_ui=False,
                    help="highest rate a live change (web UI, POST /dbsurge/rate) may ask for, in TPS "
                         "(default: 10 times the plan's peak)")
-    g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=int, default=DEFAULTS["max_users"],
+    g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=ascii_int, default=DEFAULTS["max_users"],
                    help="most concurrent users (connections) the shapes may start (default 200)")
     g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],
                    default=DEFAULTS["arrivals"], help="arrival process: evenly spaced (default) or poisson (seeded)")
@@ -148,7 +149,7 @@ def add_options(parser, group=None) -> None:
                    help="thresholds evaluated at the end, e.g. 'order_create.p99<50ms,failure_rate<1%%'; "
                         "exit 1 on failure")
     g = section("plan")
-    g.add_argument("--seed", env_var="DBSURGE_SEED", type=int, default=DEFAULTS["seed"], include_in_web_ui=False,
+    g.add_argument("--seed", env_var="DBSURGE_SEED", type=ascii_int, default=DEFAULTS["seed"], include_in_web_ui=False,
                    help="seed for arrivals and operation choice (default 42)")
     g = section("target")
     g.add_argument("--op-timeout", env_var="DBSURGE_OP_TIMEOUT", default=DEFAULTS["op_timeout"],
@@ -156,11 +157,11 @@ def add_options(parser, group=None) -> None:
                    help="give up on an operation after this long, e.g. 5s (default 30s): it fails with kind "
                         "timeout; the target option op_timeout overrides it per target")
     g = section("plan")
-    g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=float, default=DEFAULTS["drain"], include_in_web_ui=False,
+    g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=ascii_float, default=DEFAULTS["drain"], include_in_web_ui=False,
                    help="seconds to let in-flight operations finish after the plan ends (default 2)")
-    g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=float, default=DEFAULTS["start_delay"],
+    g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=ascii_float, default=DEFAULTS["start_delay"],
                    include_in_web_ui=False, help="seconds between test start and the plan's time zero (default 1)")
-    g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=ascii_float, default=None, include_in_web_ui=False,
                    help="put the plan's time zero on a multiple of this many wall-clock seconds, e.g. 60 to line "
                         "stages up with CloudWatch's one-minute periods")
     g = section("collectors")
@@ -171,11 +172,11 @@ def add_options(parser, group=None) -> None:
                    help="AWS region for --cloudwatch (default: AWS_DEFAULT_REGION / the profile's)")
     g.add_argument("--cloudwatch-endpoint-url", env_var="DBSURGE_CLOUDWATCH_ENDPOINT_URL", default=None,
                    include_in_web_ui=False, help="CloudWatch endpoint (default: AWS_ENDPOINT_URL or AWS's)")
-    g.add_argument("--cloudwatch-interval", env_var="DBSURGE_CLOUDWATCH_INTERVAL", type=float, default=60.0,
+    g.add_argument("--cloudwatch-interval", env_var="DBSURGE_CLOUDWATCH_INTERVAL", type=ascii_float, default=60.0,
                    include_in_web_ui=False, help="seconds between CloudWatch polls during a run (default 60)")
     g.add_argument("--runner", env_var="DBSURGE_RUNNER", action="append", default=None, metavar="TYPE[:COUNT]",
                    include_in_web_ui=False, help="load-generator instance type(s) for the cost, e.g. m7g.4xlarge:2")
-    g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=float, default=None, include_in_web_ui=False,
+    g.add_argument("--cost-cap", env_var="DBSURGE_COST_CAP", type=ascii_float, default=None, include_in_web_ui=False,
                    help="stop the test when the cost estimate passes this many USD")
     g.add_argument("--no-db-sampler", env_var="DBSURGE_NO_DB_SAMPLER", action="store_true", default=False,
                    include_in_web_ui=False, help="do not sample pg_stat_database / serverStatus during the run")
@@ -190,6 +191,18 @@ def add_options(parser, group=None) -> None:
     g.add_argument("--insecure-join", env_var="DBSURGE_INSECURE_JOIN", action="store_true", default=False,
                    include_in_web_ui=False,
                    help="let any worker that reaches a non-loopback master join without a token")
+    g.add_argument("--web-host-allow", env_var="DBSURGE_WEB_HOST_ALLOW", action="append", default=None,
+                   metavar="NAME", include_in_web_ui=False,
+                   help="a host name the web UI may be reached by besides its own address (a proxy's, a DNS "
+                        "name); a request with any other Host header is refused (repeatable)")
+    _add_replacing(g, "--web-auth", env_var="DBSURGE_WEB_AUTH", default=None, is_secret=True,
+                   include_in_web_ui=False, metavar="USER:PASSWORD",
+                   help="ask every web UI request for this user and password (HTTP basic auth); required, or "
+                        "--web-insecure, when --web-host is beyond loopback (prefer the environment variable)")
+    g.add_argument("--web-insecure", env_var="DBSURGE_WEB_INSECURE", action="store_true", default=False,
+                   include_in_web_ui=False,
+                   help="serve the web UI beyond loopback without authentication, on purpose: anyone who "
+                        "reaches it can start load")
     # The web UI binds to loopback unless told otherwise: a load generator's UI can start load. The
     # master's port follows Locust: a master the user asked for (--master) listens on every address,
     # as Locust's does, and must then be given a join token (dbsurge.preflight); a --processes master
@@ -207,6 +220,20 @@ def default_master_bind(argv: list[str] | None = None, environ: dict[str, str] |
     environ = os.environ if environ is None else environ
     asked = "--master" in argv or environ.get("LOCUST_MODE_MASTER", "").strip().lower() in ("1", "true", "yes", "on")
     return "*" if asked else "127.0.0.1"
+
+
+def _add_replacing(parser, *flags: str, **kwargs):
+    """``add_argument`` that first removes an option of the same name: Locust's retired ``--web-auth``, which
+    only says that it was replaced by ``--web-login`` (dbsurge's is basic auth in front of the whole UI)."""
+    existing = getattr(parser, "_option_string_actions", {})  # argparse keeps no public index of options
+    for action in {existing[f] for f in flags if f in existing}:
+        parser._remove_action(action)
+        for flag in action.option_strings:
+            existing.pop(flag, None)
+        for group in getattr(parser, "_action_groups", []):
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+    return parser.add_argument(*flags, **kwargs)
 
 
 def parse_key_values(pairs: Iterable[str] | None, flag: str, error: type[UserError] = UserError) -> dict[str, str]:

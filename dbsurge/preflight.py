@@ -16,6 +16,7 @@ from .errors import UserError
 from .membership import is_loopback
 from .redact import redact_text
 from .run_state import DbSurgeRun, dbsurge_user_classes, resolve_operations
+from .size_limits import check_connections, check_plan_size
 
 log = logging.getLogger("dbsurge")
 
@@ -24,7 +25,27 @@ def fail(message: str) -> None:
     """End the process with one line on stderr, before any load is sent."""
     sys.stderr.write(f"dbsurge: {message}\n")
     sys.stderr.flush()
+    end_forked_workers()
     sys.exit(2)
+
+
+def end_forked_workers() -> None:
+    """Kill this process's ``--processes`` workers: Locust forks them before ``init``, so a master refused in
+    its checks would leave them waiting 60 s for its heartbeat. They have sent nothing yet; other children
+    (an embedded server) run another command line and are left alone."""
+    try:
+        import psutil  # Locust's own dependency
+
+        me = psutil.Process()
+        command = me.cmdline()
+        for child in me.children():
+            try:
+                if child.cmdline() == command:
+                    child.kill()
+            except psutil.Error:
+                continue
+    except Exception as e:  # noqa: BLE001 - the refusal itself must still end in its one line
+        log.debug("could not end the forked workers: %s", e)
 
 
 def preflight(run: DbSurgeRun) -> None:
@@ -45,6 +66,7 @@ def preflight(run: DbSurgeRun) -> None:
     validate_locust_options(opts, shape=run.environment.shape_class is not None)
     parsed = check_offline(opts)  # the same checks `dbsurge run` makes before its child starts
     build_plan(run)
+    check_plan_size(run.plan)
     workload_options, target_options = parsed["workload_options"], parsed["target_options"]
     requested_ops, checks = parsed["operations"], parsed["checks"]
     if not opts.target:
@@ -63,25 +85,41 @@ def preflight(run: DbSurgeRun) -> None:
     # a check on an operation the workload lacks could only fail, after the whole load
     check_operations(checks, [op for name in names for op in run.workload(name).operations])
     run.target.check()
+    if run.environment.shape_class is None:  # the closed model: every user holds a connection from the start
+        limit, in_use = run.target.connection_limit()
+        check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)
     from .side import preflight_side
 
     preflight_side(run)
     if not opts.no_load:
         for name in names:
-            wl = run.workload(name)
-            if not wl.has_data():
-                log.info("loading the default %s data set into %s", name, run.target.display)
-                try:
-                    wl.load(progress=True)
-                except Exception as e:  # a refused write, a full disk...: one line, before any load
-                    first = (str(e).strip().splitlines() or [""])[0]
-                    raise UserError(f"loading the {name} data set into {run.target.display} failed: "
-                                    f"{type(e).__name__}: {redact_text(first)}") from None
+            _load_default_data(run, name)
     if run.plan is not None:
         run.probe_service_s = probe_service_time(run)
         if run.probe_service_s is not None:
             log.info("probe: the workload's operations took %.3f ms (median) on %s", run.probe_service_s * 1e3,
                      run.target.display)
+
+
+def _load_default_data(run: DbSurgeRun, name: str) -> None:
+    """Load workload `name`'s default data set when the target lacks it; any failure is one `UserError` line."""
+    wl = run.workload(name)
+    try:
+        present = wl.has_data()
+    except Exception as e:  # noqa: BLE001 - an --op-timeout of 1ms times this query out: one line, no traceback
+        raise UserError(f"looking for the {name} data set on {run.target.display} failed: {_first_line(e)}") from None
+    if present:
+        return
+    log.info("loading the default %s data set into %s", name, run.target.display)
+    try:
+        wl.load(progress=True)
+    except Exception as e:  # noqa: BLE001 - a refused write, a full disk...: one line, before any load
+        raise UserError(f"loading the {name} data set into {run.target.display} failed: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {redact_text(first)}"
 
 
 def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:

@@ -84,6 +84,10 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     """Master at test start: admit the proven workers, measure their clocks, send each its setup."""
     runner = run.environment.runner
     _await_proofs(run)
+    if run.membership is not None:
+        for cid in list(run.membership.refused):
+            if cid in runner.clients:
+                _evict(run, cid)  # refused before the start: no users for it either
     workers = _worker_ids(runner, run)
     _measure_clocks(run, workers)
     run.shares = {cid: i for i, cid in enumerate(workers)}
@@ -130,6 +134,10 @@ def membership_loop(run: DbSurgeRun) -> None:
                 for cid in list(run.shares):
                     run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
                 gevent.sleep(0.02)
+        try:
+            refuse_silent_workers(run)
+        except Exception as e:  # noqa: BLE001 - membership must not stop the run
+            run.note_problem("refusing a silent worker", e)
         if run.closing is not None or run.plan is None:
             continue
         try:
@@ -157,16 +165,19 @@ def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
     while undecided() and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for cid in undecided():
-        _refuse(run, cid, "did not answer the join challenge")
+        _refuse(run, cid, "did not answer the join challenge (no dbsurge plugin, or another locustfile)")
 
 
 def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
     run.membership.refused[cid] = why
     run.membership.nonces.pop(cid, None)
-    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load", run.hosts.name(cid), why)
+    log.warning("worker %s refused (%s): it gets no share of the plan and sends no load; told to quit",
+                run.hosts.name(cid), why)
     run.safe_event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
     with contextlib.suppress(Exception):  # tell the worker why, so it ends with a line instead of idling
         run.environment.runner.send_message("dbsurge:refused", {"reason": why}, client_id=cid)
+    if run.environment.runner.state in ("spawning", "running"):
+        _evict(run, cid)  # before the start, --expect-workers still counts it; `share_plan` evicts it then
 
 
 def _on_refused_message(environment, msg, **_kw):
@@ -176,6 +187,87 @@ def _on_refused_message(environment, msg, **_kw):
                      f"({(msg.data or {}).get('reason', 'refused')}): set DBSURGE_JOIN_TOKEN to the master's token\n")
     sys.stderr.flush()
     os._exit(2)  # nothing was sent: no account to close, and Locust would only wait for a plan
+
+
+def _evict(run: DbSurgeRun, cid: str) -> None:
+    """Tell a refused worker to quit and forget it, so Locust dispatches it no users: a worker with another
+    locustfile would crash on a user class it lacks (``KeyError: 'OrdersUser'``), and one of ours idles."""
+    from locust.rpc import Message
+
+    runner = run.environment.runner
+    node = runner.clients.get(cid)
+    try:
+        runner.server.send_to_client(Message("quit", None, cid))
+    except Exception as e:  # noqa: BLE001 - it may be gone already; it is refused either way
+        log.debug("could not tell worker %s to quit: %s", cid, e)
+    if node is not None:
+        del runner.clients[cid]
+        _undispatch(runner, [node])
+
+
+def _undispatch(runner, nodes: list) -> None:
+    """Take `nodes` out of Locust's (private) dispatcher, never its last worker: Locust's dispatch over no
+    worker at all does not end (its own ``remove_worker`` leaves that case untested), and a run with no
+    member sends nothing anyway."""
+    dispatcher = getattr(runner, "_users_dispatcher", None)
+    if dispatcher is None:
+        return
+    ids = {n.id for n in nodes}
+    remaining = [w for w in getattr(dispatcher, "_worker_nodes", []) if w.id not in ids]
+    if not remaining:
+        return
+    for node in nodes:
+        dispatcher.remove_worker(node)
+
+
+def guard_dispatch(run: DbSurgeRun) -> None:
+    """Master with a join token: Locust dispatches users only to workers that proved it.
+
+    Locust hands users to a worker the moment it connects to a running test (``client_ready``), before
+    it could answer the challenge; a worker of another locustfile crashes on them. Every dispatch
+    (`MasterRunner.start`) first takes undecided and refused workers out of Locust's dispatcher; a worker
+    that proves the token later is put back (`_admit`).
+    """
+    runner = run.environment.runner
+    original = runner.start
+
+    def start(*args, **kwargs):
+        if run.membership.token is not None:
+            _undispatch(runner, [n for n in runner.clients.values() if n.id not in run.membership.proven])
+        return original(*args, **kwargs)
+
+    runner.start = start
+
+
+def _admit(run: DbSurgeRun, cid: str) -> None:
+    """A worker proved the token during a running test: give it users as Locust would have at connect."""
+    runner = run.environment.runner
+    dispatcher = getattr(runner, "_users_dispatcher", None)
+    node = runner.clients.get(cid)
+    if dispatcher is None or node is None or runner.state not in ("running", "spawning"):
+        return
+    dispatcher.add_worker(worker_node=node)
+    if not dispatcher.dispatch_in_progress:
+        runner.start(runner.target_user_count, runner.spawn_rate)
+
+
+#: A connected worker that has not proved the join token after this long is refused (a plain Locust
+#: worker, or one of another locustfile, never answers: it has no dbsurge plugin to).
+PROOF_WAIT_S = 5.0
+
+
+def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:
+    """Master, during the run: refuse every connected worker that is undecided after `PROOF_WAIT_S`."""
+    m = run.membership
+    if m is None or m.token is None:
+        return
+    now = time.monotonic() if now is None else now
+    for cid in [c.id for c in run.environment.runner.clients.values() if c.state != "missing"]:
+        if cid in m.proven or cid in m.refused:
+            continue
+        first = m.first_seen.setdefault(cid, now)
+        if now - first >= PROOF_WAIT_S:
+            _refuse(run, cid, "did not answer the join challenge (no dbsurge plugin, or another locustfile)")
 
 
 def _has_users(runner, cid: str) -> bool:
@@ -373,6 +465,7 @@ def _on_proof_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     if run.membership.answer(msg.node_id, (msg.data or {}).get("proof")):
         log.info("worker %s proved the join token", msg.node_id)
+        _admit(run, msg.node_id)
     else:
         _refuse(run, msg.node_id, run.membership.refused.get(msg.node_id, "refused"))
 

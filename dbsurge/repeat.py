@@ -87,6 +87,7 @@ def repeat_main(argv: list[str]) -> int:
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
                         "or put `target = URI` in a config file")
+    validate_run_id(run_id, results_dir)  # "" is refused, not replaced
     run_id = run_id or new_run_id(f"{args.workload}-x{count}")
     validate_run_id(run_id, results_dir)
     check_results_dir(results_dir)

@@ -162,6 +162,9 @@ def rerun_main(argv: list[str]) -> int:
     """``dbsurge rerun``: rebuild the run's command from run.json and run it."""
     args, rest = _parser().parse_known_args(argv)
     run_dir = Path(args.run_dir)
+    from .rundir_check import check_run_dir
+
+    check_run_dir(run_dir)  # a damaged run.json is one line naming it, not a traceback or a wrong command
     meta = load_meta(run_dir)
     target = args.target or default_target(meta)
     if not target:
@@ -170,6 +173,10 @@ def rerun_main(argv: list[str]) -> int:
     from .rundir import new_run_id
 
     results_dir = args.results_dir or str(default_results_dir(run_dir))
+    if args.run_id is not None:
+        from .validate import validate_run_id
+
+        validate_run_id(args.run_id, results_dir)  # "" is refused, not replaced by a made-up name
     run_id = args.run_id or new_run_id(f"rerun-{cmd[1]}")
     cmd += ["--results-dir", results_dir, "--run-id", run_id, *rest]
     shown = " ".join(_quote(c) for c in cmd)

@@ -20,7 +20,8 @@ from pathlib import Path
 from .redact import redact_uri
 from .utc import utc_iso
 
-_SECRET_KEYS = {"password", "passwd", "token", "secret", "auth_token", "aws_secret_access_key", "aws_session_token"}
+_SECRET_KEYS = {"password", "passwd", "token", "secret", "auth_token", "aws_secret_access_key", "aws_session_token",
+                "web_auth", "join_token"}
 
 
 def redact_obj(obj):

@@ -95,6 +95,72 @@ def positive_int(value: Any, flag: str, *, minimum: int = 1) -> int:
     return value
 
 
+def port_option(value: Any, flag: str) -> int:
+    """A TCP port, 1 to 65535 (Locust's own ports included: 70000 was an OverflowError deep in gevent)."""
+    port = positive_int(value, flag)
+    if port > 65535:
+        raise UserError(f"{flag} must be a port number from 1 to 65535, not {port}")
+    return port
+
+
+#: An EC2 instance type as AWS spells it: family (with generation and attributes), a dot, a size.
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+#: More runner hosts than this is a typing mistake, not a fleet (raise it here on purpose).
+MAX_RUNNER_COUNT = 10_000
+
+
+def parse_runner(text: Any) -> tuple[str, int]:
+    """``--runner`` ``c6g.4xlarge`` or ``c6g.4xlarge:2`` -> (instance type, count); anything else a `UserError`.
+
+        >>> parse_runner("m7g.4xlarge:2")
+        ('m7g.4xlarge', 2)
+    """
+    name, sep, count = str(text).strip().partition(":")
+    usage = "use INSTANCE-TYPE or INSTANCE-TYPE:COUNT, e.g. m7g.4xlarge:2"
+    if not _INSTANCE_TYPE.fullmatch(name):
+        raise UserError(f"bad --runner '{clip(text)}': '{clip(name, 30)}' is not an EC2 instance type: {usage}")
+    if sep and not re.fullmatch(r"[0-9]{1,6}", count):
+        raise UserError(f"bad --runner '{clip(text)}': the count must be a whole number of at least 1: {usage}")
+    n = int(count) if sep else 1
+    if not 1 <= n <= MAX_RUNNER_COUNT:
+        raise UserError(f"bad --runner '{clip(text)}': the count must be from 1 to {MAX_RUNNER_COUNT}: {usage}")
+    return name, n
+
+
+def parse_web_auth(text: Any) -> tuple[str, str]:
+    """``--web-auth USER:PASSWORD`` -> (user, password), both non-empty; the password is never quoted back."""
+    user, sep, password = str(text).partition(":")
+    if not sep or not user.strip() or not password:
+        raise UserError("bad --web-auth: expected USER:PASSWORD, both non-empty (better in DBSURGE_WEB_AUTH than on "
+                        "a command line)")
+    return user, password
+
+
+def check_web_exposure(opts: argparse.Namespace, *, web: bool) -> str | None:
+    """A web UI beyond loopback needs ``--web-auth`` (or Locust's ``--web-login``) or ``--web-insecure``.
+
+    Returns the warning to print when it is served beyond loopback (None on loopback or without a UI):
+    the UI can start load and change the rate.
+    """
+    from .membership import is_loopback
+
+    host = getattr(opts, "web_host", None)
+    if not web or is_loopback(host):
+        return None
+    shown = host or "every interface"
+    auth, login = getattr(opts, "web_auth", None), getattr(opts, "web_login", False)
+    if not (auth or login or getattr(opts, "web_insecure", False)):
+        raise UserError(f"the web UI would listen on {shown}, beyond this host, and anyone reaching it could start "
+                        f"load: pass --web-auth USER:PASSWORD (or set DBSURGE_WEB_AUTH), or --web-insecure to serve "
+                        f"it open on purpose, or leave --web-host at 127.0.0.1")
+    if auth or login:
+        tls = "" if getattr(opts, "tls_cert", None) else " over plain HTTP (the password crosses the network in " \
+                                                            "clear: consider --tls-cert and --tls-key)"
+        return f"the web UI listens on {shown}, beyond this host, behind a login{tls}"
+    return f"the web UI listens on {shown}, beyond this host, WITHOUT authentication (--web-insecure): anyone who " \
+           f"reaches it can start load and change the rate"
+
+
 def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one check per option, flat
     """Check dbsurge's own options (`dbsurge.options`) on a parsed namespace; no network, no files.
 
@@ -124,10 +190,16 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
     if get("max_users") is not None:
         positive_int(opts.max_users, "--max-users")
-    if get("prometheus_port") is not None:
-        port = positive_int(opts.prometheus_port, "--prometheus-port")
-        if port > 65535:
-            raise UserError(f"--prometheus-port must be a port number from 1 to 65535, not {port}")
+        from .size_limits import check_users
+
+        check_users(opts.max_users, "--max-users")
+    for name in ("prometheus_port", "web_port", "master_port", "master_bind_port"):
+        if get(name) is not None:  # checked whether or not the feature is on: a later --web must not crash
+            port_option(get(name), "--" + name.replace("_", "-"))
+    for text in get("runner") or []:
+        parse_runner(text)
+    if get("web_auth"):  # checked with or without --web: a later --web must not find it malformed
+        parse_web_auth(opts.web_auth)
     if get("prometheus_grace") is not None:
         seconds_option(opts.prometheus_grace, "--prometheus-grace", zero_ok=True)
     if get("max_lag"):
@@ -157,6 +229,10 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     for flag, value in (("--max-lag", opts.max_lag), ("--lag-warn", opts.lag_warn)):
         if value:
             parse_duration(value)
+    if getattr(opts, "cloudwatch", None):  # the syntax before the target is even contacted
+        from .collectors.cloudwatch import parse_presets
+
+        parse_presets(opts.cloudwatch)
     op_timeout = parse_duration(opts.op_timeout)
     if not (0 < op_timeout < math.inf):
         raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': expected a positive duration such as 30s")
@@ -166,9 +242,12 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
     """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
+    from .size_limits import check_users
+
     users = getattr(opts, "num_users", None)
     if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
         positive_int(users, "-u/--users")
+        check_users(users, "-u/--users")
     run_time = getattr(opts, "run_time", None)
     if run_time is not None and run_time <= 0:
         # Locust reads a run time of 0 as "no limit": the test would never end
@@ -178,12 +257,16 @@ def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
 
 def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
     """``dbsurge run``'s own --users, --duration and --processes."""
+    from .size_limits import check_processes, check_users
+
     if users is not None:
         positive_int(users, "--users")
+        check_users(users, "--users")
     if duration is not None:
         duration_option(duration, "--duration", zero_ok=False)
     if processes is not None and processes != -1 and processes < 1:  # -1: one per CPU, as in Locust
         raise UserError(f"--processes must be a whole number of at least 1 (or -1 for one per CPU), not {processes}")
+    check_processes(processes)
 
 
 def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) -> None:
@@ -203,10 +286,13 @@ def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) 
 def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:
     """A given run id must be a plain name (see `_RUN_ID`) and must not exist yet under `results_dir`.
 
-    None or "" means "make one up" (`rundir.new_run_id`), which is always new.
+    None means "make one up" (`rundir.new_run_id`), which is always new; "" is refused (it used to
+    become the made-up name without a word).
     """
-    if not run_id:
+    if run_id is None:
         return
+    if not run_id.strip():
+        raise UserError("--run-id is empty: give the run directory a name, or leave --run-id out for a made-up one")
     if not _RUN_ID.fullmatch(run_id):
         raise UserError(f"bad --run-id '{clip(run_id)}': a run id is a name, not a path: use letters, digits, "
                         f"'.', '_' and '-' (at most {RUN_ID_MAX}, not starting with '.')")

@@ -22,15 +22,20 @@ and submitting it unchanged keeps the real one (`protect_secret_options`). A rat
 
 from __future__ import annotations
 
+import base64
+import hmac
 import importlib.resources
+import ipaddress
 import json
 import logging
 import math
+import socket
 from urllib.parse import urlsplit
 
 from flask import Response, jsonify, request
 
 from .errors import UserError, clip
+from .membership import is_loopback
 from .options import _WEIGHT
 from .redact import MASK, redact_uri
 from .web_state import live_state, max_rate, plan_state, remaining_peak
@@ -38,12 +43,19 @@ from .web_state import live_state, max_rate, plan_state, remaining_peak
 log = logging.getLogger("dbsurge")
 
 
-def install_web_controls(web_ui, run) -> None:
-    """Add the endpoints, the panel and the form's adjustments to Locust's Flask app."""
+def install_web_controls(web_ui, run, web_auth: str | None = None) -> None:
+    """Add the endpoints, the panel and the form's adjustments to Locust's Flask app.
+
+    `web_auth` is ``--web-auth USER:PASSWORD`` (the plugin takes it out of the options Locust sends
+    to workers before it gets here); the Host names allowed are the UI's own and ``--web-host-allow``'s.
+    """
     app = web_ui.app
     auth = getattr(web_ui, "auth_required_if_enabled", lambda f: f)
     if not isinstance(app.wsgi_app, SameOriginGuard):
-        app.wsgi_app = SameOriginGuard(app.wsgi_app)  # every route, these included
+        opts = run.options
+        app.wsgi_app = SameOriginGuard(app.wsgi_app, web_host=getattr(opts, "web_host", None),
+                                       host_allow=getattr(opts, "web_host_allow", None),
+                                       credentials=web_auth)  # every route, these included
     protect_secret_options(web_ui, run.environment)
     adjust_swarm_form(web_ui, run)
     _add_endpoints(app, auth, run)
@@ -300,20 +312,78 @@ def refusal(environ) -> str | None:
     return None
 
 
+def _host_name(host: str) -> str:
+    """The name part of a Host header: ``[::1]:8089`` -> ``::1``, ``Evil.Example.:80`` -> ``evil.example``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_refusal(environ, web_host: str | None, host_allow: list[str] | None = None) -> str | None:
+    """Why a request's ``Host`` is not one this UI serves (one line), or None.
+
+    A DNS-rebinding page (``evil.example`` made to resolve to 127.0.0.1) is the same origin as the UI
+    to the browser; only the Host header it sends still names the attacker's domain. Allowed: an IP
+    address (a rebinding page cannot make the browser send one), ``localhost``, the address the UI
+    binds (``--web-host``), this machine's own name when the UI listens beyond loopback, and each
+    ``--web-host-allow`` (``*`` allows any).
+    """
+    host = environ.get("HTTP_HOST")
+    if not host:
+        return None  # HTTP/1.0 without a Host: no browser sends that
+    allow = {_host_name(h) for entry in host_allow or [] for h in str(entry).split(",") if h.strip()}
+    name = _host_name(host)
+    if "*" in allow or name in allow or _is_ip(name) or name in ("localhost", _host_name(web_host or "")):
+        return None
+    if not is_loopback(web_host) and name in {_host_name(socket.gethostname()), _host_name(socket.getfqdn())}:
+        return None
+    return (f"Host {clip(host)} refused: the web UI answers its own address only (a page on another name may be "
+            f"a DNS-rebinding attack); pass --web-host-allow {clip(name, 40)} if the name is yours")
+
+
 class SameOriginGuard:
-    """WSGI middleware around Locust's Flask app: `refusal` gets a 403, CORS headers never go out.
+    """WSGI middleware around Locust's Flask app: `host_refusal` and `refusal` get a 403, a missing or wrong
+    ``--web-auth`` a 401, and CORS headers never go out.
 
     Locust calls ``CORS(app)`` (flask_cors), which adds ``Access-Control-Allow-Origin`` to every
     response, errors included; the UI never needs CORS, so every ``Access-Control-*`` header is
     dropped here, below Flask, where flask_cors cannot add it back.
     """
 
-    def __init__(self, app):
+    def __init__(self, app, *, web_host: str | None = None, host_allow: list[str] | None = None,
+                 credentials: str | None = None):
         self.app = app
         self.logged: set[tuple] = set()
+        self.web_host = web_host
+        self.host_allow = list(host_allow or [])
+        self._expected = ("Basic " + base64.b64encode(credentials.encode()).decode()) if credentials else None
+
+    def _authorized(self, environ) -> bool:
+        if self._expected is None:
+            return True
+        given = environ.get("HTTP_AUTHORIZATION") or ""
+        return hmac.compare_digest(given.encode(errors="replace"), self._expected.encode())
 
     def __call__(self, environ, start_response):
-        reason = refusal(environ)
+        reason = host_refusal(environ, self.web_host, self.host_allow) or refusal(environ)
+        if reason is None and not self._authorized(environ):
+            body = json.dumps({"error": "this web UI needs its --web-auth user and password"}).encode()
+            start_response("401 Unauthorized", [("Content-Type", "application/json"),
+                                                ("Content-Length", str(len(body))),
+                                                ("WWW-Authenticate", 'Basic realm="dbsurge", charset="UTF-8"'),
+                                                *SECURITY_HEADERS.items()])
+            return [body]
         if reason is not None:
             key = (environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), reason)
             if key not in self.logged and len(self.logged) < 200:  # one line per kind, not a flood

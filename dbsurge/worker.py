@@ -24,6 +24,7 @@ from typing import Any
 
 from .errors import UserError, clip
 from .help_examples import epilog
+from .option_types import ascii_int
 
 _ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):([a-z0-9-]+):\d{12}:(secret:.+|parameter/.+)")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -80,12 +81,13 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--master-host", default=os.environ.get("DBSURGE_MASTER_HOST"),
                    help="the master's address (or DBSURGE_MASTER_HOST)")
-    p.add_argument("--master-port", type=int, default=int(os.environ.get("DBSURGE_MASTER_PORT") or 5557))
+    p.add_argument("--master-port", type=ascii_int, default=os.environ.get("DBSURGE_MASTER_PORT") or 5557)
     p.add_argument("--join-token-secret", default=os.environ.get("DBSURGE_JOIN_TOKEN_SECRET"), metavar="ARN",
                    help="read DBSURGE_JOIN_TOKEN from this Secrets Manager secret or SSM parameter")
     p.add_argument("--secret-env", action="append", default=[], metavar="NAME=ARN",
                    help="set the environment variable NAME from a secret, e.g. DBSURGE_TARGET=arn:... (repeatable)")
-    p.add_argument("--processes", type=int, default=None, help="worker processes on this host (Locust --processes)")
+    p.add_argument("--processes", type=ascii_int, default=None,
+                   help="worker processes on this host (Locust --processes)")
     p.add_argument("--endpoint-url", default=None, help=argparse.SUPPRESS)  # tests: a local AWS endpoint
     return p
 

@@ -89,7 +89,50 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--operation", "product_lookup=-1"], "bad --operation"),
     (["--check", "p99<nanms"], "bad --check"),
     (["--check", "p99<infms"], "bad --check"),
+    # numbers in ASCII digits only, as the rate endpoint reads them (float() takes all of these)
+    (["--shape", "constant", "--rate", "٥٠"], "argument --rate: expected a number in ASCII digits"),
+    (["--shape", "constant", "--rate", "１０"], "argument --rate"),  # fullwidth
+    (["--shape", "constant", "--rate", "1_000"], "not '1_000'"),
+    (["--shape", "constant", "--rate", "1e400"], "too large"),
+    (["--shape", "spike", "--baseline-tps", "٥٠"], "argument --baseline-tps"),
+    (["--shape", "spike", "--stage-seconds", "1_0"], "argument --stage-seconds"),
+    (["--users", "٥"], "argument --users/-u"),
+    (["-u", "1_0"], "argument --users/-u"),
+    (["--processes", "٢"], "argument --processes"),
+    (["--max-users", "1e3"], "argument --max-users"),
+    (["--max-users", "9" * 400], "argument --max-users"),
+    (["--seed", "nan"], "argument --seed"),
+    (["--drain", "٠"], "argument --drain"),
+    (["--cost-cap", "inf"], "argument --cost-cap"),
+    (["--prometheus-port", "٨٠"], "argument --prometheus-port"),
+    (["--spawn-rate", "٥"], "argument -r/--spawn-rate"),  # Locust's own options too
+    (["--web-port", "٨٠٨٩"], "argument --web-port"),
+    # ports, whether or not their feature is on
+    (["--web-port", "70000"], "--web-port must be a port number from 1 to 65535, not 70000"),
+    (["--web", "--web-port", "70000"], "--web-port must be a port number"),
+    (["--web-port", "0"], "--web-port"),
+    (["--master-bind-port", "99999"], "--master-bind-port must be a port number"),
+    (["--prometheus-port", "70000"], "--prometheus-port must be a port number"),
+    # checks that could never fail, or that mean something else than they say
+    (["--check", "failure_rate<200%"], "a failure rate is at most 100%"),
+    (["--check", "failure_rate<1"], "a failure rate without % is a fraction below 1; write 1%"),
+    (["--check", "failure_rate<5"], "write 5%"),
+    (["--check", "p99<50"], "p99 takes a time unit (us, ms or s), e.g. p99<50ms"),
+    (["--check", "lag_p99<=2"], "lag_p99 takes a time unit"),
+    (["--check", "p99<٥٠ms"], "bad --check"),
+    # the cost's runners, checked at the start, not when cost.csv is missing at the end
+    (["--runner", "foo"], "bad --runner 'foo': 'foo' is not an EC2 instance type"),
+    (["--runner", "m7g.4xlarge:-1"], "the count must be a whole number of at least 1"),
+    (["--runner", "m7g.4xlarge:0"], "the count must be from 1 to"),
+    (["--runner", "m7g.4xlarge:٢"], "bad --runner"),
+    (["--runner", "m7g.4xlarge:x"], "bad --runner"),
+    (["--cloudwatch", "foo"], "foo"),  # checked before the target, like every other option
+    (["--expect-workers", "٣"], "argument --expect-workers"),
+    (["--max-lag", "1_0ms"], "--max-lag"),
     # where the results go
+    (["--run-id", ""], "--run-id is empty"),
+    (["--run-id="], "--run-id is empty"),
+    (["--repeat", "2", "--run-id", ""], "--run-id is empty"),
     (["--results-dir", "/proc/nope"], "/proc/nope"),
     (["--run-id", "../../x"], "a run id is a name, not a path"),
     (["--run-id", "a/b"], "a run id is a name, not a path"),
@@ -154,6 +197,13 @@ LOCUSTFILES = f"{REPO / 'locustfiles' / 'orders.py'},{REPO / 'shapes' / 'constan
     (["--rate", "10", "--operation", "product_lookup=inf"], "bad --operation"),
     (["--rate", "10", "--results-dir", "/proc/nope"], "/proc/nope"),
     (["--rate", "10", "--run-id", "../x"], "a run id is a name"),
+    (["--rate", "٥٠"], "argument --rate: expected a number in ASCII digits"),
+    (["--rate", "1_000"], "not '1_000'"),
+    (["--rate", "10", "--web-port", "70000"], "--web-port must be a port number"),
+    (["--rate", "10", "--spawn-rate", "١"], "argument -r/--spawn-rate"),
+    (["--rate", "10", "--check", "p99<50"], "takes a time unit"),
+    (["--rate", "10", "--runner", "foo"], "bad --runner"),
+    (["--rate", "10", "--run-id", ""], "--run-id is empty"),
 ])
 def test_locust_path(tmp_path, args, words):
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
@@ -173,3 +223,127 @@ def test_locust_path_closed_model_users(tmp_path, users):
     assert_one_line(proc, "-u/--users", tmp_path / "results")
 
 
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"rate = 80\n\xff\n", "is not UTF-8 text (byte 0xff at offset 10)"),
+    (bytes(range(256)), "is not text (a NUL byte at offset 0)"),
+    (b"\x89PNG\r\n\x1a\n" + b"\x00" * 64, "is not text"),
+    ("rate = \u0665\u0660\n".encode(), "argument --rate: expected a number in ASCII digits"),
+    (b"web-port = 70000\n", "--web-port must be a port number"),
+    (b"run-id = \n", "--run-id is empty"),
+])
+@pytest.mark.parametrize("how", ["--config", "locust.conf"])
+def test_config_file_is_text(tmp_path, content, words, how):
+    """A config file that is not text is one line naming it, not a UnicodeDecodeError traceback."""
+    conf = tmp_path / ("locust.conf" if how == "locust.conf" else "my.conf")
+    conf.write_bytes(content)
+    args = ["--config", str(conf)] if how == "--config" else []
+    env: dict = {}
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "10", *args,
+                   "--duration", "2s", cwd=tmp_path, env=env, timeout=60)
+    if "rate = " in content.decode(errors="replace"):
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", *args,
+                       "--duration", "2s", cwd=tmp_path, env=env, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+    if "text" in words:
+        assert conf.name in proc.stderr
+
+
+def test_missing_config_file(tmp_path):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--config", str(tmp_path / "nope.conf"),
+                   "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "nope.conf not found", tmp_path / "results")
+
+
+@pytest.mark.parametrize("name, value", [("DBSURGE_RATE", "٥٠"), ("DBSURGE_MAX_USERS", "1_0"),
+                                         ("LOCUST_WEB_PORT", "70000"), ("DBSURGE_SEED", "nan")])
+def test_environment_values_are_checked_too(tmp_path, name, value):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "10",
+                   "--duration", "2s", cwd=tmp_path, env={name: value}, timeout=60)
+    if name == "DBSURGE_RATE":  # the command line wins over the environment: leave --rate out
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--duration", "2s",
+                       cwd=tmp_path, env={name: value}, timeout=60)
+    assert_one_line(proc, value, tmp_path / "results")
+
+
+def test_tiny_op_timeout_is_one_line_or_a_run(tmp_path, pg_uri):
+    """--op-timeout 1ms: the first query before load times out; one line naming it, never a traceback."""
+    loaded = dbsurge("load", "--workload", "orders", "--target", pg_uri, "--quiet", cwd=tmp_path, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]  # the data set in place: no "loading" line below
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "20",
+                   "--duration", "2s", "--op-timeout", "1ms", cwd=tmp_path, timeout=120)
+    assert "Traceback" not in proc.stderr + proc.stdout and "Uncaught" not in proc.stderr, proc.stderr[-3000:]
+    if proc.returncode == 2:
+        assert_one_line(proc, "op_timeout=0.001s", tmp_path / "results")
+    else:  # a machine fast enough for 1 ms: a run that accounts for every arrival
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        assert "planned" in proc.stdout
+
+
+# -- sizes: each bound in one line, with the variable that raises it, before anything starts -----------------------
+
+MANY_STAGES = ",".join(["1s@10tps"] * 501)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--processes", "1000"], "--processes 1000 is more than 4 per CPU core"),
+    (["--processes", "100000"], "DBSURGE_MAX_PROCESSES=100000"),
+    (["--users", "1000000"], "DBSURGE_MAX_HOST_USERS=1000000"),
+    (["--shape", "constant", "--rate", "10", "--max-users", "9000000"], "more users than this host's memory holds"),
+    (["--shape", "stages", "--stages", MANY_STAGES], "the plan has 501 stages, more than 500"),
+    (["--shape", "stages", "--stages", "8000h@900000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    (["--shape", "stages", "--stages", "2s@10tps", "--processes", "1", "--master-bind-host", "10.233.0.5"],
+     "--processes workers connect to 127.0.0.1"),
+])
+def test_size_bounds(tmp_path, args, words):
+    extra = [] if "--shape" in args else ["--duration", "2s"]
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, *extra, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+def test_size_bound_raised_on_purpose(tmp_path):
+    """The variable the line names lets the size through (here to the next check: nothing listens at NO_PG)."""
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "stages", "--stages", MANY_STAGES,
+                   cwd=tmp_path, env={"DBSURGE_MAX_STAGES": "1000"}, timeout=60)
+    assert_one_line(proc, "127.0.0.1:1", tmp_path / "results")
+
+
+def test_closed_model_users_beyond_max_connections(tmp_path, pg_uri):
+    """Users that each hold a connection are checked against the server's max_connections (200 here)."""
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--users", "400", "--duration", "2s",
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "allows 197 connections with", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--processes", "1000"], "--processes 1000 is more than 4 per CPU core"),
+    (["--processes", "1", "--master-bind-host", "10.233.0.5"], "--processes workers connect to 127.0.0.1"),
+    (["--processes", "2"], "127.0.0.1:1"),  # refused after the fork (the target): the workers end with it
+])
+def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
+    """Refused before Locust forks its workers, or after with its workers ended: none is left behind."""
+    import time
+
+    import psutil
+
+    before = {p.pid for p in psutil.process_iter()}
+    started = time.monotonic()
+    results = str(tmp_path / "results")  # on this test's command line only: another test's processes differ
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", "-t", "2s",
+                  "--results-dir", results, *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and results in
+            " ".join(p.info["cmdline"] or [])]
+    assert not left, left
+    assert time.monotonic() - started < 30  # not Locust's 60 s wait for a heartbeat
+
+
+def test_check_connections_unit():
+    from dbsurge.errors import UserError
+    from dbsurge.size_limits import check_connections
+
+    check_connections(100, None, None, "t")  # not readable: not checked
+    check_connections(100, 200, 100, "t")
+    with pytest.raises(UserError, match="lower --users to 99"):
+        check_connections(100, 200, 101, "t")

@@ -25,7 +25,9 @@ def test_unknown_operation_fails_the_check():
     assert c.evaluate(ROWS) == (False, None)
 
 
-@pytest.mark.parametrize("bad", ["p99<<5ms", "p98<5ms", "failure_rate<5ms", "p99<5tps"])
+@pytest.mark.parametrize("bad", ["p99<<5ms", "p98<5ms", "failure_rate<5ms", "p99<5tps", "p99<50", "lag_max>=3",
+                                 "failure_rate<200%", "failure_rate<100.5%", "failure_rate<1", "failure_rate<=5",
+                                 "p99<٥٠ms"])
 def test_malformed_checks(bad):
     with pytest.raises(UserError, match="bad --check"):
         parse_checks(bad)
@@ -38,3 +40,9 @@ def test_a_measured_value_is_shown_with_its_unit():
     assert shown == {"order_create.p99<0.1ms": "5.999 ms", "failure_rate<1%": "2.5%", "achieved_tps>90": "98.5 TPS",
                      "dropped<=0": "3 operations", "lag_p99<2s": "1500 ms"}
     assert parse_checks("p99<1ms")[0].shown(None) == "no data"
+
+
+@pytest.mark.parametrize("good, limit", [("failure_rate<0.5", 0.5), ("failure_rate<100%", 1.0), ("p99<0.1s", 100.0),
+                                         ("failure_rate<=0", 0.0)])
+def test_checks_at_their_bounds(good, limit):
+    assert parse_checks(good)[0].limit == pytest.approx(limit)

@@ -152,7 +152,7 @@ def test_unknown_runner_type_is_a_user_error(tmp_path):
     run = make_run(tmp_path / "r", T0, T0 + timedelta(minutes=1), [], minutes([1.0]))
     with pytest.raises(UserError, match="no runner price for 'x9.huge'"):
         estimate_cost(run, runners=["x9.huge"])
-    with pytest.raises(UserError, match="malformed runner"):
+    with pytest.raises(UserError, match="bad --runner"):
         estimate_cost(run, runners=["m5.large:zero"])
 
 

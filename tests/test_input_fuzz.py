@@ -7,7 +7,10 @@ CLI turns only `UserError` into ``dbsurge: <one line>`` and exit 2.
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 
 from dbsurge.checks import parse_checks
 from dbsurge.errors import UserError
+from dbsurge.option_types import ascii_float, ascii_int
 from dbsurge.options import parse_key_values, parse_operation_weights
 from dbsurge.stage_plan import StagePlan, parse_duration
 from dbsurge.targets import open_target
@@ -139,3 +143,92 @@ def test_known_bad_plans(text):
     with pytest.raises(UserError) as e:
         StagePlan.parse(text, 1000.0)
     assert len(str(e.value)) < 200 and "\n" not in str(e.value)
+
+
+# -- numbers on the command line: ASCII digits only ---------------------------------------------------------------
+
+ASCII_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+@FUZZ
+@given(TEXT)
+def test_ascii_float_takes_only_ascii_numbers(text):
+    """What `ascii_float` takes is an ASCII number and finite; everything else is an `ArgumentTypeError`."""
+    try:
+        value = ascii_float(text)
+    except argparse.ArgumentTypeError as e:
+        assert "\n" not in str(e) and len(str(e)) <= MAX_MESSAGE
+        return
+    assert ASCII_NUMBER.fullmatch(text.strip()), text
+    assert math.isfinite(value)
+
+
+@FUZZ
+@given(st.one_of(TEXT, st.integers().map(str), st.integers().map(lambda i: f"{i:_}")))
+def test_ascii_int_takes_only_ascii_digits(text):
+    try:
+        value = ascii_int(text)
+    except argparse.ArgumentTypeError as e:
+        assert "\n" not in str(e) and len(str(e)) <= MAX_MESSAGE
+        return
+    assert re.fullmatch(r"[+-]?[0-9]+", text.strip()), text
+    assert value == int(text)
+
+
+@FUZZ
+@given(st.sampled_from(["--rate", "--baseline-tps", "--max-users", "--seed", "--drain", "--web-port", "-u",
+                        "--spawn-rate", "--processes", "--master-bind-port", "--prometheus-port", "--cost-cap"]),
+       st.one_of(NUMBERS, st.integers(min_value=0, max_value=10**6).map(lambda i: "".join(chr(0x660 + int(d))
+                                                                                    for d in str(i)))))
+def test_locust_parser_refuses_other_digits(flag, value):
+    """Locust's own parser with dbsurge's options, as `dbsurge run` and the plugin build it: a value that is
+    not ASCII digits (Arabic-Indic, fullwidth, 1_000, nan, inf, 1e400) is refused by the option's type."""
+    parser = _strict_locust_parser()
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    if value.isascii() and ASCII_NUMBER.fullmatch(value) and math.isfinite(float(value)):
+        return  # a real number: the type may take it (range checks are validate's)
+    with pytest.raises(argparse.ArgumentTypeError):
+        action.type(value)
+
+
+def _strict_locust_parser():
+    # as `dbsurge run` reads its options: Locust's parser without gevent's monkey-patching of this process
+    os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
+    from locust.argument_parser import get_parser
+
+    from dbsurge.option_types import strict_numbers
+    from dbsurge.options import add_options
+
+    parser = get_parser()
+    add_options(parser)
+    strict_numbers(parser)
+    return parser
+
+
+# -- every dbsurge option, as `dbsurge run` parses and checks it (no network, no files) --------------------------
+
+OPTION_FLAGS = st.sampled_from(["--rate", "--baseline-tps", "--stage-seconds", "--max-rate", "--max-users", "--seed",
+                                "--drain", "--start-delay", "--align-start", "--cloudwatch-interval", "--cost-cap",
+                                "--prometheus-port", "--max-lag", "--lag-warn", "--runner", "--web-auth",
+                                "--operation", "--target-option", "--workload-option"])
+
+
+@FUZZ
+@given(st.lists(st.tuples(OPTION_FLAGS, st.one_of(NUMBERS, TEXT)), min_size=1, max_size=4))
+def test_every_option_value_parses_or_is_one_line(pairs):
+    """dbsurge's own options: parsed (ASCII numbers) and validated, or one `UserError` line; what passes is
+    finite and in range."""
+    from dbsurge.validate import dbsurge_options, validate_options
+
+    argv = [x for flag, value in pairs for x in (flag, value)]
+
+    def parse_and_check():
+        ns = dbsurge_options(argv)
+        validate_options(ns)
+        for name in ("rate", "baseline_tps", "stage_seconds", "max_rate", "drain", "start_delay", "align_start",
+                     "cloudwatch_interval", "cost_cap"):
+            value = getattr(ns, name)
+            assert value is None or (math.isfinite(value) and value >= 0), (name, value)
+        assert ns.max_users is None or ns.max_users >= 1
+
+    assert_clean(parse_and_check)

@@ -100,3 +100,62 @@ def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
         assert list(refused)[0] not in per_worker  # it reported nothing: it sent nothing
         assert total["ok"] == 360, total  # the member carried the whole plan
         assert "workers refused" in out
+
+
+ROGUE_LOCUSTFILE = '''
+from locust import User, constant, task
+
+
+class RogueUser(User):
+    wait_time = constant(1)
+
+    @task
+    def nothing(self):
+        pass
+'''
+
+
+def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_uri):
+    """A loopback --processes master makes a token for the run that only its children have: a plain
+    ``locust --worker`` of another locustfile, and one of ours without the token, are refused, named,
+    told to quit, and take no share; the children carry the whole plan and the ledger balances."""
+    import time
+
+    (tmp_path / "rogue.py").write_text(ROGUE_LOCUSTFILE)
+    port = str(free_port())
+    common = ["--target", pg_uri, "--operation", "product_lookup", "--workload-option", "products=300",
+              "--no-db-sampler"]
+    env = {k: v for k, v in os.environ.items() if k != "DBSURGE_JOIN_TOKEN"}
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", FILES, "--headless", "--processes", "2", "--master-bind-port", port,
+         "--master-port", port, "--rate", "40", "-t", "12s", "--results-dir", str(tmp_path / "results"), *common],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    time.sleep(4)  # the children are in; the rogues join the running test
+    rogues = [subprocess.Popen([sys.executable, "-m", "locust", "-f", str(tmp_path / "rogue.py"), "--worker",
+                                "--master-port", port], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env),
+              subprocess.Popen([sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-port", port,
+                                *common], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env)]
+    try:
+        out, _ = master.communicate(timeout=120)
+        rogue_out = [r.communicate(timeout=30)[0] for r in rogues]  # told to quit: they end on their own
+    finally:
+        for p in (master, *rogues):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 480 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
+    meta = json.loads((run / "run.json").read_text())
+    refused = meta["results"]["refused_workers"]
+    assert len(refused) == 2, (refused, out[-3000:])
+    assert any("did not answer the join challenge" in why for why in refused.values()), refused
+    assert any("no join token" in why for why in refused.values()), refused
+    assert not set(refused) & set(meta["results"]["operations_per_worker"])
+    assert "KeyError" not in rogue_out[0] and "Traceback" not in rogue_out[0], rogue_out[0][-2000:]
+    assert all(r.returncode is not None for r in rogues)
+    assert "workers refused" in out
+    assert "join_token" not in json.dumps(meta.get("options", {})).replace('"join_token": "***"', "").replace(
+        '"join_token": null', "")

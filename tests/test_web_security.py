@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from runs import REPO
@@ -450,3 +451,140 @@ def test_web_login_still_works(tmp_path, password_uri):
         assert "error" in s.post(base + "/dbsurge/rate", json={"rate_tps": True}).json()
     finally:
         _stop(proc)
+
+
+# -- the Host header, --web-auth and --web-host beyond loopback ---------------------------------------------------
+
+@pytest.mark.parametrize("host, web_host, allow", [
+    ("evil.example", "127.0.0.1", None), ("evil.example:8089", "127.0.0.1", None),
+    ("127.0.0.1.evil.example", "127.0.0.1", None), ("localhost.evil.example:8089", "127.0.0.1", None),
+    ("lg.example", "127.0.0.1", ["other.example"]), ("evil.example", "0.0.0.0", None), ("EVIL.example.", "", None),
+])
+def test_host_header_refused(host, web_host, allow):
+    """A DNS-rebinding page sends its own name as Host: refused, with the flag that would allow it named."""
+    from dbsurge.web import host_refusal
+
+    reason = host_refusal(_environ("POST", "/dbsurge/rate", HOST=host, ORIGIN=f"http://{host}"), web_host, allow)
+    assert reason and "--web-host-allow" in reason and "\n" not in reason
+
+
+@pytest.mark.parametrize("host, web_host, allow", [
+    ("127.0.0.1:8089", "127.0.0.1", None), ("localhost:8089", "127.0.0.1", None), ("[::1]:8089", "127.0.0.1", None),
+    ("10.1.2.3:8089", "0.0.0.0", None), ("lg.example", "127.0.0.1", ["lg.example"]),
+    ("LG.example:443", "127.0.0.1", ["a.example,lg.example"]), ("anything.example", "127.0.0.1", ["*"]),
+    ("lg.internal:8089", "lg.internal", None),
+])
+def test_host_header_allowed(host, web_host, allow):
+    from dbsurge.web import host_refusal
+
+    assert host_refusal(_environ("GET", "/", HOST=host), web_host, allow) is None
+
+
+def _call_guard(guard, env):
+    out = {}
+
+    def start_response(status, headers, exc_info=None):
+        out["status"], out["headers"] = status, dict(headers)
+
+    body = b"".join(guard(env, start_response))
+    return int(out["status"].split()[0]), out["headers"], body
+
+
+def test_guard_basic_auth_and_host():
+    """The guard in front of any app: 401 without the --web-auth credentials, 403 for a foreign Host."""
+    import base64
+
+    from dbsurge.web import SameOriginGuard
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"locust"]
+
+    guard = SameOriginGuard(app, web_host="127.0.0.1", credentials="alice:s3cret")
+    good = "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    bad = "Basic " + base64.b64encode(b"alice:wrong").decode()
+    status, headers, _ = _call_guard(guard, _environ("GET", "/"))
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert _call_guard(guard, _environ("GET", "/", AUTHORIZATION=bad))[0] == 401
+    assert _call_guard(guard, _environ("GET", "/", AUTHORIZATION=good))[:1] == (200,)
+    assert _call_guard(guard, _environ("POST", "/swarm", AUTHORIZATION=good, HOST="evil.example:8089"))[0] == 403
+    assert b"s3cret" not in _call_guard(guard, _environ("GET", "/"))[2]
+    open_guard = SameOriginGuard(app, web_host="127.0.0.1")
+    assert _call_guard(open_guard, _environ("GET", "/"))[0] == 200
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--web", "--web-host", "0.0.0.0"], "beyond this host, and anyone reaching it could start load"),
+    (["--web", "--web-host", ""], "every interface"),
+    (["--web", "--web-host", "10.233.0.5"], "--web-auth USER:PASSWORD"),
+    (["--web-auth", "nocolon"], "bad --web-auth: expected USER:PASSWORD"),
+    (["--web-auth", ":pw"], "bad --web-auth"),
+    (["--web", "--web-host", "0.0.0.0", "--web-auth", "u:"], "bad --web-auth"),
+])
+def test_web_beyond_loopback_needs_auth(tmp_path, args, words):
+    """One line, exit 2, before the target, the UI or a run directory; the password is never echoed."""
+    from test_bad_input import NO_PG, assert_one_line
+
+    proc = dbsurge_cli("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "10",
+                       *args, cwd=tmp_path)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+def dbsurge_cli(*args, cwd):
+    from runs import dbsurge
+
+    return dbsurge(*args, cwd=cwd, timeout=60)
+
+
+def test_exposure_warning_either_way():
+    import argparse
+
+    from dbsurge.validate import check_web_exposure
+
+    def ns(**kw):
+        return argparse.Namespace(**{"web_host": "0.0.0.0", "web_auth": None, "web_login": False,
+                                     "web_insecure": False, "tls_cert": "", **kw})
+
+    assert check_web_exposure(ns(web_host="127.0.0.1"), web=True) is None
+    assert check_web_exposure(ns(), web=False) is None
+    assert "WITHOUT authentication" in check_web_exposure(ns(web_insecure=True), web=True)
+    warning = check_web_exposure(ns(web_auth="u:pw"), web=True)
+    assert "behind a login over plain HTTP" in warning and "pw" not in warning
+    assert "plain HTTP" not in check_web_exposure(ns(web_login=True, tls_cert="c.pem"), web=True)
+
+
+def test_web_auth_and_host_on_a_real_ui(tmp_path, pg_uri):
+    """`locust -f ... --web-auth` (as DBSURGE_WEB_AUTH): every page asks for it, a rebinding Host is refused,
+    `--web-host-allow` lets a proxy's name in, and the password is in no page, no run.json, no command line."""
+    import requests
+
+    port = free_port()
+    with open(tmp_path / "locust.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", FILES, "--web-port", str(port), "--target", pg_uri, "--rate", "20",
+             "--operation", "product_lookup", "--no-db-sampler", "--workload-option", "products=2000",
+             "--web-host-allow", "lg.example", "--results-dir", str(tmp_path / "results")],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "DBSURGE_WEB_AUTH": f"alice:{PASSWORD}"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: requests.get(base + "/", timeout=5).status_code == 401, 45,
+                  "the UI" + (tmp_path / "locust.log").read_text()[-2000:])
+        auth = ("alice", PASSWORD)
+        page = requests.get(base + "/", auth=auth, timeout=5)
+        assert page.status_code == 200 and "dbsurge/panel.js" in page.text and PASSWORD not in page.text
+        assert requests.get(base + "/", auth=("alice", "nope"), timeout=5).status_code == 401
+        assert requests.get(base + "/dbsurge/plan", timeout=5).status_code == 401
+        evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        r = requests.post(base + "/dbsurge/rate", json={"rate_tps": 78}, auth=auth, headers=evil, timeout=5)
+        assert r.status_code == 403 and "--web-host-allow" in r.text
+        proxy = {"Host": "lg.example", "Origin": "http://lg.example"}
+        assert requests.get(base + "/dbsurge/plan", auth=auth, headers=proxy, timeout=5).status_code == 200
+        assert requests.get(base + "/dbsurge/plan", auth=auth, timeout=5).json()["overrides"] == []
+        assert PASSWORD not in Path(f"/proc/{proc.pid}/cmdline").read_text().replace("\0", " ")
+        assert "WITHOUT" not in (tmp_path / "locust.log").read_text()
+    finally:
+        _stop(proc)
+    for f in (tmp_path / "results").rglob("*"):
+        if f.is_file():
+            assert PASSWORD not in f.read_text(errors="replace"), f

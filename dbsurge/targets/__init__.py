@@ -108,6 +108,10 @@ class Target(ABC):
     def describe(self) -> dict[str, Any]:
         """A secret-free description for run.json."""
 
+    def connection_limit(self) -> tuple[int | None, int | None]:
+        """(the most connections the server takes, how many are open now); None where it cannot be read."""
+        return None, None
+
     #: Seconds an operation may take before the driver gives up (set by every binding).
     op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
 

@@ -258,6 +258,23 @@ class MongoTarget(Target):
             if client is not None:
                 client.close()
 
+    def connection_limit(self) -> tuple[int | None, int | None]:
+        """``serverStatus`` connections: (current + available, current), the server's maxIncomingConnections
+        as it counts them; (None, None) where serverStatus is not allowed or not served."""
+        client = None
+        try:
+            client = self._client(timeoutMS=None)
+            conns = client.admin.command("serverStatus").get("connections") or {}
+            current, available = int(conns["current"]), int(conns["available"])
+            if available <= 0:  # a server that does not count them (secantusdb says 0): not checked
+                return None, None
+            return current + available, current
+        except (PyMongoError, KeyError, TypeError, ValueError, OSError):
+            return None, None
+        finally:
+            if client is not None:
+                client.close()
+
     def _explain(self, exc: BaseException) -> str:
         return redact_text(explain_mongo_error(exc, self), self._secrets)
 

@@ -751,6 +751,22 @@ class PostgresTarget(Target):
         finally:
             session.close()
 
+    def connection_limit(self) -> tuple[int | None, int | None]:
+        """``max_connections`` minus the reserved ones, and the backends open now (None: not readable)."""
+        try:
+            session = PostgresSession(self)
+        except ConnectError:
+            return None, None
+        try:
+            row = session.execute(
+                "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')"
+                "::int, (select count(*) from pg_stat_activity where backend_type = 'client backend')").fetchone()
+            return int(row[0]), int(row[1])
+        except (psycopg.Error, TypeError, ValueError):  # DSQL and others may not have them: not checked
+            return None, None
+        finally:
+            session.close()
+
     def classify(self, exc: BaseException) -> str:
         """The failure kind of `exc` (see `Target.classify`), from psycopg's errors.
 

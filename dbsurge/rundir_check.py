@@ -1,0 +1,370 @@
+"""Check a run directory's files before a command reads them: a damaged one is refused in one line.
+
+``dbsurge report``, ``cost``, ``collect``, ``compare`` and ``rerun`` read what a run wrote
+(`dbsurge.rundir`). A file cut short by a full disk or a kill, edited by hand or replaced by
+something else must not become a report that says "Verdict: OK" with its ledger missing, nor a
+traceback: `check_run_dir` reads every engine file that is there and raises one `UserError`
+naming the file and what is wrong with it, before anything is written.
+
+What is checked, for the files that exist (a missing one is the caller's business: an early crash
+or a scenario writes fewer):
+
+- ``run.json``: UTF-8 text, one JSON object, and the types of the keys dbsurge writes (times,
+  counts, the plan and its stages, the results).
+- ``stages.csv``, ``summary.csv``, ``timeline.csv``, ``workers.csv``, ``segments.csv``: UTF-8 text
+  ending in a line break, a header of columns dbsurge writes (`dbsurge.rundir`), every row as long
+  as the header, counts as whole numbers of 0 or more, other numbers finite, times in ISO 8601.
+- ``events.jsonl``: every line a JSON object.
+- ``intervals.hlog``: HdrHistogram log lines whose numbers are finite and whose histograms decode.
+
+    >>> check_run_dir("/nonexistent")
+    Traceback (most recent call last):
+    ...
+    dbsurge.errors.UserError: /nonexistent is not a directory: give a run directory such as results/<run-id>
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import io
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError, clip
+from .rundir import SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+
+#: Larger files than this are not what a run writes (a year at one line a second is ~300 MB of timeline).
+MAX_FILE_BYTES = 2 * 1024**3
+
+_TEXT_COLUMNS = {"stage", "operation", "failed_detail", "worker", "host", "segment", "override"}
+_TIME_COLUMNS = {"time_utc", "start_utc", "end_utc"}
+_COUNT_COLUMNS = {"planned", "count", "ok", "failures", "retries", "dropped", "not_sent", "over_plan", "sent",
+                  "failed", *(c for c in STAGE_COLUMNS if c.startswith(("failed_", "not_sent_"))
+                              and not c.endswith("_ms") and c != "failed_detail")}
+_LEDGER = ("planned", "ok", "failures", "dropped", "not_sent")
+
+#: file -> (columns it may have, columns it must have, whether it carries the ledger)
+CSV_FILES: dict[str, tuple[set[str], set[str], bool]] = {
+    "stages.csv": (set(STAGE_COLUMNS), {"stage", "operation"}, True),
+    "summary.csv": (set(STAGE_COLUMNS), {"operation"}, True),
+    "timeline.csv": (set(TIMELINE_COLUMNS), {"time_utc", "operation"}, False),
+    "workers.csv": (set(WORKER_COLUMNS), {"time_utc", "worker"}, False),
+    "segments.csv": (set(SEGMENT_COLUMNS), {"segment", "stage"}, False),
+}
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class DamagedRun(UserError):
+    """A run directory's file that cannot be read as what dbsurge wrote."""
+
+
+def _damaged(path: Path, what: str) -> DamagedRun:
+    return DamagedRun(f"{clip(path, 160)} is damaged: {what}; nothing was read or written (restore the file, "
+                      f"or run again)")
+
+
+def check_run_dir(run_dir: str | Path) -> dict | None:
+    """Check every file of `run_dir` that dbsurge writes; returns run.json's object (None without one).
+
+    A set of repetitions (``kind: repetitions``) has its repetitions' directories checked too.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"{clip(path, 160)} is not a directory: give a run directory such as results/<run-id>")
+    meta = check_run_json(path / "run.json") if (path / "run.json").exists() else None
+    for name, (allowed, required, ledger) in CSV_FILES.items():
+        if (path / name).exists():
+            check_csv(path / name, allowed, required, ledger=ledger)
+    if (path / "events.jsonl").exists():
+        check_events(path / "events.jsonl")
+    if (path / "intervals.hlog").exists():
+        check_hlog(path / "intervals.hlog")
+    if meta is not None and meta.get("kind") == "repetitions":
+        for item in _dig(meta, "repetitions", "runs") or []:
+            child = path / str(item.get("run_dir")) if isinstance(item, dict) else None
+            if child is not None and child.is_dir():
+                check_run_dir(child)
+    return meta
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+# -- text ------------------------------------------------------------------------------------------------------
+
+
+def read_text(path: Path) -> str:
+    """`path` as UTF-8 text without NUL bytes, else `DamagedRun` naming where the first bad byte is."""
+    try:
+        if not path.is_file():
+            raise _damaged(path, "it is not a file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise _damaged(path, f"it is larger than {MAX_FILE_BYTES} bytes")
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{clip(path, 160)} cannot be read: {e.strerror or type(e).__name__}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise _damaged(path, f"it is not text (a NUL byte at offset {nul})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _damaged(path, f"it is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+# -- run.json ----------------------------------------------------------------------------------------------------
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_time(v: Any) -> bool:
+    if _is_number(v):
+        return True
+    if not isinstance(v, str):
+        return False
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+def _one_of(*types: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, types) and not isinstance(v, bool)
+
+
+_STR = _one_of(str)
+_DICT = _one_of(dict)
+#: run.json's keys as dbsurge writes them (a None value stands for "not known" anywhere): key -> (check, what)
+RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "run_id": (_STR, "a name"),
+    "started_utc": (_is_time, "an ISO 8601 time"),
+    "ended_utc": (_is_time, "an ISO 8601 time"),
+    "command": (lambda v: isinstance(v, str) or _list_of(_STR)(v), "a command line"),
+    "workload": (lambda v: isinstance(v, (str, dict)) or _list_of(_STR)(v), "a workload name or list of names"),
+    "target": (_one_of(str, dict), "a target"),
+    "target_display": (_STR, "a target"),
+    "workload_options": (_DICT, "an object"),
+    "operations": (_list_of(lambda p: isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                            and _is_number(p[1])), "a list of [name, weight]"),
+    "plan": (_DICT, "an object"),
+    "arrivals": (_STR, "uniform or poisson"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "max_lag": (lambda v: isinstance(v, str) or _is_number(v), "a duration"),
+    "role": (_STR, "a role"),
+    "workers": (_is_count, "a count"),
+    "cloudwatch": (lambda v: isinstance(v, str) or _list_of(_STR)(v), "a list of PRESET:ID"),
+    "runners": (_list_of(lambda r: isinstance(r, (str, dict))), "a list of runners"),
+    "region": (_STR, "a region"),
+    "versions": (_DICT, "an object"),
+    "options": (_DICT, "an object"),
+    "complete": (lambda v: isinstance(v, bool), "true or false"),
+    "exit_code": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "results": (_DICT, "an object"),
+    "kind": (_STR, "a kind"),
+    "scenario": (_STR, "a scenario name"),
+    "repetitions": (_DICT, "an object"),
+}
+_STAGE_KEYS = {"name": (_STR, "a name"), "start_s": (_is_number, "a number"), "duration_s": (_is_number, "a number"),
+               "start_tps": (_is_number, "a number"), "end_tps": (_is_number, "a number"),
+               "target_tps": (_is_number, "a number"), "start_utc": (_is_time, "an ISO 8601 time"),
+               "end_utc": (_is_time, "an ISO 8601 time")}
+_PLAN_KEYS = {"text": (_STR, "a plan"), "baseline_tps": (_is_number, "a number"),
+              "duration_s": (_is_number, "a number"), "stages": (_list_of(_DICT), "a list of stages")}
+_RESULT_KEYS = {**{k: (_is_count, "a count") for k in ("planned_operations", "operations", "ok", "failures",
+                                                        "dropped", "not_sent", "over_plan")},
+                "failed_by_kind": (_DICT, "an object"), "not_sent_by_reason": (_DICT, "an object"),
+                "verdict": (_STR, "a verdict")}
+
+
+def _check_keys(path: Path, obj: dict, keys: dict, where: str) -> None:
+    for key, (check, what) in keys.items():
+        value = obj.get(key)
+        if value is not None and not check(value):
+            raise _damaged(path, f"{where}{key} is {clip(json.dumps(value, default=str), 40)}, not {what}")
+
+
+def check_run_json(path: Path) -> dict:
+    """run.json as a dict with the types dbsurge writes, else `DamagedRun`."""
+    text = read_text(path)
+    if not text.strip():
+        raise _damaged(path, "it is empty")
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise _damaged(path, f"it is not JSON ({clip(e, 80)}): cut short?") from None
+    if not isinstance(meta, dict):
+        raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
+    _check_keys(path, meta, RUN_KEYS, "")
+    plan = meta.get("plan")
+    if isinstance(plan, dict):
+        _check_keys(path, plan, _PLAN_KEYS, "plan.")
+        for i, stage in enumerate(plan.get("stages") or []):
+            _check_keys(path, stage, _STAGE_KEYS, f"plan.stages[{i}].")
+    if isinstance(meta.get("results"), dict):
+        _check_keys(path, meta["results"], _RESULT_KEYS, "results.")
+        for key in ("failed_by_kind", "not_sent_by_reason"):
+            for name, value in (meta["results"].get(key) or {}).items():
+                if not _is_count(value):
+                    raise _damaged(path, f"results.{key}.{clip(name, 30)} is {clip(value, 30)}, not a count")
+    return meta
+
+
+# -- CSV ----------------------------------------------------------------------------------------------------------
+
+
+def check_csv(path: Path, allowed: set[str], required: set[str], *, ledger: bool = False) -> int:
+    """A CSV file dbsurge wrote: header, row lengths, cells; returns its number of rows, else `DamagedRun`."""
+    text = read_text(path)
+    if not text:
+        raise _damaged(path, "it is empty (not even a header)")
+    if not text.endswith("\n"):
+        raise _damaged(path, "its last line is cut short (no line break at the end)")
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise _damaged(path, f"it is not CSV ({clip(e, 60)})") from None
+    header, body = rows[0], rows[1:]
+    _check_header(path, header, allowed, required, ledger)
+    for n, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
+        for column, cell in zip(header, row):
+            problem = _cell_problem(column, cell)
+            if problem:
+                raise _damaged(path, f"line {n}, column {column}: '{clip(cell, 30)}' is not {problem}")
+    return len(body)
+
+
+def _check_header(path: Path, header: list[str], allowed: set[str], required: set[str], ledger: bool) -> None:
+    unknown = [c for c in header if c not in allowed]
+    if unknown:
+        raise _damaged(path, f"its header has a column dbsurge does not write, '{clip(unknown[0], 30)}' "
+                             f"(a header cut short or edited?)")
+    # a run before the ledger (no planned, ok, not_sent) is read as it is; a ledger with a column gone is damage
+    missing = sorted(required - set(header)) or (
+        sorted(set(_LEDGER) - set(header)) if ledger and set(header) & {"planned", "ok", "not_sent"} else [])
+    if missing:
+        raise _damaged(path, f"its header has no column {missing[0]}")
+    if len(set(header)) != len(header):
+        raise _damaged(path, "its header names a column twice")
+
+
+def _cell_problem(column: str, cell: str) -> str | None:
+    """What is wrong with one cell (None when nothing): blanks are "not measured" and always allowed."""
+    if column in _TEXT_COLUMNS or cell == "":
+        return None
+    if column in _TIME_COLUMNS:
+        return None if _is_time(cell) else "an ISO 8601 time"
+    if not _NUMBER.fullmatch(cell) or not math.isfinite(float(cell)):
+        return "a finite number"
+    if column in _COUNT_COLUMNS:
+        value = float(cell)
+        if value < 0 or value != int(value):
+            return "a count (a whole number of 0 or more)"
+    return None
+
+
+# -- events.jsonl and intervals.hlog ------------------------------------------------------------------------------
+
+
+def check_events(path: Path) -> int:
+    """Every line of events.jsonl a JSON object with a text ``kind``; returns the number of events."""
+    text = read_text(path)
+    if text and not text.endswith("\n"):
+        raise _damaged(path, "its last line is cut short (no line break at the end)")
+    count = 0
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise _damaged(path, f"line {n} is not JSON: '{clip(line, 30)}'") from None
+        if not isinstance(event, dict):
+            raise _damaged(path, f"line {n} is a JSON {type(event).__name__}, not an event object")
+        if "kind" in event and not isinstance(event["kind"], str):
+            raise _damaged(path, f"line {n}: kind is {clip(event['kind'], 30)}, not a name")
+        if "time_utc" in event and not _is_time(event["time_utc"]):
+            raise _damaged(path, f"line {n}: time_utc is {clip(event['time_utc'], 30)}, not an ISO 8601 time")
+        count += 1
+    return count
+
+
+#: The cookie bases of an encoded HdrHistogram (V2, and V2 compressed), as in HdrHistogram_py's codec; the
+#: cookie's bits 4-7 carry the word size and are masked off.
+_HDR_V2, _HDR_V2_COMPRESSED = 0x1C849303, 0x1C849304
+
+
+def check_hlog(path: Path) -> int:
+    """An HdrHistogram interval log (``rundir.RunDirectory.hlog_interval``): returns its number of intervals."""
+    text = read_text(path)
+    if text and not text.endswith("\n"):
+        raise _damaged(path, "its last line is cut short (no line break at the end)")
+    count = 0
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith(("#", '"StartTimestamp"')):
+            continue
+        fields = line.split(",")
+        if fields[0].startswith("Tag="):
+            fields = fields[1:]
+        if len(fields) != 4 or not all(_NUMBER.fullmatch(f) and math.isfinite(float(f)) for f in fields[:3]):
+            raise _damaged(path, f"line {n} is not an interval (start,length,max,histogram): '{clip(line, 40)}'")
+        problem = _histogram_problem(fields[3])
+        if problem:
+            raise _damaged(path, f"line {n}: the histogram {problem}")
+        count += 1
+    return count
+
+
+def _histogram_problem(encoded: str) -> str | None:
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return "is not base64"
+    if len(raw) < 8:
+        return "is too short"
+    cookie, length = int.from_bytes(raw[:4], "big") & ~0xF0, int.from_bytes(raw[4:8], "big")
+    if cookie not in (_HDR_V2, _HDR_V2_COMPRESSED):
+        return "is not an HdrHistogram"
+    if cookie == _HDR_V2_COMPRESSED:
+        if len(raw) - 8 < length:
+            return "is cut short"
+        try:
+            inner = zlib.decompress(raw[8:8 + length])
+        except zlib.error:
+            return "does not decompress"
+        if len(inner) < 4 or int.from_bytes(inner[:4], "big") & ~0xF0 != _HDR_V2:
+            return "is not an HdrHistogram"
+    return None
+
+
+def check_run_dirs(paths: Iterable[str | Path]) -> None:
+    """`check_run_dir` on each of `paths` (``dbsurge compare`` and ``report`` of several runs)."""
+    for p in paths:
+        check_run_dir(p)
