@@ -22,8 +22,8 @@ demo: $(STAMP)
 ## The tests that assert timing run alone; the others two at a time (tests/conftest.py, SERIAL_MODULES).
 test: $(STAMP) browser netfaults prometheus
 	@rc=0; \
-	$(BIN)/python -m pytest -q -ra -m serial || rc=$$?; \
-	$(BIN)/python -m pytest -q -ra -m "not serial" -n 2 || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -m serial || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 2 || rc=$$?; \
 	exit $$rc
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md

@@ -225,12 +225,13 @@ def default_master_bind(argv: list[str] | None = None, environ: dict[str, str] |
 def _add_replacing(parser, *flags: str, **kwargs):
     """``add_argument`` that first removes an option of the same name: Locust's retired ``--web-auth``, which
     only says that it was replaced by ``--web-login`` (dbsurge's is basic auth in front of the whole UI)."""
-    existing = getattr(parser, "_option_string_actions", {})  # argparse keeps no public index of options
+    base = getattr(parser, "parser", parser)  # a help group (`_HelpGroup`) adds to the parser it wraps
+    existing = getattr(base, "_option_string_actions", {})  # argparse keeps no public index of options
     for action in {existing[f] for f in flags if f in existing}:
-        parser._remove_action(action)
+        base._remove_action(action)
         for flag in action.option_strings:
             existing.pop(flag, None)
-        for group in getattr(parser, "_action_groups", []):
+        for group in getattr(base, "_action_groups", []):
             if action in group._group_actions:
                 group._group_actions.remove(action)
     return parser.add_argument(*flags, **kwargs)

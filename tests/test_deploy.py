@@ -78,6 +78,8 @@ def test_compose_shapes_targets_and_the_master_port():
     master, worker = services["master"], services["worker"]
     assert all(dep["required"] is False for dep in master["depends_on"].values())  # only the profile's target
     assert "0.0.0.0:5557:5557" in master["ports"] and "/src/shapes/stages.py" in master["command"]
+    # the UI listens beyond the container's loopback for Docker to publish it (on the host's loopback): on purpose
+    assert "--web-host 0.0.0.0 --web-insecure" in master["command"] and "127.0.0.1:8089:8089" in master["ports"]
     assert compose()["services"]["master"]["ports"][1] == "127.0.0.1:5557:5557"  # loopback unless asked
     env = master["environment"]
     assert env["DBSURGE_STAGES"] == "30s@500tps" and env["DBSURGE_RATE"] == "" and worker["environment"] == env
@@ -130,7 +132,8 @@ def test_k8s_manifests_validate_and_match_compose():
     (master,) = _pod_spec(job)["containers"]
     assert "--headless" in master["args"]
     (web_master,) = _pod_spec(applied[("Deployment", "dbsurge-master")])["containers"]
-    assert "--headless" not in web_master["args"] and "--web-host" in web_master["args"]
+    assert "--headless" not in web_master["args"]
+    assert web_master["args"][web_master["args"].index("--web-host") + 1] == "127.0.0.1"  # port-forward reaches it
     for doc in (applied[("Deployment", "dbsurge-worker")], headless[("Job", "dbsurge-worker")]):
         (worker,) = _pod_spec(doc)["containers"]
         assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"

@@ -106,3 +106,22 @@ def test_run_json_names_the_config_files_read_and_a_stray_variable_is_warned_abo
 def test_every_command_names_the_nearest_option(tmp_path, args, line):
     proc = dbsurge(*args, cwd=tmp_path, timeout=60)
     _refused(proc, line, tmp_path / "results")
+
+
+def test_every_dbsurge_variable_the_code_reads_is_known():
+    """A DBSURGE_* name written in the code is an option's alias or listed as internal: no false warning."""
+    import re
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    names = set()
+    for path in [*REPO.joinpath("dbsurge").rglob("*.py"), *REPO.joinpath("collectors").rglob("*.py")]:
+        names |= set(re.findall(r'"(DBSURGE_[A-Z0-9_]*[A-Z0-9])"', path.read_text()))
+    code = ("import sys; from locust.argument_parser import get_parser; from dbsurge.options import add_options; "
+            "from dbsurge.spot import add_spot_options; from dbsurge.option_names import known_env, INTERNAL_PREFIXES; "
+            "p = get_parser(); add_options(p); add_spot_options(p); k = known_env(p); "
+            "print(' '.join(n for n in sys.argv[1:] if n not in k and not n.startswith(INTERNAL_PREFIXES)))")
+    out = subprocess.run([sys.executable, "-c", code, *sorted(names)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
