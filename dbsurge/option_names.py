@@ -34,6 +34,7 @@ INTERNAL_ENV = frozenset({
     "DBSURGE_EMBEDDED_NAMES", "DBSURGE_INSECURE_JOIN",
     # the size bounds' overrides (dbsurge.size_limits) and what dbsurge run hands its Locust child
     "DBSURGE_MAX_PROCESSES", "DBSURGE_MAX_HOST_USERS", "DBSURGE_MAX_STAGES", "DBSURGE_MAX_ARRIVALS",
+    "DBSURGE_MAX_CONNECTIONS",
     "DBSURGE_END_WITH_PLAN", "DBSURGE_PARENT_PID", "DBSURGE_RUN_DIRS", "DBSURGE_RUNNER_VENV",
 })
 #: Prefixes of variables for the test suite and benchmarks only.

@@ -151,8 +151,9 @@ def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
     return run.arrivals().first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
 
 
-def _await_proofs(run: DbSurgeRun, timeout_s: float = 3.0) -> None:
-    """Give connected workers a moment to answer their challenge before the plan is shared."""
+def _await_proofs(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
+    """Give connected workers a moment to answer their challenge before the plan is shared (10 s: a worker on a
+    loaded host answers late, and refusing it would leave --expect-workers waiting for it)."""
     if run.membership is None or run.membership.token is None:
         return
     m = run.membership
@@ -253,7 +254,7 @@ def _admit(run: DbSurgeRun, cid: str) -> None:
 
 #: A connected worker that has not proved the join token after this long is refused (a plain Locust
 #: worker, or one of another locustfile, never answers: it has no dbsurge plugin to).
-PROOF_WAIT_S = 5.0
+PROOF_WAIT_S = 15.0
 
 
 def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:

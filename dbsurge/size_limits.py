@@ -12,6 +12,7 @@ users on this host      what `MEMORY_SHARE` of the available      ``DBSURGE_MAX_
                         memory holds at `USER_BYTES` a user
 stages in a plan        `MAX_STAGES`                              ``DBSURGE_MAX_STAGES``
 arrivals in a plan      `MAX_ARRIVALS` (duration x rate)          ``DBSURGE_MAX_ARRIVALS``
+closed-model users      the target's free connections             ``DBSURGE_MAX_CONNECTIONS``
 ======================  ======================================  ==========================
 
 ``-1`` processes is one per core, as in Locust. The open connections a run may need are checked
@@ -128,12 +129,16 @@ def check_master_bind(processes: int | None, bind_host: str | None) -> None:
                     f"--worker --master-host {bind_host}")
 
 
-def check_connections(users: int | None, limit: int | None, in_use: int | None, target: str) -> None:
-    """Users that each hold a connection must fit the target's own limit (None: not readable, not checked)."""
+def check_connections(users: int | None, limit: int | None, in_use: int | None, target: str,
+                      environ: Mapping[str, str] | None = None) -> None:
+    """Users that each hold a connection must fit the target's own limit (None: not readable, not checked).
+
+    ``DBSURGE_MAX_CONNECTIONS=N`` lets up to N users through on purpose: a test of what the server does
+    when it refuses connections (its SQLSTATE 53300 is then booked per slot, `dbsurge.user`)."""
     if not users or limit is None:
         return
     free = limit - (in_use or 0)
-    if users > free:
+    if users > _limit("DBSURGE_MAX_CONNECTIONS", free, environ):
         raise UserError(f"up to {users} users would each open a connection, but {target} allows {limit} "
-                        f"connections with {in_use or 0} in use: lower --users to "
-                        f"{max(free, 0)} or raise the server's limit")
+                        f"connections with {in_use or 0} in use: lower --users to {max(free, 0)}, raise the "
+                        f"server's limit, or set DBSURGE_MAX_CONNECTIONS={users} to see it refuse them on purpose")
