@@ -254,7 +254,7 @@ def _admit(run: DbSurgeRun, cid: str) -> None:
 
 #: A connected worker that has not proved the join token after this long is refused (a plain Locust
 #: worker, or one of another locustfile, never answers: it has no dbsurge plugin to).
-PROOF_WAIT_S = 15.0
+PROOF_WAIT_S = 5.0
 
 
 def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:
