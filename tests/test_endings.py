@@ -24,8 +24,7 @@ from runs import read_json
 
 from dbsurge.embedded import EmbeddedPostgres
 
-# Not serial as a module: a signal "at any moment" is asserted for whatever moment it lands in. The test that
-# counts rows at the database per half second is (`test_dbsurge_run_killed_stops_the_load`).
+pytestmark = pytest.mark.serial  # signals sent at given moments of a run; rows counted per half second; imports Locust
 
 
 def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -203,7 +202,6 @@ def own_pg(server_dir):
     server.stop()
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("processes", [None, 2])
 def test_dbsurge_run_killed_stops_the_load(tmp_path, own_pg, processes):
     """kill -9 of dbsurge run: its Locust processes stop inserting orders within ~2 s (counted at the database),
