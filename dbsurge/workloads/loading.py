@@ -52,6 +52,25 @@ def block_rows(label: str, seed: int, block: int, first: int, stop: int, make: M
 # PostgreSQL
 
 
+def insert_missing(label: str, seed: int, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any,
+                   insert: Callable[[list[Any]], None], present: Callable[[list[Any]], set[Any]] | None) -> int:
+    """Rows ``start..stop-1`` block by block (`block_rows`), less the keys `present` finds (None: an empty
+    table, nothing to check), written by `insert` in batches of ``batch_size``; returns how many were written.
+    A row's first item is its key. The CQL and DynamoDB-API loads share it."""
+    inserted = 0
+    for block, first, last in blocks(start, stop):
+        rows = block_rows(label, seed, block, first, last, make)
+        if present is not None:
+            found = present([row[0] for row in rows])
+            rows = [row for row in rows if row[0] not in found]
+        for offset in range(0, len(rows), batch_size):
+            batch = rows[offset:offset + batch_size]
+            insert(batch)
+            inserted += len(batch)
+        progress.advance(last - first)
+    return inserted
+
+
 def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, attempts: int = 8) -> Any:
     """Run one autocommit statement, retrying SQLSTATE 40001 with backoff; returns the cursor.
 

@@ -166,22 +166,13 @@ def inserter(workload: Any, session: Any, *, patient: bool = False) -> Callable[
 def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start: int, stop: int, batch_size: int,
          progress: Any) -> int:
     """Insert the missing records ``start..stop-1`` in ``batch_size`` calls; returns how many were written."""
-    from dbsurge.workloads.loading import block_rows, blocks
+    from dbsurge.workloads.loading import insert_missing
 
     check_existing = table_has_rows(workload, session)
     insert = inserter(workload, session, patient=True)
-    inserted = 0
-    for block, first, last in blocks(start, stop):
-        rows = block_rows(workload.name, workload.options["seed"], block, first, last, make)
-        if check_existing:
-            present = present_keys(workload, session, [row[0] for row in rows])
-            rows = [row for row in rows if row[0] not in present]
-        for offset in range(0, len(rows), batch_size):
-            batch = rows[offset:offset + batch_size]
-            insert(batch)
-            inserted += len(batch)
-        progress.advance(last - first)
-    return inserted
+    present = (lambda keys: present_keys(workload, session, keys)) if check_existing else None
+    return insert_missing(workload.name, workload.options["seed"], make=make, start=start, stop=stop,
+                          batch_size=batch_size, progress=progress, insert=insert, present=present)
 
 
 def dynamodb_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C901 - one closure per operation
