@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 import shutil
 import tempfile
@@ -55,6 +56,21 @@ def dbsurge_home(embedded_root: Path) -> Iterator[Path]:
         yield home
         # A failed test may have left `dbsurge embedded start` servers behind: never outlive pytest.
         embedded_main(["stop", "all"])
+
+
+@pytest.fixture(autouse=True)
+def _no_unpatched_locust_leak() -> Iterator[None]:
+    """A test that leaves LOCUST_SKIP_MONKEY_PATCH set makes every Locust this process starts later run without
+    gevent's patching (their ZMQ peers never hear each other): a test that needs it unsets it again."""
+    before = os.environ.get("LOCUST_SKIP_MONKEY_PATCH")
+    yield
+    leaked = os.environ.get("LOCUST_SKIP_MONKEY_PATCH")
+    if leaked != before:
+        if before is None:
+            del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
+        else:
+            os.environ["LOCUST_SKIP_MONKEY_PATCH"] = before
+        pytest.fail("the test left LOCUST_SKIP_MONKEY_PATCH set in this process's environment")
 
 
 @pytest.fixture

@@ -192,9 +192,16 @@ def test_locust_parser_refuses_other_digits(flag, value):
 
 
 def _strict_locust_parser():
-    # as `dbsurge run` reads its options: Locust's parser without gevent's monkey-patching of this process
+    # as `dbsurge run` reads its options: Locust's parser without gevent's monkey-patching of this process.
+    # The variable counts only at Locust's first import; left set, every Locust this process starts later
+    # (the other tests' masters and workers inherit it) would run unpatched and never hear its peers.
+    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
     os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
-    from locust.argument_parser import get_parser
+    try:
+        from locust.argument_parser import get_parser
+    finally:
+        if set_here:
+            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)
 
     from dbsurge.option_types import strict_numbers
     from dbsurge.options import add_options
