@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench browser netfaults prometheus lint clean
+.PHONY: demo test bench soak browser netfaults prometheus lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP) browser netfaults prometheus
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q py-spy   # the profile section; the benchmark skips it without py-spy
 	$(BIN)/python bench/run.py
+
+## make soak: an hour of the orders mix at 500 TPS, 2 processes; memory and disk every minute (bench/RESULTS.md section 5)
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py
 
 # Chromium for the web UI and report tests: Debian's package (Playwright cannot download browsers here).
 browser:

@@ -225,6 +225,11 @@ def render(raw: dict, output: Path) -> None:
     for label, p in (raw.get("profile") or {}).items():
         if p:
             sections.append(report.profile_section(Profile(**p), "" if label == "this" else f" (engine variant {label})"))
+    from bench.soak import SOAK_JSON
+    from bench.soak import section as soak_section
+
+    if SOAK_JSON.exists():  # `make soak` measures it apart (an hour); every report carries its latest
+        sections.append(soak_section(json.loads(SOAK_JSON.read_text())))
     findings_path = REPO / "bench" / "findings.md"
     info = raw.get("machine") or machine.describe()
     report.write(output, command=raw["command"], started=raw.get("started", time.time()),
