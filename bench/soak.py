@@ -265,10 +265,12 @@ def section(raw: dict) -> str:
 SECTION_START = "## 5. Soak"
 
 
-def splice(report_text: str, new_section: str) -> str:
-    """``report_text`` with its section 5 replaced by ``new_section`` (added before the machine section if absent)."""
+def splice(report_text: str, new_section: str, start: str = SECTION_START) -> str:
+    """``report_text`` with the section whose heading begins with ``start`` replaced by ``new_section``
+    (added before the machine section if absent)."""
     lines = report_text.splitlines()
-    start = next((i for i, x in enumerate(lines) if x.startswith(SECTION_START)), None)
+    heading = start
+    start = next((i for i, x in enumerate(lines) if x.startswith(heading)), None)
     if start is not None:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
         lines[start:end] = new_section.splitlines() + [""]

@@ -346,6 +346,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
                 "stages_not_reached": stages_not_reached(run), "connections": connection_counts(run),
+                "master_loop_stall_max_ms": round(run.master_stall_max_s * 1000, 1) if run.role == "master" else None,
             },
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)

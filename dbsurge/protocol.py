@@ -36,7 +36,7 @@ from . import credentials
 from .clocks import ROUND, wall_ns
 from .errors import UserError
 from .hosts import hello_fields
-from .lease import LOST_AFTER_S, lease_end_number, on_lease, on_renew, renew_now
+from .lease import LEASE_S, LOST_AFTER_S, lease_end_number, on_lease, on_renew, renew_now
 from .membership import proof
 from .run_state import DbSurgeRun, Setup
 from .segments import override_label
@@ -122,12 +122,19 @@ def register(run: DbSurgeRun, runner) -> None:
         runner.register_message("dbsurge:close", stopping.on_close_message)
 
 
+#: A stall of the master's event loop beyond this is logged: its answers to lease renewals come that late.
+MASTER_STALL_WARN_S = 0.5
+
+
 def membership_loop(run: DbSurgeRun) -> None:
     """Master: every 0.25 s, move shares when a worker is lost or joins (detection within `LOST_AFTER_S`);
-    every 10 s, measure the workers' clocks again."""
+    every 10 s, measure the workers' clocks again. How late each 0.25 s wake-up comes is the master's own
+    loop stall (merging, writing, a slow disk): its worst is in run.json (``master_loop_stall_max_ms``)."""
     next_clock = time.monotonic() + 10.0
     while not run.finished:
+        asleep = time.monotonic()
         gevent.sleep(0.25)
+        _note_master_stall(run, time.monotonic() - asleep - 0.25)
         if time.monotonic() >= next_clock:
             next_clock = time.monotonic() + 10.0
             for _ in range(ROUND):  # a round, of which the minimum-delay sample counts (`ClockBook`)
@@ -144,6 +151,15 @@ def membership_loop(run: DbSurgeRun) -> None:
             _reshare_if_needed(run)
         except Exception as e:
             run.note_problem("re-sharing the plan", e)
+
+
+def _note_master_stall(run: DbSurgeRun, stall_s: float) -> None:
+    if stall_s <= run.master_stall_max_s:
+        return
+    run.master_stall_max_s = stall_s
+    if stall_s > MASTER_STALL_WARN_S:
+        log.warning("dbsurge: the master's event loop stalled %.2f s (its workers' lease renewals wait as long; "
+                    "a lease lapses after %.2f s)", stall_s, LEASE_S)
 
 
 def number_at(run: DbSurgeRun, elapsed_s: float) -> int:

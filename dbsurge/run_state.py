@@ -107,6 +107,7 @@ class DbSurgeRun:
         self.unreported_reason: str | None = None
         self.disk_full = False  # the results disk filled up: stop writing until the final files
         self.problems: dict[str, int] = {}
+        self.master_stall_max_s = 0.0  # the master's worst event-loop stall (`protocol.membership_loop`)
         self.op_timeout_s = 30.0
         self.probe_service_s: float | None = None  # measured before time zero (preflight.probe_service_time)
         self.capped_stages: set[int] = set()

@@ -16,7 +16,7 @@ import sys
 import time
 
 from ledger_checks import ledger
-from runs import REPO, only_run_dir
+from runs import REPO, only_run_dir, read_json
 
 from dbsurge.embedded import free_port
 
@@ -65,8 +65,11 @@ def test_a_master_listens_everywhere_and_a_worker_on_another_host_joins(tmp_path
     assert master.returncode == 0, out[-3000:]
     assert f"master listening on every address port {port}" in out, out[-3000:]
     assert f"--master-port {port}` with the same DBSURGE_JOIN_TOKEN" in out
-    total = ledger(only_run_dir(tmp_path / "results"))
+    run_dir = only_run_dir(tmp_path / "results")
+    total = ledger(run_dir)
     assert total["planned"] == 160 and total["ok"] == 160, total  # the worker on the other host carried it
+    stall = read_json(run_dir / "run.json")["results"]["master_loop_stall_max_ms"]  # the master's own loop
+    assert isinstance(stall, float) and 0 <= stall < 60_000, stall
 
 
 def test_a_master_without_a_token_refuses_to_start(tmp_path, netns_db):

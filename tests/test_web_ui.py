@@ -206,7 +206,7 @@ def test_the_panel_follows_the_run_its_overrides_and_points_to_the_results(locus
         assert f"rate {e['label']}" in console
     segments = read_csv(run_dir / "segments.csv")
     assert [r["segment"] for r in segments] == names
-    assert abs(float(segments[2]["achieved_tps"]) - 60) <= 6, segments[2]
+    assert abs(float(segments[2]["achieved_tps"]) - 60) <= 10, segments[2]  # not 40: the override took
     table = console[console.index("Rate overrides: a row per stage"):]
     assert all(name in table for name in names), table[:2000]
     total = ledger(run_dir)  # every row of stages.csv and summary.csv balances, and they agree
