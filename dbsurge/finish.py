@@ -357,7 +357,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
 
 
 _REASON_TEXT = {
-    "worker_lost": "a worker was lost before reporting them",
+    "worker_lost": "a worker was lost, or its lease had lapsed (a stalled or starved host), before sending them",
     "no_connect": "no worker took them (none connected, none proved the join token, or none could be set up)",
     "interrupted": "the run was interrupted before they were due",
     "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",

@@ -179,6 +179,7 @@ class Pacer:
         # a worker's lease (`dbsurge.lease`): no slot is issued at or after this clock_ns instant
         # unless the master renewed it; None (a local run, the tests' own pacers): no lease needed
         self.lease_until_ns: int | None = None
+        self._lapses: list[tuple[int, int]] = []  # [from, to) clock_ns spells in which the lease had lapsed
         self.stop_number: int | None = None  # leaving: arrivals from here on are the others' (`stop_at`)
         # closed: arrivals from here on were never planned (an open-ended plan cut where it stopped)
         self.cut_number: int | None = None
@@ -248,8 +249,19 @@ class Pacer:
             self.lease_until_ns = 0
 
     def renew_lease(self, until_ns: int) -> None:
-        """The master renewed the lease until ``until_ns`` (this pacer's clock); an older renewal changes nothing."""
-        self.lease_until_ns = max(self.lease_until_ns or 0, int(until_ns))
+        """The master renewed the lease until ``until_ns`` (this pacer's clock); an older renewal changes nothing.
+
+        A renewal that ends a lapse records it: the arrivals that came due while no lease held were
+        never this worker's to send, then or later (`next_slot` books them not sent, ``worker_lost``),
+        so a worker back from a CPU-starved or partitioned spell does not burst its backlog at the database.
+        """
+        now, old = self.clock_ns(), self.lease_until_ns or 0
+        if 0 < old <= now < until_ns:
+            self._lapses.append((old, now))
+        self.lease_until_ns = max(old, int(until_ns))
+
+    def _due_in_a_lapse(self, slot: Slot) -> bool:
+        return any(a <= slot.intended_ns < b for a, b in self._lapses)
 
     def leased(self) -> bool:
         """True while this pacer may issue a slot: no lease is needed, or the last renewal still holds."""
@@ -281,6 +293,10 @@ class Pacer:
                 if k % 4096 == 0:
                     self.sequence.forget_before(k - 8192)
                 slot = Slot(self.start_ns + int(t * NS), sched.stage_of(e), k, self.mix.of(k), e)
+            if self._lapses and self._due_in_a_lapse(slot):
+                if self._planned(slot):
+                    self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:worker_lost")
+                continue
             if self.max_lag_ns is not None and self.clock_ns() - slot.intended_ns > self.max_lag_ns:
                 self.sink.count(slot.stage, self.op_ids[slot.op], "dropped", 1,
                                 (slot.intended_ns + self.wall_offset_ns) // NS)

@@ -927,6 +927,7 @@ def cleanup_stale() -> list[str]:  # noqa: C901 - one kind of leftover per block
             if record_path.stem not in list_namespaces(NS_PREFIX):
                 record_path.unlink(missing_ok=True)
     removed += _cleanup_stale_mounts()
+    removed += _cleanup_stale_cpu_groups()
     return removed
 
 
@@ -944,6 +945,79 @@ def _cleanup_stale_mounts() -> list[str]:
             if owner.isdigit() and _proc_start_time(int(owner)) is None:
                 _unmount(mountpoint)
                 removed.append(f"tmpfs {mountpoint}")
+    return removed
+
+
+# --- a CPU-starved host ------------------------------------------------------------------------------------------
+
+CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller
+CPU_PREFIX = "dbsf-cpu-"
+
+
+def cpu_starving_unavailable() -> str | None:
+    """Why `cpu_starved` cannot run here (None if it can)."""
+    if os.geteuid() != 0:
+        return "not root"
+    if not (CPU_CGROUP_ROOT / "cgroup.procs").exists():
+        return f"no cgroup v1 cpu controller at {CPU_CGROUP_ROOT}"
+    return None
+
+
+@contextlib.contextmanager
+def cpu_starved(pids: Sequence[int], *, share: float = 0.01, hogs: int = 2) -> Iterator[Path]:
+    """Starve ``pids`` of CPU, as a host whose cores something else took: they and ``hogs`` busy loops go into a
+    cgroup capped at ``share`` of one core (CFS quota), so the processes run, slowly, with nothing signalled.
+
+    On exit the processes go back to the root group, the hogs are killed and the group is removed, also when
+    the body raises. The group's name carries this process's pid (``dbsf-cpu-PID-...``), so `cleanup_stale`
+    can remove a group whose owner died.
+    """
+    reason = cpu_starving_unavailable()
+    if reason:
+        raise FaultSetupError(reason)
+    group = CPU_CGROUP_ROOT / f"{CPU_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+    group.mkdir()
+    hog_procs: list[subprocess.Popen] = []
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(max(1000, int(100000 * share))))
+        for _ in range(hogs):
+            hog_procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        for pid in [*pids, *(h.pid for h in hog_procs)]:
+            with contextlib.suppress(OSError):  # a process that already ended
+                (group / "cgroup.procs").write_text(str(pid))
+        yield group
+    finally:
+        for h in hog_procs:
+            h.kill()
+        for h in hog_procs:
+            h.wait(timeout=10)
+        _remove_cpu_group(group)
+
+
+def _remove_cpu_group(group: Path) -> None:
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPU_CGROUP_ROOT / "cgroup.procs").write_text(pid)
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)  # a moved process's last task is leaving
+
+
+def _cleanup_stale_cpu_groups() -> list[str]:
+    removed = []
+    with contextlib.suppress(OSError):
+        for group in CPU_CGROUP_ROOT.glob(f"{CPU_PREFIX}*"):
+            owner = group.name[len(CPU_PREFIX):].split("-")[0]
+            if owner.isdigit() and _proc_start_time(int(owner)) is None:
+                _remove_cpu_group(group)
+                removed.append(f"cgroup {group.name}")
     return removed
 
 

@@ -195,6 +195,34 @@ def test_no_slot_without_a_lease_and_none_after_it_lapsed():
     assert p.next_slot().number == slot.number  # what it gave back is still its own
 
 
+def test_what_came_due_while_the_lease_had_lapsed_is_never_sent():
+    """A worker back from a lapse (a CPU-starved host, a partition the master did not give up on) sends
+    nothing that came due while no lease held: booked not sent (worker_lost), not a burst of backlog."""
+    from dbsurge.lease import LEASE_NS
+
+    schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
+    sink = Recorder()
+    p, clock = _pacer(schedule, sink=sink)
+    p.require_lease()
+    p.renew_lease(0 + LEASE_NS)  # the first renewal: what is due before it is not a lapse
+    taken = []
+    while (s := p.next_slot()) is not None and s.intended_ns < LEASE_NS - int(0.2e9):
+        taken.append(s)
+        assert p.done(s)
+    p.give_back(s)  # due at 1.05 s, inside the lease: still this worker's after the lapse
+    clock.now = int(3.0e9)  # starved from 1.25 s to 3 s: no renewal held
+    assert p.next_slot() is None
+    p.renew_lease(clock.now + LEASE_NS)
+    first = p.next_slot()
+    assert first.number == s.number
+    late = [p.next_slot() for _ in range(19)]  # due from 1.06 s to 1.24 s, under the lease: sent, late
+    assert all(x.intended_ns < LEASE_NS for x in late)
+    nxt = p.next_slot()
+    assert nxt.intended_ns >= int(3.0e9)  # the arrivals due from 1.25 s to 3 s are gone, not sent late
+    ledger = {col: n for _, _, col, n in sink.drain()["ledger"]}
+    assert 170 <= ledger["not_sent:worker_lost"] <= 180  # 1.75 s at 100 TPS
+
+
 def test_the_lease_ends_strictly_before_the_master_gives_up():
     from dbsurge import lease
 
