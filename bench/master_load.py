@@ -341,6 +341,20 @@ def section(rows: list[dict], when: float, command: str) -> str:
     return "\n".join(lines)
 
 
+def measure(pg_uri: str, products: int, counts: list[int], seconds: int, ops_per_worker: int, fleets: int,
+            workdir: Path, log=log) -> list[dict]:
+    """One row per worker count (`one_count`), logged as it goes (`bench/run.py`'s section ``master`` too)."""
+    rows = []
+    for n in counts:
+        log(f"{n} synthetic workers at {ops_per_worker:,} ops/s each, {seconds} s")
+        row = one_count(pg_uri, products, n, seconds, ops_per_worker, fleets, workdir)
+        log(f"  master {row['master_cores']:.2f} cores, RSS {row['master_rss_mb']:.0f} MB, loop stall "
+            f"{row['master_loop_stall_max_ms']} ms, renewal p99 {row['renew_rtt_p99_ms']} ms, end of run "
+            f"{row['end_of_run_s']} s, {row['workers_in_run']} workers in run.json")
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/master_load.py", description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="50,100,200", help="comma list of worker counts (default 50,100,200)")
@@ -368,19 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()
     when = time.time()
     command = "python bench/master_load.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    rows = []
     ctx = nullcontext(servers_from_uris(args.pg_uri, None)) if args.pg_uri else embedded_servers(None, mongo=False)
     keep = os.environ.get("DBSURGE_BENCH_KEEP")  # a directory to keep the logs in (development)
     with (nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="dbsurge-master-load-")) as tmp, \
             ctx as servers:
         load_data(servers, scale=1, products=10_000, records=0, log=lambda m: log("  " + m))
-        for n in counts:
-            log(f"{n} synthetic workers at {args.ops_per_worker:,} ops/s each, {args.seconds} s")
-            row = one_count(servers.pg_uri, 10_000, n, args.seconds, args.ops_per_worker, args.fleets, Path(tmp))
-            log(f"  master {row['master_cores']:.2f} cores, RSS {row['master_rss_mb']:.0f} MB, loop stall "
-                f"{row['master_loop_stall_max_ms']} ms, renewal p99 {row['renew_rtt_p99_ms']} ms, end of run "
-                f"{row['end_of_run_s']} s, {row['workers_in_run']} workers in run.json")
-            rows.append(row)
+        rows = measure(servers.pg_uri, 10_000, counts, args.seconds, args.ops_per_worker, args.fleets, Path(tmp))
     if args.json:
         args.json.write_text(json.dumps({"started": when, "command": command, "rows": rows}, indent=1))
     from bench.soak import splice

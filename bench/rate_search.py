@@ -47,11 +47,46 @@ def trial(env: Env, rate: float, processes: int, seconds: int, *, pythonpath: st
     if pythonpath:
         run_env = {**os.environ, "PYTHONPATH": pythonpath}
     m = run_measured(cmd, cwd=str(env.workdir), env=run_env)
-    if m.returncode not in (0, 1):  # 1: dbsurge says the generator fell behind; still a result
+    # 1: the database fell behind; 3: slots dropped while the generator fell behind: both a (failing) result
+    if m.returncode not in (0, 1, 3):
         raise RuntimeError(f"rate {rate} exited with {m.returncode}:\n{(m.stdout + m.stderr)[-3000:]}")
     row = summary_all_row(env.workdir / "results" / tag)
     return Trial(rate, _f(row.get("achieved_tps")), _f(row.get("lag_p99_ms")), int(_f(row.get("dropped"))),
                  int(_f(row.get("failures"))), m.cpu_s)
+
+
+def pgbench_trial(env: Env, rate: float, seconds: int) -> Trial:
+    """One ``pgbench -R rate`` run (the same lookups: -S -M prepared, -j 1, the same connections).
+
+    pgbench -R schedules transactions on a Poisson timeline and logs, per transaction (``-l``), its
+    schedule lag: how late it started after its scheduled time, the same quantity as dbsurge's lag.
+    The lag p99 comes from those lines; pgbench drops nothing without ``-L``.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from bench.clients import pgbench_connection
+
+    with tempfile.TemporaryDirectory(prefix="pgbench-R-", dir=env.workdir) as tmp:
+        cmd = [str(env.pgbench), "-S", "-M", "prepared", "-c", str(env.users), "-j", "1", "-R", f"{rate:g}",
+               "-T", str(seconds), "-n", "-l", "--log-prefix", f"{tmp}/tx", *pgbench_connection(env.pg_uri)]
+        m = run_measured(cmd, cwd=tmp)
+        if m.returncode != 0:
+            raise RuntimeError(f"pgbench -R {rate:g} exited with {m.returncode}:\n{(m.stdout + m.stderr)[-2000:]}")
+        lags: list[int] = []
+        failures = 0
+        for path in sorted(Path(tmp).glob("tx*")):
+            for line in path.read_text().split("\n"):
+                f = line.split()
+                if len(f) < 7:
+                    continue
+                if f[2] in ("skipped", "failed"):
+                    failures += 1
+                    continue
+                lags.append(int(f[6]))
+    lags.sort()
+    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] / 1000 if lags else float("nan")
+    return Trial(rate, len(lags) / seconds, p99, 0, failures, m.cpu_s)
 
 
 def _f(text: str | None) -> float:
@@ -62,21 +97,23 @@ def _f(text: str | None) -> float:
 
 
 def search(env: Env, processes: int, *, start: float = 1000.0, seconds: int = 10, bisect_steps: int = 3,
-           ceiling: float = 128_000.0, retries: int = 1, pythonpath: str | None = None,
+           ceiling: float = 128_000.0, retries: int = 1, pythonpath: str | None = None, pgbench: bool = False,
            log=print) -> tuple[Trial | None, list[Trial]]:
-    """The best passing trial (None if even ``start`` fails) and every trial run.
+    """The best passing trial (None if even ``start`` fails) and every trial run (``pgbench``: of pgbench -R).
 
     A failing rate is run again up to ``retries`` times; it passes if any run passes.
     """
     trials: list[Trial] = []
+    who = "pgbench -R" if pgbench else f"{processes} process(es)"
 
     def run(rate: float) -> Trial:
         # Other jobs on the machine can only add lag, never remove it: a failed rate gets a second
         # chance, and a pass in either run counts.
         for _attempt in range(1 + retries):
-            t = trial(env, rate, processes, seconds, pythonpath=pythonpath)
+            t = pgbench_trial(env, rate, seconds) if pgbench else \
+                trial(env, rate, processes, seconds, pythonpath=pythonpath)
             trials.append(t)
-            log(f"  {processes} process(es) rate {rate:8.0f}: achieved {t.achieved_tps:8.0f}  lag p99 "
+            log(f"  {who} rate {rate:8.0f}: achieved {t.achieved_tps:8.0f}  lag p99 "
                 f"{t.lag_p99_ms:7.3f} ms  dropped {t.dropped:6d}  {'pass' if t.passed else 'FAIL'}")
             if t.passed:
                 break

@@ -95,11 +95,18 @@ def goals_section(samples: list[Sample], labels: dict[str, tuple[str, str]], lon
 
 def rates_section(results: dict[tuple[str, int], tuple], seconds: int) -> str:
     rows = []
-    for (label, procs), (best, trials) in sorted(results.items()):
+    reference = results.get(("pgbench", 1), (None, []))[0]
+    ratios = []
+    for (label, procs), (best, trials) in sorted(results.items(), key=lambda kv: (kv[0][0] != "pgbench", kv[0])):
         passed = {t.rate for t in trials if t.passed}
         failed = [t for t in trials if t.rate not in passed]  # failed every attempt
         first_fail = min(failed, key=lambda t: (t.rate, t.lag_p99_ms)) if failed else None
+        if label != "pgbench" and best and reference:
+            ratios.append(f"{procs} process{'es' if procs > 1 else ''}{f' [{label}]' if label else ''}: "
+                          f"{best.rate / reference.rate:.2f}x" + (f" ({best.rate / reference.rate / procs:.2f}x per "
+                                                                   "process)" if procs > 1 else ""))
         rows.append([
+            "pgbench -R, -j 1 (the reference)" if label == "pgbench" else
             (str(procs) if procs > 1 else "1 (no separate master)") + (f" [{label}]" if label else ""),
             fmt(best.rate) if best else "below the first rate tried",
             f"{best.lag_p99_ms:.3f} ms" if best else "n/a",
@@ -112,9 +119,12 @@ def rates_section(results: dict[tuple[str, int], tuple], seconds: int) -> str:
             f"`dbsurge run --shape constant --rate R --duration {seconds}s --max-lag 100ms`; a rate passes when the "
             "run's lag p99 (ALL row of summary.csv) is under 1 ms with no dropped slots and no failures. "
             "Doubling from 1,000 TPS (halving if that fails), then bisecting; a failed rate is run once more and "
-            "passes if either run does.\n\n"
+            "passes if either run does. pgbench -R (`-S -M prepared -j 1`, the same connections, its per-transaction "
+            "log's schedule lag) is searched the same way in the same run: the goal is at least 0.5x its rate with "
+            "one process.\n\n"
             + _table(["worker processes", "highest passing rate (TPS)", "lag p99 there", "achieved TPS there",
-                      "lowest failing rate", "rates tried (✗ failed)"], rows))
+                      "lowest failing rate", "rates tried (✗ failed)"], rows)
+            + (f"\n\nAgainst pgbench -R's {fmt(reference.rate)} TPS: " + "; ".join(ratios) + "." if ratios else ""))
 
 
 def recorder_section(cost, long_run) -> str:

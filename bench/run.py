@@ -9,7 +9,9 @@ orders and ycsb workloads, then writes bench/RESULTS.md with:
 2. the highest arrival rate dbsurge sustains with lag p99 under 1 ms and no drops, per worker
    process count;
 3. the recorder's CPU per operation, and disk and memory of a long run projected to 12 hours;
-4. a py-spy profile of a worker.
+4. a py-spy profile of a worker;
+5. (from bench/soak.json, written by ``make soak``) an hour's memory and disk;
+6. the master's CPU, loop stall and end of run at 50, 100 and 200 synthetic workers (bench/master_load.py).
 
     python bench/run.py                      # everything, about 20 minutes
     python bench/run.py --quick              # every section, short (a few minutes)
@@ -34,7 +36,7 @@ from bench import machine, report
 from bench.clients import CLIENTS, REPO, Env
 from bench.measure import become_subreaper
 
-SECTIONS = ("throughput", "rates", "recorder", "longrun", "profile")
+SECTIONS = ("throughput", "rates", "recorder", "longrun", "profile", "master")
 DEFAULT_CLIENTS = ("pgbench", "dbsurge", "locust", "dbsurge_p2", "locust_p2", "bare_psycopg", "bare_pq",
                    "dbsurge_ycsb", "bare_pymongo", "bare_pymongo_gevent")
 
@@ -156,6 +158,9 @@ def measure(args: argparse.Namespace) -> dict:
 
             log(f"2. highest sustained arrival rate, {args.rate_seconds} s runs")
             raw["rates"] = {}
+            best, trials = search(env, 1, seconds=args.rate_seconds, bisect_steps=1 if args.quick else 3,
+                                  pgbench=True, log=log)  # the reference, in the same run
+            raw["rates"]["pgbench/1"] = {"best": asdict(best) if best else None, "trials": [asdict(t) for t in trials]}
             for label, path in engines.items():
                 for procs in (1, 2):
                     if label:
@@ -190,6 +195,13 @@ def measure(args: argparse.Namespace) -> dict:
                 prof = profile_worker(env, seconds=3 if args.quick else 8, warmup_s=6 if args.quick else 8,
                                       pythonpath=path, log=log)
                 raw["profile"][label or "this"] = asdict(prof) if prof else None
+        if "master" in args.sections:
+            from bench import master_load
+
+            log("6. the master at 50, 100 and 200 synthetic workers")
+            counts = [10, 20] if args.quick else [50, 100, 200]
+            raw["master"] = {"started": time.time(), "rows": master_load.measure(
+                servers.pg_uri, args.products, counts, 10 if args.quick else 30, 2500, 2, workdir, log=log)}
     raw["finished"] = time.time()
     raw["load_after"] = machine.load_average()
     tmp.cleanup()
@@ -230,6 +242,11 @@ def render(raw: dict, output: Path) -> None:
 
     if SOAK_JSON.exists():  # `make soak` measures it apart (an hour); every report carries its latest
         sections.append(soak_section(json.loads(SOAK_JSON.read_text())))
+    if raw.get("master"):
+        from bench.master_load import section as master_section
+
+        sections.append(master_section(raw["master"]["rows"], raw["master"]["started"],
+                                       raw.get("command", "python bench/run.py")))
     findings_path = REPO / "bench" / "findings.md"
     info = raw.get("machine") or machine.describe()
     report.write(output, command=raw["command"], started=raw.get("started", time.time()),

@@ -44,7 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from .errors import UserError
 from .measure.cells import NOT_SENT_REASONS
-from .measure.histogram import COUNTS_LEN, _value_from_index
+from .measure.histogram import COUNTS_LEN, _value_from_index, decode_sparse
 
 #: Seconds the endpoint stays up after the run (``--prometheus-grace``): one scrape interval of most setups.
 DEFAULT_GRACE_S = 15.0
@@ -80,10 +80,9 @@ class _Buckets:
         self.count = 0
 
     def add_wire(self, wire: list) -> None:
-        idx = np.frombuffer(wire[0], dtype=np.int32)
+        idx, cnt = decode_sparse(wire)
         if idx.size == 0:
             return
-        cnt = np.frombuffer(wire[1], dtype=np.int64)
         np.add.at(self.counts, _INDEX_BUCKET[idx], cnt)
         self.count += int(cnt.sum())
         self.sum_us += int(wire[4])

@@ -129,7 +129,7 @@ def moto_url() -> Iterator[str]:
 #: against pgbench. Sharing two cores with another test would make them measure the other test.
 #: `make test` runs these alone (``-m serial``), then everything else two at a time (``-n 2``).
 SERIAL_MODULES = {
-    "test_bench_smoke", "test_capacity_search", "test_distributed", "test_engine_runs", "test_faults",
+    "test_capacity_search", "test_distributed", "test_engine_runs", "test_faults",
     "test_join_token",  # masters that wait for --expect-workers proven workers: they hung under -n 2 load
     "test_many_hosts", "test_prometheus", "test_stall", "test_target_timeouts", "test_web_signal", "test_web_ui",
 }

@@ -20,7 +20,7 @@ from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
 def test_capacity_finds_a_rate_on_embedded_postgres(tmp_path, pg_uri):
     proc = dbsurge("scenario", "capacity", "--quick", "--target", pg_uri, "--start", "200", "--step-seconds", "2",
-                   cwd=tmp_path, timeout=300)
+                   "--bisections", "1", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     meta = read_json(run / "run.json")

@@ -45,6 +45,37 @@ def test_merged_workers_equal_all_samples_together():
         assert merged.percentile(p) == whole.percentile(p)
 
 
+def test_the_wire_packs_counts_narrow_and_exactly():
+    """Indices as uint16 and counts in the narrowest type: a second's worth of samples ships in a quarter of
+    int32 + int64's bytes, and counts past 255 or 65,535 come back exact."""
+    import numpy as np
+    import pytest
+
+    from dbsurge.measure.cells import sparse_wire
+    from dbsurge.measure.histogram import decode_sparse
+
+    rng = random.Random(9)
+    second = [int(rng.lognormvariate(6.7, 0.6)) for _ in range(2500)]
+    wire = sparse_wire(np.array(second, dtype=np.int64))
+    buckets = len(wire[0]) // 2
+    assert len(wire[1]) == buckets  # uint8 counts: 3 bytes a bucket, not 12
+    for many in (300, 70_000, 5_000_000_000):  # uint16, uint32, uint64 counts
+        h = Histogram()
+        h.counts[1000] = many
+        h._track(1000, 1000, many, 1000 * many)
+        back = Histogram.from_wire(h.to_wire())
+        assert back.counts[1000] == many and back.count == many
+    idx, cnt = decode_sparse(sparse_wire(np.zeros(0, dtype=np.int64)))
+    assert idx.size == 0 and cnt.size == 0
+    with pytest.raises(ValueError, match="bytes of counts"):
+        decode_sparse([np.array([1, 2], dtype=np.uint16).tobytes(), b"\x01\x02\x03", 0, 0, 0])
+    merged = Histogram()
+    merged.add_wire(wire)
+    whole = Histogram()
+    whole.record_many(second)
+    assert merged.percentile(99) == whole.percentile(99) and merged.count == 2500
+
+
 def _wire(vals):
     h = Histogram()
     h.record_many(vals)

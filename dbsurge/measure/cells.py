@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histogram import Histogram, counts_index
+from .histogram import Histogram, counts_index, encode_sparse
 
 _KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
 
@@ -143,8 +143,7 @@ def sparse_wire(values: np.ndarray) -> list:
         return [b"", b"", 0, 0, 0]
     counts = np.bincount(counts_index(values))  # as long as the highest index present, not 23,552
     index = np.flatnonzero(counts)
-    return [index.astype(np.int32).tobytes(), counts[index].astype(np.int64).tobytes(), int(values.min()),
-            int(values.max()), int(values.sum())]
+    return [*encode_sparse(index, counts[index]), int(values.min()), int(values.max()), int(values.sum())]
 
 
 def us_to_ms(us: float) -> float:

@@ -35,6 +35,35 @@ _SUB_HALF_COUNT = _SUB_BUCKET_COUNT // 2
 _SUB_BUCKET_MASK = (_SUB_BUCKET_COUNT - 1) << _UNIT_MAGNITUDE
 _TEMPLATE = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 COUNTS_LEN = _TEMPLATE.counts_len
+assert COUNTS_LEN <= 1 << 16  # a bucket index fits the wire's uint16 (`encode_sparse`)
+
+_COUNT_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def encode_sparse(index: np.ndarray, counts: np.ndarray) -> tuple[bytes, bytes]:
+    """A sparse histogram's (bucket index, count) pairs as two byte strings: the indices as uint16, the
+    counts in the narrowest unsigned type that holds the largest (uint8 for a worker's usual second).
+
+    At 2,500 operations a second most buckets hold one or two samples, so this is 3 bytes a bucket
+    instead of int32 + int64's 12: a quarter of the once-a-second report a master merges per worker.
+    Exact: nothing is rounded, only packed.
+    """
+    if index.size == 0:
+        return b"", b""
+    top = int(counts.max())
+    width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
+    return index.astype(np.uint16).tobytes(), counts.astype(_COUNT_TYPES[width]).tobytes()
+
+
+def decode_sparse(wire: list) -> tuple[np.ndarray, np.ndarray]:
+    """`encode_sparse`'s pairs back, as (uint16 indices, int64 counts); the count width is the byte ratio."""
+    idx = np.frombuffer(wire[0], dtype=np.uint16)
+    if idx.size == 0:
+        return idx, np.zeros(0, dtype=np.int64)
+    width = len(wire[1]) // idx.size
+    if width not in _COUNT_TYPES or width * idx.size != len(wire[1]):
+        raise ValueError(f"a histogram on the wire with {idx.size} buckets and {len(wire[1])} bytes of counts")
+    return idx, np.frombuffer(wire[1], dtype=_COUNT_TYPES[width]).astype(np.int64)
 
 
 def counts_index(values: np.ndarray) -> np.ndarray:
@@ -107,17 +136,10 @@ class Histogram:
 
     def to_wire(self) -> list:
         nz = np.flatnonzero(self.counts)
-        return [
-            nz.astype(np.int32).tobytes(),
-            self.counts[nz].astype(np.int64).tobytes(),
-            self.min_value_raw,
-            self.max_value_raw,
-            self.total_us,
-        ]
+        return [*encode_sparse(nz, self.counts[nz]), self.min_value_raw, self.max_value_raw, self.total_us]
 
     def add_wire(self, wire: list) -> None:
-        idx = np.frombuffer(wire[0], dtype=np.int32)
-        cnt = np.frombuffer(wire[1], dtype=np.int64)
+        idx, cnt = decode_sparse(wire)
         if idx.size == 0:
             return
         np.add.at(self.counts, idx, cnt)
