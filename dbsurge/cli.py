@@ -20,15 +20,33 @@ know pass through to Locust and dbsurge's Locust plugin (``--stages``, ``--check
 
 from __future__ import annotations
 
-import argparse
-import importlib.resources
-import os
-import sys
+import signal as _signal
+import sys as _sys
 
-from .errors import UserError
-from .help_examples import epilog
-from .locust_child import END_WITH_PLAN_ENV, run_child  # run_child: the scenarios run Locust through it too
-from .option_types import ascii_int
+#: SIGINT and SIGTERM that reached the command before `main` could act on them (Python is still importing).
+#: From the command's first line they are recorded, not raised: an exception raised in the middle of an
+#: import can be swallowed by a library's ``except BaseException`` (the run then went on and said OK) or
+#: end in a KeyboardInterrupt traceback. `main` and `locust_child.run_child` honour what was recorded.
+EARLY_SIGNALS: list[int] = []
+
+
+def _record_early(signum, _frame):
+    EARLY_SIGNALS.append(signum)
+
+
+if __name__ == "__main__" or _sys.argv[0].rsplit("/", 1)[-1] == "dbsurge":  # the command, not an import
+    for _sig in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(_sig, _record_early)
+
+import argparse  # noqa: E402 - after the early signal handlers
+import importlib.resources  # noqa: E402 - after the early signal handlers
+import os  # noqa: E402 - after the early signal handlers
+import sys  # noqa: E402 - after the early signal handlers
+
+from .errors import UserError  # noqa: E402
+from .help_examples import epilog  # noqa: E402
+from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
+from .option_types import ascii_int  # noqa: E402
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -460,6 +478,7 @@ class Signalled(BaseException):
 
 
 def _signalled(signum, _frame):
+    EARLY_SIGNALS.append(signum)  # seen by `run_child` even if a library swallows the exception
     raise Signalled(signum)
 
 
@@ -479,9 +498,28 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     from_command_line = argv is None
-    if from_command_line:  # the command's own process: SIGTERM ends it in one line too, like Ctrl-C
-        signal.signal(signal.SIGTERM, _signalled)
     argv = sys.argv[1:] if argv is None else argv
+    name = argv[0] if argv else ""
+    if from_command_line:  # the command's own process: SIGINT and SIGTERM end it in one line
+        from . import locust_child
+
+        locust_child.PENDING_SIGNALS = EARLY_SIGNALS  # a Locust child is never started after one
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _signalled)
+    try:
+        if EARLY_SIGNALS:
+            raise Signalled(EARLY_SIGNALS[0])
+        return _command(argv, from_command_line)
+    except UserError as e:
+        sys.stderr.write(f"dbsurge: {e}\n")
+        return e.exit_code
+    except (KeyboardInterrupt, Signalled) as e:
+        line, code = _stopped_line(name, getattr(e, "signum", 2))
+        sys.stderr.write(line + "\n")
+        return code
+
+
+def _command(argv: list[str], from_command_line: bool) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(top_help())
         return 0 if argv else 2
@@ -499,16 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     module, func = COMMANDS[name].split(":")
     import importlib
 
-    try:
-        fn = getattr(importlib.import_module(module), func)
-        return int(fn(rest) or 0)
-    except UserError as e:
-        sys.stderr.write(f"dbsurge: {e}\n")
-        return e.exit_code
-    except (KeyboardInterrupt, Signalled) as e:
-        line, code = _stopped_line(name, getattr(e, "signum", 2))
-        sys.stderr.write(line + "\n")
-        return code
+    fn = getattr(importlib.import_module(module), func)
+    return int(fn(rest) or 0)
 
 
 if __name__ == "__main__":

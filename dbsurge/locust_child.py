@@ -42,6 +42,10 @@ PARENT_PID_ENV = "DBSURGE_PARENT_PID"
 #: Set by ``dbsurge run --web``: the process ends when the plan does (a hand-run ``locust`` UI stays up).
 END_WITH_PLAN_ENV = "DBSURGE_END_WITH_PLAN"
 
+#: Signals the ``dbsurge`` command received before it could act on them (`dbsurge.cli.EARLY_SIGNALS`):
+#: `run_child` starts no Locust after one.
+PENDING_SIGNALS: list[int] = []
+
 PR_SET_PDEATHSIG = 1
 #: Temporary files a run directory may hold while it is written; none may outlive the run.
 TEMP_SUFFIXES = (".tmp",)
@@ -110,6 +114,10 @@ def run_child(cmd: list[str], env: dict | None = None) -> int:
 
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if PENDING_SIGNALS:  # one came while this process was still starting: no child, no load
+            forwarded.append(PENDING_SIGNALS[0])
+            cut_short.append(PENDING_SIGNALS[0])
+            return ending(-PENDING_SIGNALS[0], forwarded, cut_short, [], started)
         proc = subprocess.Popen(cmd, env=child_env, process_group=0,
                                 preexec_fn=lambda: _in_child(parent))  # noqa: PLW1509 - this process has one thread
         if cut_short:

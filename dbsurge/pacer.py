@@ -251,13 +251,15 @@ class Pacer:
     def renew_lease(self, until_ns: int) -> None:
         """The master renewed the lease until ``until_ns`` (this pacer's clock); an older renewal changes nothing.
 
-        A renewal that ends a lapse records it: the arrivals that came due while no lease held were
-        never this worker's to send, then or later (`next_slot` books them not sent, ``worker_lost``),
-        so a worker back from a CPU-starved or partitioned spell does not burst its backlog at the database.
+        A renewal that ends a lapse records it: the arrivals that came due while no lease held are not
+        sent later (`next_slot` books them not sent, ``worker_lost``), so a worker back from a stalled,
+        CPU-starved or partitioned spell does not burst its backlog at the database. Only the lapse's
+        last `LAPSE_CATCH_UP_S` may still go, late: the master kept the share (it renewed), so they
+        cannot be sent twice, and a hiccup of a loaded host costs no arrivals, only lag.
         """
         now, old = self.clock_ns(), self.lease_until_ns or 0
-        if 0 < old <= now < until_ns:
-            self._lapses.append((old, now))
+        if 0 < old <= now < until_ns and now - old > LAPSE_CATCH_UP_NS:
+            self._lapses.append((old, now - LAPSE_CATCH_UP_NS))  # the lapse's last half second may still go
         self.lease_until_ns = max(old, int(until_ns))
 
     def _due_in_a_lapse(self, slot: Slot) -> bool:
@@ -506,6 +508,11 @@ class Pacer:
 #: target's: what it could not issue is ``target_silent`` (exit 1), not ``users_exhausted`` (exit 3).
 TARGET_SILENT_S = 1.0
 CHUNK = 1 << 20  # arrivals counted per numpy pass when closing
+#: Of a lapsed lease's spell, how much (its end) may still be sent late once a renewal holds again:
+#: the catch-up bound after a lapse is this much of the worker's share (docs/architecture.md, "The lease").
+LAPSE_CATCH_UP_S = 0.5
+LAPSE_CATCH_UP_NS = int(LAPSE_CATCH_UP_S * 1e9)
+
 #: How far behind the plan a worker may be when the rate changes before the old backlog is dropped.
 BACKLOG_S = 1.0
 
