@@ -128,22 +128,29 @@ def _check_database(run, uri: str, rate: float, total: dict, backlog: float | No
     return per_source
 
 
-def test_stalled_worker_stops_before_its_share_is_given_away(tmp_path, netns_db):
-    """A worker on another host is stopped for 2.6 s (SIGSTOP, SIGCONT): its lease lapses before the master
-    gives it up, so when it wakes it sends nothing of the old share; nothing twice, no second above the plan."""
+def _two_here_one_there(tmp_path, netns_db, name: str):
+    """A 14 s plan at 90 TPS on three workers, the third on the database's host; 4 s into the load: the master,
+    the workers, the results folder and the pids of the third (its Locust and children), for the fault."""
     ns = netns_db.netns
     _orders_table(netns_db.uri)
     port = str(free_port())
     master = _master(tmp_path, ns.host_ip, port, netns_db.uri, "14s@90tps", 3)
     cmd = _worker_cmd(ns.host_ip, port, netns_db.uri)
     workers = [_local_worker(cmd, tmp_path) for _ in range(2)]
-    workers.append(_ns_worker(ns, cmd, tmp_path, "stalled"))
+    workers.append(_ns_worker(ns, cmd, tmp_path, name))
     results = tmp_path / "results"
     _wait_for_timeline(results)
     time.sleep(4)
-    stalled = workers[-1]
-    pids = [stalled.pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(stalled.pid)], capture_output=True,
-                                                             text=True).stdout.split()]
+    third = workers[-1].pid
+    pids = [third] + [int(p) for p in subprocess.run(["pgrep", "-P", str(third)], capture_output=True,
+                                                     text=True).stdout.split()]
+    return master, workers, results, pids
+
+
+def test_stalled_worker_stops_before_its_share_is_given_away(tmp_path, netns_db):
+    """A worker on another host is stopped for 2.6 s (SIGSTOP, SIGCONT): its lease lapses before the master
+    gives it up, so when it wakes it sends nothing of the old share; nothing twice, no second above the plan."""
+    master, workers, results, pids = _two_here_one_there(tmp_path, netns_db, "stalled")
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     time.sleep(2.6)
@@ -168,19 +175,7 @@ def test_cpu_starved_worker_sends_nothing_twice(tmp_path, netns_db):
     reason = faults.cpu_starving_unavailable()
     if reason:
         pytest.skip(reason)
-    ns = netns_db.netns
-    _orders_table(netns_db.uri)
-    port = str(free_port())
-    master = _master(tmp_path, ns.host_ip, port, netns_db.uri, "14s@90tps", 3)
-    cmd = _worker_cmd(ns.host_ip, port, netns_db.uri)
-    workers = [_local_worker(cmd, tmp_path) for _ in range(2)]
-    workers.append(_ns_worker(ns, cmd, tmp_path, "starved"))
-    results = tmp_path / "results"
-    _wait_for_timeline(results)
-    time.sleep(4)
-    starved = workers[-1]
-    pids = [starved.pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(starved.pid)], capture_output=True,
-                                                             text=True).stdout.split()]
+    master, workers, results, pids = _two_here_one_there(tmp_path, netns_db, "starved")
     with faults.cpu_starved(pids, share=0.01, hogs=2):
         time.sleep(3)
     out = _finish(master, workers)
