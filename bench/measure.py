@@ -14,6 +14,7 @@ to the benchmark, which waits for them before taking the second reading.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import resource
 import subprocess
@@ -143,3 +144,20 @@ def _kill_tree(pid: int) -> None:
             p.kill()
         except psutil.Error:
             pass
+
+
+def least_squares(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """The least-squares slope of (t, value) points, per unit of t, and its standard error (nan, nan with
+    fewer than 3 points or no spread in t): the memory-growth figures of the long run and the soak."""
+    n = len(points)
+    if n < 3:
+        return float("nan"), float("nan")
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    sxx = sum((t - mt) ** 2 for t, _ in points)
+    if not sxx:
+        return float("nan"), float("nan")
+    b = sum((t - mt) * (v - mv) for t, v in points) / sxx
+    a = mv - b * mt
+    resid = sum((v - a - b * t) ** 2 for t, v in points)
+    return b, math.sqrt(resid / (n - 2) / sxx)

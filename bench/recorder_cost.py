@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from bench.clients import Env, new_tag, processes_args, summary_all_row
-from bench.measure import run_measured
+from bench.measure import least_squares, run_measured
 
 
 @dataclass
@@ -181,12 +181,6 @@ def _split_roles(samples: list[tuple[float, dict[int, tuple[int, int]]]], root: 
 
 def _slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope (units per second)."""
-    n = len(points)
-    if n < 3:
-        return float("nan")
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    den = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / den if den else float("nan")
+    return least_squares(points)[0]
 
 

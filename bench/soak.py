@@ -35,6 +35,7 @@ if __package__ in (None, ""):
 
 from bench import machine
 from bench.clients import REPO, new_tag, processes_args, summary_all_row
+from bench.measure import least_squares
 
 FLAT_MB_PER_H = 2.0  # memory: a slope below this over the judged window is "flat" whatever its error
 SOAK_JSON = REPO / "bench" / "soak.json"
@@ -135,19 +136,8 @@ def _sampler(cli_pid: int, rundir: Path, interval: float, out: list[dict], stop:
 
 def slope_per_h(points: list[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares slope in units per hour and its standard error (nan with fewer than 3 points)."""
-    n = len(points)
-    if n < 3:
-        return float("nan"), float("nan")
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    sxx = sum((t - mt) ** 2 for t, _ in points)
-    if not sxx:
-        return float("nan"), float("nan")
-    b = sum((t - mt) * (v - mv) for t, v in points) / sxx
-    a = mv - b * mt
-    resid = sum((v - a - b * t) ** 2 for t, v in points)
-    se = math.sqrt(resid / (n - 2) / sxx) if n > 2 else float("nan")
-    return b * 3600, se * 3600
+    slope, se = least_squares(points)
+    return slope * 3600, se * 3600
 
 
 def judge(samples: list[dict], key: str, window_s: float) -> dict:
