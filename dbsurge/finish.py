@@ -161,7 +161,8 @@ def _collect(run) -> None:
     from .side import stop_side_collectors
 
     try:
-        stop_side_collectors(run)
+        with run.timeline_lock:  # the once-a-second loop between two seconds: stopping it loses nothing
+            stop_side_collectors(run)
     except Exception as e:
         run.note_problem("stopping the side collectors", e)
     if run.role == "local":

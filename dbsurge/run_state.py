@@ -70,6 +70,9 @@ class DbSurgeRun:
         self.plan: StagePlan | None = None
         self.start_epoch_ns: int | None = None
         self.slot_lock = gevent.lock.Semaphore()
+        # held by the once-a-second loop while a second's drain, merge, rows and files are under way (it
+        # yields to the pacer between them): the end waits for it before stopping that loop
+        self.timeline_lock = gevent.lock.Semaphore()
         self.ready = gevent.event.Event()
         self.target = None
         self.target_uri: str | None = None

@@ -99,3 +99,67 @@ def test_recorder_separates_response_service_and_lag():
     assert cell.failed_response.percentile(50) == 1000  # failures keep their own latency
     assert cell.response.percentile(50) == 1500 and cell.service.percentile(50) == 1000
     assert cell.lag.max_value_raw == 500
+
+
+def test_the_one_value_index_functions_agree_with_the_array_forms():
+    """`index_of` and `highest_equivalent_of` (plain integers, for reading percentiles) give what the numpy
+    forms give, at every bucket edge of the range and past both ends."""
+    import numpy as np
+
+    from dbsurge.measure.histogram import (
+        COUNTS_LEN,
+        HIGHEST_US,
+        counts_index,
+        highest_equivalent,
+        highest_equivalent_of,
+        index_of,
+    )
+
+    every = np.arange(COUNTS_LEN, dtype=np.int64)
+    tops = highest_equivalent(every)
+    values = np.unique(np.concatenate([tops, tops + 1, tops - 1, [0, 1, 2, HIGHEST_US, HIGHEST_US + 5, -3]]))
+    values = values[values <= HIGHEST_US + 5]
+    assert [index_of(v) for v in values.tolist()] == counts_index(values).tolist()
+    assert [highest_equivalent_of(i) for i in every.tolist()] == tops.tolist()
+
+
+def test_a_drain_in_parts_is_the_one_drain_merged():
+    """A local run drains its recorder in parts and lets the pacer run between them: merged, the parts
+    give the same cells, ledger and counts as one drain of the same operations, to the last sample."""
+    from dbsurge.measure.aggregator import Aggregator
+
+    def fill(rec: Recorder, rng: random.Random) -> None:
+        ops = [rec.op_id("read"), rec.op_id("update")]
+        timeout = rec.kind_id("timeout", "TimeoutError: slow")
+        base = rec.clock_ns()
+        for i in range(2_345):
+            t = base + i * 400_000
+            start = t + rng.randint(0, 3_000_000)
+            rec.record(ops[i % 2], i // 1000, t, start, start + rng.randint(50_000, 90_000_000),
+                       timeout if i % 97 == 0 else 0, 1 if i % 50 == 0 else 0)
+        rec.count(0, ops[0], "dropped", 3, epoch_s=int(time.time()))
+        rec.count(1, ops[1], "not_sent:interrupted", 5)
+
+    import time
+
+    whole, parts = Recorder(), Recorder()
+    fill(whole, random.Random(4))
+    fill(parts, random.Random(4))
+    one, many = Aggregator(stage_names=["a", "b", "c"]), Aggregator(stage_names=["a", "b", "c"])
+    one.merge(whole.drain())
+    payloads = list(parts.drain_in_parts(400))
+    assert len(payloads) == 6  # 2,345 operations, 400 a part
+    for p in payloads:
+        many.merge(p)
+    assert sorted(one.stage_cells) == sorted(many.stage_cells)
+    for key, cell in one.stage_cells.items():
+        other = many.stage_cells[key]
+        assert (cell.count, cell.ok, cell.retries, cell.dropped, dict(cell.failed), dict(cell.not_sent)) == \
+            (other.count, other.ok, other.retries, other.dropped, dict(other.failed), dict(other.not_sent))
+        for name in ("response", "service", "lag", "failed_response"):
+            a, b = getattr(cell, name), getattr(other, name)
+            assert (a.count, a.max_value, a.total_us, a.percentiles([50, 99, 99.9])) == \
+                (b.count, b.max_value, b.total_us, b.percentiles([50, 99, 99.9]))
+    assert sorted(one.open_seconds) == sorted(many.open_seconds)
+    assert one.first_errors == many.first_errors and dict(one.per_source) == dict(many.per_source)
+    assert list(Recorder().drain_in_parts(400))[0]["stages"] == []  # nothing recorded: one empty part

@@ -265,3 +265,40 @@ def test_the_ledger_books_a_lost_workers_unreported_operations_as_unknown():
     assert booked == {"unknown": 3, "worker_lost": 2}, booked
     cell = agg.stage_cells[("op", 0)]
     assert cell.unknown == 3 and cell.not_sent["worker_lost"] == 2
+
+
+def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
+    """`let_the_pacer_run` passes control to a greenlet whose alarm is due (the pacer waiting for a slot),
+    where `gevent.sleep(0)` would not: gevent runs the callbacks that sleep(0) schedules back to back
+    for its 5 ms switch interval before it polls, and the alarm is an fd that only a poll sees.
+    So a local run's drain, merge and flush, cut into steps, delay a due slot by one step, not all."""
+    import time
+
+    import gevent
+
+    from dbsurge.lifecycle import let_the_pacer_run
+    from dbsurge.pacer import Alarm
+
+    alarm = Alarm.create()
+    if alarm is None:
+        pytest.skip("no timerfd here")
+
+    def steps_until_woken(yield_between) -> int:
+        woke: list[int] = []
+        due = time.perf_counter_ns() + 2_000_000
+        waiter = gevent.spawn(lambda: (alarm.sleep_until(due), woke.append(1)))
+        gevent.sleep(0)  # the waiter arms its alarm and parks
+        steps = 0
+        while not woke and steps < 200:
+            busy_until = time.perf_counter_ns() + 200_000  # a step of work: 0.2 ms without yielding
+            while time.perf_counter_ns() < busy_until:
+                pass
+            steps += 1
+            yield_between()
+        waiter.join(timeout=1)
+        return steps
+
+    # the alarm is due after 10 steps of 0.2 ms; a poll after each step sees it within a step or two
+    assert steps_until_woken(let_the_pacer_run) <= 14
+    # sleep(0) keeps the loop in its callbacks: the waiter runs only once a switch interval has passed
+    assert steps_until_woken(lambda: gevent.sleep(0)) >= 20

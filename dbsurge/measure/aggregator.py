@@ -70,6 +70,8 @@ class Aggregator:
         self.written_off_by_source: dict[str, Counter] = defaultdict(Counter)  # its dropped and not sent
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
+        # an open second's provisional rows, made once and again only when a report added to it
+        self._open_rows: dict[int, list[dict]] = {}
         self.errors: dict[str, int] = defaultdict(int)  # failures by kind, whole run
         self.first_errors: dict[str, str] = {}
         self.last_written = -1
@@ -139,6 +141,7 @@ class Aggregator:
         for sec, op, wire in payload["intervals"]:
             sec = max(sec, self.last_written + 1)
             self.open_seconds[sec][ops[op]].add_wire(wire)
+            self._open_rows.pop(sec, None)
             self.worker_seconds[sec][source].add_wire(wire)
         self._logs += [(source, rec) for rec in payload.get("logs", [])]
         for outcome, n in payload.get("connects", {}).items():
@@ -179,6 +182,7 @@ class Aggregator:
         for sec, op, n in dropped_secs:
             sec = max(int(sec), self.last_written + 1)
             self.open_seconds[sec][ops[op]].dropped += int(n)
+            self._open_rows.pop(sec, None)
             self.worker_seconds[sec][source].dropped += int(n)
 
     # -- timeline -----------------------------------------------------------------------------------
@@ -227,11 +231,12 @@ class Aggregator:
         last = min(limit, math.ceil(end) - 1)
         return list(range(max(first, self.last_written + 1), last + 1))
 
-    def flush(self, now: float | None = None, final: bool = False) -> Flush:
+    def flush(self, now: float | None = None, final: bool = False, between_seconds=None) -> Flush:
         """The seconds old enough to be complete (every second of the plan, empty ones too); all when ``final``.
 
         timeline.csv waits ``grace_s`` for late reports; the seconds still open come back as
         provisional ``open_rows`` (timeline.open.csv), so a killed master loses at most the last report.
+        ``between_seconds`` is called after each second's rows (a local run lets its pacer run there).
         """
         now = time.time() if now is None else now
         limit = math.inf if final else now - self.grace_s - 1
@@ -240,12 +245,21 @@ class Aggregator:
         out = Flush(base_s=self.start_epoch_s or 0.0)
         for sec in sorted(ready):
             cells = self.open_seconds.pop(sec, {})
+            self._open_rows.pop(sec, None)
             out.rows.extend(self._second_rows(sec, cells, intervals=out.intervals))
             out.worker_rows.extend(self._worker_rows(sec, self.worker_seconds.pop(sec, {})))
             self.last_written = max(self.last_written, sec)
+            if between_seconds is not None:
+                between_seconds()
         if not final:
-            out.open_rows = [row for sec in sorted(self.open_seconds)
-                             for row in self._second_rows(sec, self.open_seconds[sec], provisional=True)]
+            out.open_rows = []
+            for sec in sorted(self.open_seconds):
+                rows = self._open_rows.get(sec)
+                if rows is None:
+                    rows = self._open_rows[sec] = self._second_rows(sec, self.open_seconds[sec], provisional=True)
+                    if between_seconds is not None:
+                        between_seconds()
+                out.open_rows.extend(rows)
         out.failures, self._new_failures = self._new_failures, []
         out.logs, self._logs = self._logs, []
         return out

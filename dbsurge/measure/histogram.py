@@ -100,24 +100,56 @@ def highest_equivalent(index: np.ndarray) -> np.ndarray:
     return lowest + (np.int64(1) << (_UNIT_MAGNITUDE + bucket)) - 1
 
 
-class Histogram:
-    """A microsecond histogram: counts per HdrHistogram bucket, plus exact min and max."""
+# The same two functions for one value, in plain integers: reading a second's percentiles calls them a
+# dozen times per row, and numpy's per-call overhead on scalars (about 10 us a call) was most of the
+# master loop's once-a-second pause. tests/test_histogram.py checks them against the array forms.
 
-    __slots__ = ("counts", "count", "min_value_raw", "max_value_raw", "total_us")
+def index_of(value: int) -> int:
+    """`counts_index` of one value."""
+    v = min(max(int(value), 0), HIGHEST_US)
+    bucket = (v | _SUB_BUCKET_MASK).bit_length() - _UNIT_MAGNITUDE - (_SUB_HALF_MAG + 1)
+    return ((bucket + 1) << _SUB_HALF_MAG) + ((v >> (bucket + _UNIT_MAGNITUDE)) - _SUB_HALF_COUNT)
+
+
+def highest_equivalent_of(index: int) -> int:
+    """`highest_equivalent` of one bucket index."""
+    bucket = (index >> _SUB_HALF_MAG) - 1
+    sub = (index & (_SUB_HALF_COUNT - 1)) + _SUB_HALF_COUNT
+    if bucket < 0:
+        bucket, sub = 0, sub - _SUB_HALF_COUNT
+    return (sub << (bucket + _UNIT_MAGNITUDE)) + (1 << (_UNIT_MAGNITUDE + bucket)) - 1
+
+
+class Histogram:
+    """A microsecond histogram: counts per HdrHistogram bucket, plus exact min and max.
+
+    The 23,552 counts (184 kB) are allocated on the first value: a master makes several histograms
+    per operation and second, most of them empty (failures, lag of a second no worker sent in), and
+    allocating and zeroing them all was the larger part of its once-a-second merge.
+    """
+
+    __slots__ = ("_counts", "count", "min_value_raw", "max_value_raw", "total_us")
 
     def __init__(self) -> None:
-        self.counts = np.zeros(COUNTS_LEN, dtype=np.int64)
+        self._counts: np.ndarray | None = None
         self.count = 0
         self.min_value_raw = 0
         self.max_value_raw = 0
         self.total_us = 0
 
+    @property
+    def counts(self) -> np.ndarray:
+        """The counts per bucket index (int64, `COUNTS_LEN` long)."""
+        if self._counts is None:
+            self._counts = np.zeros(COUNTS_LEN, dtype=np.int64)
+        return self._counts
+
     def record_many(self, values_us) -> None:
         v = np.asarray(values_us, dtype=np.int64)
         if v.size == 0:
             return
-        idx = counts_index(v)
-        self.counts += np.bincount(idx, minlength=COUNTS_LEN)
+        counts = self.counts
+        counts += np.bincount(counts_index(v), minlength=COUNTS_LEN)
         self._track(int(v.min()), int(v.max()), int(v.size), int(v.sum()))
 
     def _track(self, lo: int, hi: int, n: int, total: int) -> None:
@@ -129,14 +161,19 @@ class Histogram:
     def add(self, other: Histogram) -> None:
         if other.count == 0:
             return
-        self.counts += other.counts
+        if self._counts is None:
+            self._counts = other.counts.copy()
+        else:
+            self._counts += other.counts
         self._track(other.min_value_raw, other.max_value_raw, other.count, other.total_us)
 
     # -- wire form: sparse (index, count) pairs, cheap to ship from workers to the master --------
 
     def to_wire(self) -> list:
-        nz = np.flatnonzero(self.counts)
-        return [*encode_sparse(nz, self.counts[nz]), self.min_value_raw, self.max_value_raw, self.total_us]
+        if self._counts is None:
+            return [b"", b"", self.min_value_raw, self.max_value_raw, self.total_us]
+        nz = np.flatnonzero(self._counts)
+        return [*encode_sparse(nz, self._counts[nz]), self.min_value_raw, self.max_value_raw, self.total_us]
 
     def add_wire(self, wire: list) -> None:
         idx, cnt = decode_sparse(wire)
@@ -155,30 +192,24 @@ class Histogram:
 
     def percentile(self, p: float) -> int:
         """HdrHistogram's value at percentile p (0-100): the highest value equivalent to that bucket."""
-        if self.count == 0:
-            return 0
-        target = max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5))
-        cum = np.cumsum(self.counts)
-        i = int(np.searchsorted(cum, target))
-        return min(int(highest_equivalent(i)), self.max_value)
+        return self.percentiles((p,))[0]
 
     def percentiles(self, ps) -> list[int]:
         if self.count == 0:
             return [0 for _ in ps]
-        cum = np.cumsum(self.counts)
-        out = []
-        for p in ps:
-            target = max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5))
-            i = int(np.searchsorted(cum, target))
-            out.append(min(int(highest_equivalent(i)), self.max_value))
-        return out
+        # no count lies past the highest value's bucket: the sum need not run over all 23,552 (a
+        # database answering in milliseconds fills the first few thousand)
+        cum = np.cumsum(self.counts[: index_of(self.max_value_raw) + 1])
+        targets = [max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5)) for p in ps]
+        top = self.max_value
+        return [min(highest_equivalent_of(i), top) for i in np.searchsorted(cum, targets).tolist()]
 
     @property
     def max_value(self) -> int:
         """Highest recorded value, reported as HdrHistogram does (its bucket's highest equivalent)."""
         if self.count == 0:
             return 0
-        return int(highest_equivalent(counts_index(np.array([self.max_value_raw]))[0]))
+        return highest_equivalent_of(index_of(self.max_value_raw))
 
     @property
     def mean(self) -> float:
@@ -187,8 +218,10 @@ class Histogram:
     def to_hdr(self) -> HdrHistogram:
         """A copy as an `hdrh` HdrHistogram (for the standard interval log)."""
         h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
-        np.ctypeslib.as_array(h.counts)[:] = self.counts.astype(np.uint64)
-        nz = np.flatnonzero(self.counts)
+        if self._counts is None:
+            return h
+        np.ctypeslib.as_array(h.counts)[:] = self._counts.astype(np.uint64)
+        nz = np.flatnonzero(self._counts)
         if nz.size:
             h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), self.count)
         return h
