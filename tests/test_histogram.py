@@ -163,3 +163,30 @@ def test_a_drain_in_parts_is_the_one_drain_merged():
     assert sorted(one.open_seconds) == sorted(many.open_seconds)
     assert one.first_errors == many.first_errors and dict(one.per_source) == dict(many.per_source)
     assert list(Recorder().drain_in_parts(400))[0]["stages"] == []  # nothing recorded: one empty part
+
+
+def test_a_worker_second_reads_the_percentiles_a_full_cell_reads():
+    """workers.csv's per-worker second keeps the reports' sparse pairs (no 23,552-bucket arrays): its lag and
+    response p99 are those of a full `Cell` fed the same reports, a report at a time."""
+    import numpy as np
+
+    from dbsurge.measure.cells import Cell, WorkerSecond
+
+    rng = random.Random(11)
+    cell, light = Cell(), WorkerSecond()
+    for _ in range(5):  # five reports of one worker about the same second
+        rec = Recorder()
+        op, timeout = rec.op_id("op"), rec.kind_id("timeout")
+        base = rec.clock_ns()
+        for i in range(rng.randint(0, 900)):
+            t = base + i * 1_000_000
+            start = t + int(rng.lognormvariate(4, 2) * 1000)
+            rec.record(op, 0, t, start, start + int(rng.lognormvariate(7, 1.5) * 1000),
+                       timeout if i % 41 == 0 else 0)
+        for _sec, _op, wire in rec.drain()["intervals"]:
+            cell.add_wire(wire)
+            light.add_wire(wire)
+        assert (light.count, light.ok, light.failures) == (cell.count, cell.ok, cell.failures)
+        assert light.lag_p99_us() == cell.lag.percentile(99)
+        assert light.response_p99_us() == cell.response.percentile(99)
+    assert WorkerSecond().lag_p99_us() == 0 and np.int64(cell.lag.count) > 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..stage_plan import Schedule
 from ..utc import utc_iso
-from .cells import Cell, cell_stats
+from .cells import Cell, WorkerSecond, cell_stats
 from .cells import us_to_ms as _ms
 from .live import LiveFigures
 
@@ -84,7 +84,7 @@ class Aggregator:
         self.planned: dict[tuple[str, int], int] | None = None  # set by the ledger at the end
         self.warnings: list[str] = []
         self._new_failures: list[tuple[str, str, str]] = []
-        self.worker_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
+        self.worker_seconds: dict[int, dict[str, WorkerSecond]] = defaultdict(lambda: defaultdict(WorkerSecond))
         self._logs: list[tuple[str, dict]] = []
         # the plan times (s) of the run's live rate overrides so far (set by the master: the run's own list)
         self.override_times = _no_overrides
@@ -276,13 +276,13 @@ class Aggregator:
                 count = n
         return count
 
-    def _worker_rows(self, sec: int, cells: dict[str, Cell]) -> list[dict]:
+    def _worker_rows(self, sec: int, cells: dict[str, WorkerSecond]) -> list[dict]:
         """Per worker in this second: its share of the plan, what it sent and how it went."""
         target = self.target_tps_at(sec)
         share = round(target / self.share_count_at(sec), 3) if target is not None else ""
         return [{"time_utc": utc_iso(sec), "worker": w, "host": self.worker_label(w), "assigned": share,
                  "sent": c.count, "ok": c.ok, "failed": c.failures, "dropped": c.dropped,
-                 "lag_p99_ms": _ms(c.lag.percentile(99)), "p99_ms": _ms(c.response.percentile(99))}
+                 "lag_p99_ms": _ms(c.lag_p99_us()), "p99_ms": _ms(c.response_p99_us())}
                 for w, c in sorted(cells.items())]
 
     def _second_rows(self, sec: int, cells: dict[str, Cell], provisional: bool = False,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histogram import Histogram, counts_index, encode_sparse
+from .histogram import Histogram, counts_index, decode_sparse, encode_sparse, highest_equivalent_of, index_of
 
 _KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
 
@@ -106,6 +106,55 @@ class Cell:
         for kind, n in self.failed.items():
             out[_failure_family(kind)] += n
         return out
+
+
+class WorkerSecond:
+    """One worker's second on the master, for workers.csv: counts, and the lag and response p99.
+
+    A `Cell` per worker and second allocated three 23,552-bucket histograms (550 kB): at 200
+    workers, 110 MB a second to allocate, fill and scan, for two percentiles. This one keeps the
+    reports' sparse (bucket, count) pairs and reads its percentiles from them, with the same result.
+    """
+
+    __slots__ = ("ok", "failures", "dropped", "_lag", "_response")
+
+    def __init__(self) -> None:
+        self.ok = self.failures = self.dropped = 0
+        self._lag: list[tuple[np.ndarray, np.ndarray, int]] = []  # (bucket indices, counts, highest value)
+        self._response: list[tuple[np.ndarray, np.ndarray, int]] = []
+
+    @property
+    def count(self) -> int:
+        return self.ok + self.failures
+
+    def add_wire(self, w: list) -> None:
+        """Add one wire cell (`Cell.add_wire`'s form)."""
+        for hist, into in ((w[0], self._response), (w[2], self._lag)):
+            idx, cnt = decode_sparse(hist)
+            if idx.size:
+                into.append((idx, cnt, int(hist[3])))
+        self.ok += int(w[4])
+        self.failures += sum(int(n) for n in w[6].values())
+
+    def lag_p99_us(self) -> int:
+        return _sparse_percentile(self._lag, 99.0)
+
+    def response_p99_us(self) -> int:
+        return _sparse_percentile(self._response, 99.0)
+
+
+def _sparse_percentile(parts: list[tuple[np.ndarray, np.ndarray, int]], p: float) -> int:
+    """`Histogram.percentile` of the histogram these sparse parts add up to."""
+    if not parts:
+        return 0
+    idx = np.concatenate([i for i, _, _ in parts]).astype(np.int64)
+    cnt = np.concatenate([c for _, c, _ in parts])
+    order = np.argsort(idx, kind="stable")
+    idx, cum = idx[order], np.cumsum(cnt[order])
+    total = int(cum[-1])
+    target = max(1, int(min(p, 100.0) * total / 100.0 + 0.5))
+    top = highest_equivalent_of(index_of(max(m for _, _, m in parts)))
+    return min(highest_equivalent_of(int(idx[int(np.searchsorted(cum, target))])), top)
 
 
 def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, retries) -> list:
