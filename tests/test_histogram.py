@@ -101,26 +101,19 @@ def test_recorder_separates_response_service_and_lag():
     assert cell.lag.max_value_raw == 500
 
 
-def test_the_one_value_index_functions_agree_with_the_array_forms():
-    """`index_of` and `highest_equivalent_of` (plain integers, for reading percentiles) give what the numpy
-    forms give, at every bucket edge of the range and past both ends."""
+def test_the_one_value_index_functions_agree_with_the_array_form_and_hdrhistogram():
+    """`index_of` gives what `counts_index` gives, and `highest_equivalent_of` what HdrHistogram reports as a
+    bucket's highest equivalent value, at every bucket edge of the range and past both ends."""
     import numpy as np
 
-    from dbsurge.measure.histogram import (
-        COUNTS_LEN,
-        HIGHEST_US,
-        counts_index,
-        highest_equivalent,
-        highest_equivalent_of,
-        index_of,
-    )
+    from dbsurge.measure.histogram import COUNTS_LEN, HIGHEST_US, counts_index, highest_equivalent_of, index_of
 
-    every = np.arange(COUNTS_LEN, dtype=np.int64)
-    tops = highest_equivalent(every)
+    ref = HdrHistogram(1, HIGHEST_US, 3)
+    tops = np.array([ref.get_highest_equivalent_value(ref.get_value_from_index(i)) for i in range(COUNTS_LEN)])
+    assert [highest_equivalent_of(i) for i in range(COUNTS_LEN)] == tops.tolist()
     values = np.unique(np.concatenate([tops, tops + 1, tops - 1, [0, 1, 2, HIGHEST_US, HIGHEST_US + 5, -3]]))
     values = values[values <= HIGHEST_US + 5]
     assert [index_of(v) for v in values.tolist()] == counts_index(values).tolist()
-    assert [highest_equivalent_of(i) for i in every.tolist()] == tops.tolist()
 
 
 def test_a_drain_in_parts_is_the_one_drain_merged():

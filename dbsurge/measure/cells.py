@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histogram import Histogram, counts_index, decode_sparse, encode_sparse, highest_equivalent_of, index_of
+from .histogram import (
+    Histogram,
+    counts_index,
+    decode_sparse,
+    encode_sparse,
+    highest_equivalent_of,
+    index_of,
+    percentile_rank,
+)
 
 _KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
 
@@ -151,8 +159,7 @@ def _sparse_percentile(parts: list[tuple[np.ndarray, np.ndarray, int]], p: float
     cnt = np.concatenate([c for _, c, _ in parts])
     order = np.argsort(idx, kind="stable")
     idx, cum = idx[order], np.cumsum(cnt[order])
-    total = int(cum[-1])
-    target = max(1, int(min(p, 100.0) * total / 100.0 + 0.5))
+    target = percentile_rank(p, int(cum[-1]))
     top = highest_equivalent_of(index_of(max(m for _, _, m in parts)))
     return min(highest_equivalent_of(int(idx[int(np.searchsorted(cum, target))])), top)
 

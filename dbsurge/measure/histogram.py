@@ -92,17 +92,10 @@ def _value_from_index(index: np.ndarray) -> np.ndarray:
     return sub << (bucket + _UNIT_MAGNITUDE)
 
 
-def highest_equivalent(index: np.ndarray) -> np.ndarray:
-    """The highest value that falls in each bucket index, as HdrHistogram reports percentiles."""
-    lowest = _value_from_index(index)
-    bucket = np.asarray(index, dtype=np.int64) >> _SUB_HALF_MAG
-    bucket = np.maximum(bucket - 1, 0)
-    return lowest + (np.int64(1) << (_UNIT_MAGNITUDE + bucket)) - 1
-
-
-# The same two functions for one value, in plain integers: reading a second's percentiles calls them a
-# dozen times per row, and numpy's per-call overhead on scalars (about 10 us a call) was most of the
-# master loop's once-a-second pause. tests/test_histogram.py checks them against the array forms.
+# One value's bucket index and the highest value of a bucket, in plain integers: reading a second's
+# percentiles calls them a dozen times per row, and numpy's per-call overhead on scalars (about 10 us a
+# call) was most of the master loop's once-a-second pause. tests/test_histogram.py checks them against
+# `counts_index` and against HdrHistogram's own arithmetic.
 
 def index_of(value: int) -> int:
     """`counts_index` of one value."""
@@ -112,12 +105,17 @@ def index_of(value: int) -> int:
 
 
 def highest_equivalent_of(index: int) -> int:
-    """`highest_equivalent` of one bucket index."""
+    """The highest value that falls in bucket ``index``, as HdrHistogram reports percentiles."""
     bucket = (index >> _SUB_HALF_MAG) - 1
     sub = (index & (_SUB_HALF_COUNT - 1)) + _SUB_HALF_COUNT
     if bucket < 0:
         bucket, sub = 0, sub - _SUB_HALF_COUNT
     return (sub << (bucket + _UNIT_MAGNITUDE)) + (1 << (_UNIT_MAGNITUDE + bucket)) - 1
+
+
+def percentile_rank(p: float, count: int) -> int:
+    """How many of ``count`` values lie at or below percentile ``p`` (0-100), as HdrHistogram counts it."""
+    return max(1, int(min(p, 100.0) * count / 100.0 + 0.5))
 
 
 class Histogram:
@@ -199,9 +197,10 @@ class Histogram:
             return [0 for _ in ps]
         # no count lies past the highest value's bucket: the sum need not run over all 23,552 (a
         # database answering in milliseconds fills the first few thousand)
-        cum = np.cumsum(self.counts[: index_of(self.max_value_raw) + 1])
-        targets = [max(1, int(min(p, 100.0) * self.count / 100.0 + 0.5)) for p in ps]
-        top = self.max_value
+        top_index = index_of(self.max_value_raw)
+        cum = np.cumsum(self.counts[: top_index + 1])
+        top = highest_equivalent_of(top_index)
+        targets = [percentile_rank(p, self.count) for p in ps]
         return [min(highest_equivalent_of(i), top) for i in np.searchsorted(cum, targets).tolist()]
 
     @property
