@@ -298,7 +298,7 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
         waiter.join(timeout=1)
         return steps
 
-    # the alarm is due after 10 steps of 0.2 ms; a poll after each step sees it within a step or two
+    # the alarm is due 2 ms in (10 steps of 0.2 ms at most); a poll after each step sees it within a step or two
     assert steps_until_woken(let_the_pacer_run) <= 14
     # sleep(0) keeps the loop in its callbacks: the waiter runs only once a switch interval has passed
     assert steps_until_woken(lambda: gevent.sleep(0)) >= 20
