@@ -176,25 +176,34 @@ def test_cpu_starved_worker_sends_nothing_twice(tmp_path, netns_db):
     if reason:
         pytest.skip(reason)
     master, workers, results, pids = _two_here_one_there(tmp_path, netns_db, "starved")
+    began = time.monotonic()
     with faults.cpu_starved(pids, share=0.01, hogs=2):
         time.sleep(3)
+    starved_s = time.monotonic() - began  # 3 s and the group's set-up and tear-down (a throttled hog dies slowly)
     out = _finish(master, workers)
     run = only_run_dir(results)
     total = ledger(run)
     assert total["planned"] == 1260 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
     # Slowed but alive, it may keep its lease (renewals still come and go, late): it then owes what came due
     # meanwhile and sends it as soon as it runs again, late (the lag says so). The bound: its share (30 TPS)
-    # for the 3 s it starved, plus half a second; never another worker's share, never an arrival twice.
-    _check_database(run, netns_db.uri, 90, total, backlog=30 * 3.5)
+    # for as long as it was starved, plus half a second; never another worker's share, never an arrival twice.
+    _check_database(run, netns_db.uri, 90, total, backlog=30 * (starved_s + CATCH_UP))
     events = _events(run)
-    lapsed = any(e["kind"] == "worker_log" and "lease lapsed" in e["message"] for e in events)
-    if lapsed:  # what came due while no lease held is booked not sent (given up or not), never sent late
-        assert total["not_sent_worker_lost"] > 0 and master.returncode == 3, (total, out[-3000:])
-        assert "lease had lapsed" in out, out[-3000:]
-    else:  # it kept its lease: late, but every arrival sent once, and the lag shows it
-        assert not any(e["kind"] == "worker_lost" for e in events)
+    logs = [e["message"] for e in events if e["kind"] == "worker_log"]
+    lapsed = any("lease lapsed" in m for m in logs)
+    if int(total["not_sent_worker_lost"]) > 0:
+        # its lease lapsed for longer than the catch-up allowance (or the master gave it up): what came due
+        # meanwhile is booked not sent, never sent late, and the run says it is incomplete
+        assert lapsed, logs
+        assert master.returncode == 3 and "lease had lapsed" in out, out[-3000:]
+    else:
+        # it kept its lease, or lost it for no longer than pacer.LAPSE_CATCH_UP_S (which may still go, late):
+        # every arrival sent once, and the lag shows it
+        assert not any(e["kind"] == "worker_lost" for e in events), logs
         assert total["not_sent"] == 0 and master.returncode in (0, 1), (total, out[-3000:])
         assert float(total["lag_max_ms"]) > 1000, total
+        if lapsed:
+            assert any("renewed this worker's lease" in m for m in logs), logs
     assert not list(faults.CPU_CGROUP_ROOT.glob(f"{faults.CPU_PREFIX}{os.getpid()}-*"))  # the group is gone
 
 
