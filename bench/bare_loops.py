@@ -8,6 +8,10 @@ as the dbsurge workload it stands beside (the same SQL or query, the same keys),
 - ``pq``: the same query through psycopg's low-level ``psycopg.pq`` interface (libpq directly:
   ``send_query_prepared``, wait for the socket, ``get_result``; binary parameters), the floor
   for any psycopg-based client.
+- ``pq16``: the same libpq calls on 16 connections from one thread, multiplexed with ``epoll``
+  (as pgbench multiplexes its connections): the floor for a client that keeps 16 lookups in flight,
+  as dbsurge's 16 users do. A one-connection loop sleeps in every round trip and pays a wake-up per
+  operation, which a 16-user generator mostly does not, so its CPU per operation is no floor for one.
 - ``pymongo``: YCSB read (``find_one({"_id": key})``, all fields) with uniformly drawn keys.
 - ``pymongo_gevent``: the same loop after gevent's ``monkey.patch_all()`` (what Locust does on
   import): the floor for any gevent-based client of pymongo, such as a Locust user.
@@ -52,16 +56,24 @@ def loop_psycopg(args) -> int:
     return n
 
 
-def loop_pq(args) -> int:
+def _prepared_pq(uri: str):
+    """A connection with the lookup prepared, its libpq handle switched to non-blocking."""
     import psycopg
     from psycopg import pq
 
-    conn = psycopg.connect(args.uri, autocommit=True)
+    conn = psycopg.connect(uri, autocommit=True)
     pgconn = conn.pgconn
     res = pgconn.prepare(b"lookup", LOOKUP_SQL_PQ, [UUID_OID])
     if res.status != pq.ExecStatus.COMMAND_OK:
         raise SystemExit(res.error_message.decode())
     pgconn.nonblocking = 1
+    return conn, pgconn
+
+
+def loop_pq(args) -> int:
+    from psycopg import pq
+
+    conn, pgconn = _prepared_pq(args.uri)
     sock = pgconn.socket
     draw, products, seed = random.random, args.products, args.seed
     poller = select.poll()
@@ -92,6 +104,50 @@ def loop_pq(args) -> int:
     return n
 
 
+def loop_pq16(args) -> int:
+    from psycopg import pq
+
+    conns, by_fd = [], {}
+    poller = select.epoll()
+    for _ in range(args.connections):
+        conn, pgconn = _prepared_pq(args.uri)
+        conns.append(conn)
+        by_fd[pgconn.socket] = [pgconn, None]
+        poller.register(pgconn.socket, select.EPOLLIN)
+    draw, products, seed = random.random, args.products, args.seed
+
+    def send(pgconn) -> None:
+        pid = product_id(seed, int(draw() * products))
+        pgconn.send_query_prepared(b"lookup", [pid.bytes], param_formats=[1], result_format=0)
+        while pgconn.flush():
+            select.select([], [pgconn.socket], [])
+
+    for pgconn, _ in by_fd.values():
+        send(pgconn)
+    deadline = time.perf_counter() + args.duration
+    n = 0
+    while time.perf_counter() < deadline:
+        for fd, _ in poller.poll():
+            state = by_fd[fd]
+            pgconn = state[0]
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                r = pgconn.get_result()
+                if r is None:  # this lookup's answer is complete: count it, send the next one
+                    if not state[1]:
+                        raise SystemExit("product not found: is the orders workload loaded?")
+                    state[1] = None
+                    n += 1
+                    send(pgconn)
+                    break
+                if r.status != pq.ExecStatus.TUPLES_OK:
+                    raise SystemExit(r.error_message.decode())
+                state[1] = [tuple(r.get_value(0, c) for c in range(r.nfields))] if r.ntuples else []
+    for conn in conns:
+        conn.close()
+    return n
+
+
 def loop_pymongo(args) -> int:
     from pymongo import MongoClient
 
@@ -112,7 +168,8 @@ def loop_pymongo(args) -> int:
     return n
 
 
-LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
+LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16,
+         "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--products", type=int, default=100_000)
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--connections", type=int, default=16, help="pq16: connections in flight")
     p.add_argument("--database", default="dbsurge")
     p.add_argument("--collection", default="usertable")
     p.add_argument("--repo", default=".")

@@ -38,7 +38,7 @@ from bench.measure import become_subreaper
 
 SECTIONS = ("throughput", "rates", "recorder", "longrun", "profile", "master")
 DEFAULT_CLIENTS = ("pgbench", "dbsurge", "locust", "dbsurge_p2", "locust_p2", "bare_psycopg", "bare_pq",
-                   "dbsurge_ycsb", "bare_pymongo", "bare_pymongo_gevent")
+                   "bare_pq16", "dbsurge_ycsb", "bare_pymongo", "bare_pymongo_gevent")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -47,7 +47,7 @@ def _number_cells(row: str) -> list[float]:
 def test_quick_run_writes_tables_with_numbers(tmp_path: Path, bench_db: str) -> None:
     out, raw = tmp_path / "RESULTS.md", tmp_path / "raw.json"
     cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--pg-uri", bench_db,
-           "--sections", "throughput,recorder", "--clients", "pgbench,dbsurge,bare_pq",
+           "--sections", "throughput,recorder", "--clients", "pgbench,dbsurge,bare_pq16",
            "--seconds", "2", "--short-seconds", "1", "--scale", "1", "--products", "2000",
            "--workdir", str(tmp_path / "work"), "--output", str(out), "--json", str(raw)]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
@@ -56,15 +56,17 @@ def test_quick_run_writes_tables_with_numbers(tmp_path: Path, bench_db: str) -> 
     text = out.read_text()
     assert "## 1. Throughput and client CPU per operation" in text
     assert "## 3. Recorder cost" in text and "## Machine" in text
-    for label in ("pgbench -S -M prepared", "dbsurge product_lookup, 1 process", "bare psycopg.pq loop"):
+    for label in ("pgbench -S -M prepared", "dbsurge product_lookup, 1 process",
+                  "bare psycopg.pq loop, 16 connections"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {label}"))
         numbers = _number_cells(row)
         assert len(numbers) >= 3 and all(n > 0 for n in numbers[:3]), row  # ops/s, CPU/op marginal, whole run
-    assert re.search(r"product lookup TPS ≥ 60% of pgbench \(1 process\) \| ≥ 0.60x \| \d+\.\d+x", text)
+    assert re.search(r"product lookup TPS ≥ 80% of pgbench \(1 process\) \| ≥ 0.80x \| \d+\.\d+x", text)
+    assert re.search(r"loop on 16 connections \(1 process\) \| ≤ 1.2x \| \d+\.\d+x", text)
 
     data = json.loads(raw.read_text())
     runs = {s["client"]: s for s in data["throughput"]}
-    assert set(runs) == {"pgbench", "dbsurge", "bare_pq"}
+    assert set(runs) == {"pgbench", "dbsurge", "bare_pq16"}
     for s in runs.values():
         assert s["ops_long"] > s["ops_short"] > 0 and s["cpu_long"] > 0
     assert data["recorder"]["this"]["record_us"] > 0
