@@ -20,6 +20,7 @@ from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
 from .option_names import config_files_in_use
+from .pacer import let_the_pacer_run
 from .run_state import DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
@@ -134,21 +135,6 @@ def _jsonable(v) -> bool:
 
 #: Operations per part of a local run's drain (`Recorder.drain_in_parts`): about 0.4 ms of work.
 LOCAL_DRAIN_PART = 400
-
-
-#: How long `let_the_pacer_run` waits: a timer, so that the wait goes through a poll of the event loop.
-YIELD_S = 0.00005
-
-
-def let_the_pacer_run() -> None:
-    """Yield to every greenlet whose wake-up is due, through one poll of the event loop.
-
-    `gevent.sleep(0)` is not enough: gevent runs the callbacks it schedules back to back for up to
-    its switch interval (5 ms) before it polls, and a pacer's alarm is an fd that only a poll sees.
-    A timer is checked after the poll. (`gevent.idle` polls too, but waits until nothing else is
-    pending, which a process saturated by its users may not be for a long time.)
-    """
-    gevent.sleep(YIELD_S)
 
 
 def _master_loop(run: DbSurgeRun) -> None:

@@ -520,3 +520,18 @@ BACKLOG_S = 1.0
 def _first_of_share(index: int, count: int, from_number: int) -> int:
     """The smallest k >= from_number with k = index (mod count)."""
     return from_number + ((index - from_number) % count)
+
+
+#: How long `let_the_pacer_run` waits: a timer, so that the wait goes through a poll of the event loop.
+YIELD_S = 0.00005
+
+
+def let_the_pacer_run() -> None:
+    """Yield to every greenlet whose wake-up is due, through one poll of the event loop.
+
+    `gevent.sleep(0)` is not enough: gevent runs the callbacks it schedules back to back for up to
+    its switch interval (5 ms) before it polls, and a pacer's alarm is an fd that only a poll sees.
+    A timer is checked after the poll. (`gevent.idle` polls too, but waits until nothing else is
+    pending, which a process saturated by its users may not be for a long time.)
+    """
+    gevent.sleep(YIELD_S)

@@ -28,7 +28,7 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
-from .redact import redact_text
+from .refusals import ConnectFailure, as_connect_error, describe, refusal_code
 from .timing import time_call
 
 log = logging.getLogger("dbsurge")
@@ -118,10 +118,14 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     retry_connect_at = 0
     last_connect_error: BaseException | None = None
     backoff_s = BACKOFF_FIRST_S
+    # The operation's bound: one timer per user, started and cancelled around each operation (a new
+    # gevent.Timeout per operation allocated a libev watcher and an exception object every time).
+    # OperationTimeout is an Exception, so time_call returns it as the operation's failure.
+    timer = gevent.Timeout(op_bound_s, OperationTimeout)
 
     def fail(k: int, stage: int, intended: int, start: int, exc: BaseException) -> None:
         kind = classify(exc)
-        record(op_ids[k], stage, intended or start, start, clock(), recorder.kind_id(kind, _describe(exc)))
+        record(op_ids[k], stage, intended or start, start, clock(), recorder.kind_id(kind, describe(exc)))
         fire(request_type=request_type, name=names[k], response_time=(clock() - (intended or start)) / 1e6,
              response_length=0, exception=exc, context=None)
 
@@ -152,7 +156,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
         raise
     except (Exception, OperationTimeout) as e:  # the first slot fails the same way, then retries with backoff
         session = None
-        last_connect_error = _as_connect_error(e)
+        last_connect_error = as_connect_error(e)
         retry_connect_at = clock() + int(backoff_s * 1e9)
 
     try:
@@ -196,7 +200,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                     raise
                 except (Exception, OperationTimeout) as e:
                     session = None
-                    last_connect_error = _as_connect_error(e)
+                    last_connect_error = as_connect_error(e)
                     retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
                     backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
                     if pacer is None or pacer.done(slot):
@@ -205,12 +209,11 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             retries_before = session.retries
             if slot is not None:
                 pacer.issued(slot)  # sent to the database: if this worker is lost now, its outcome is unknown
-            timer = gevent.Timeout(op_bound_s, OperationTimeout)  # an Exception: time_call returns it
             timer.start()
             try:
                 ok, exc, start, end = time_call(fns[k])  # the one timing helper (dbsurge.timing)
             finally:
-                timer.close()
+                timer.cancel()
             if ok:
                 exc = None
             if pacer is not None and not pacer.done(slot):
@@ -219,7 +222,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 intended = start
             retries = session.retries - retries_before
             kind_name = None if exc is None else classify(exc)
-            kind = 0 if exc is None else recorder.kind_id(kind_name, _describe(exc))
+            kind = 0 if exc is None else recorder.kind_id(kind_name, describe(exc))
             record(op_ids[k], stage, intended, start, end, kind, retries)
             fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                  response_length=0, exception=exc, context=None)
@@ -233,10 +236,11 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 # waiting out a connect timeout while the rest of this worker's share piles up behind it
                 _close_quietly(session)
                 session = None
-                last_connect_error = _as_connect_error(exc)
+                last_connect_error = as_connect_error(exc)
                 retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
     finally:
+        timer.close()
         if session is not None:
             _close_quietly(session)
 
@@ -245,49 +249,6 @@ def operation_mix_weights(requested: list, known: dict) -> list[tuple[str, float
     """The (operation, weight) pairs a run uses: what --operation asked for, else the workload's own."""
     weights = [(n, float(w)) for n, w in requested if n in known and w > 0]
     return weights or [(n, float(w)) for n, w in known.items() if w > 0]
-
-
-class ConnectFailure(Exception):
-    """A user could not open its connection; the slot fails with kind ``connect``, or ``connect:<code>``
-    when the server refused it for a reason of its own (``connect:53300``: too many clients)."""
-
-    kind = "connect"
-
-
-#: What a server says when it refuses a connection, and its SQLSTATE: libpq's connect reports the
-#: server's message but no SQLSTATE, so the message is what tells a full server from a down one.
-REFUSALS = (
-    ("too many clients", "53300"), ("remaining connection slots are reserved", "53300"),
-    ("too many connections for role", "53300"), ("too many connections for database", "53300"),
-    ("the database system is starting up", "57P03"), ("the database system is shutting down", "57P03"),
-    ("the database system is in recovery mode", "57P03"), ("too many open connections", "maxIncomingConnections"),
-)
-
-
-def refusal_code(exc: BaseException) -> str | None:
-    """The server's reason for refusing a connection (a SQLSTATE or MongoDB's limit), or None."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        code = getattr(e, "sqlstate", None)
-        if isinstance(code, str) and code[:2] in ("53", "57"):  # insufficient resources, operator intervention
-            return code
-        text = str(e).lower()
-        for needle, known in REFUSALS:
-            if needle in text:
-                return known
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _as_connect_error(exc: BaseException) -> BaseException:
-    err = ConnectFailure(_describe(exc))
-    code = refusal_code(exc)
-    if code:
-        err.kind = f"connect:{code}"
-    err.__cause__ = exc
-    return err
 
 
 def _classify(exc: BaseException) -> str:
@@ -304,15 +265,3 @@ def _close_quietly(session) -> None:
         session.close()
     except Exception:
         pass
-
-
-#: How much of a failure's message is kept: the whole of a server's reason (a refused connection's
-#: "FATAL:  sorry, too many clients already" comes after a long prefix), bounded all the same.
-MESSAGE_LIMIT = 1000
-
-
-def _describe(exc: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
-    if len(text) > MESSAGE_LIMIT:
-        text = text[: MESSAGE_LIMIT - 1] + "…"
-    return redact_text(f"{type(exc).__name__}: {text}")

@@ -26,6 +26,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,6 +72,23 @@ def _no_unpatched_locust_leak() -> Iterator[None]:
         else:
             os.environ["LOCUST_SKIP_MONKEY_PATCH"] = before
         pytest.fail("the test left LOCUST_SKIP_MONKEY_PATCH set in this process's environment")
+
+
+def _monkey_patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey and monkey.is_anything_patched())
+
+
+@pytest.fixture(autouse=True)
+def _pytest_process_stays_unpatched() -> Iterator[None]:
+    """Importing Locust (or a dbsurge module that imports it) in the test process monkey-patches it with
+    gevent: pytest-xdist's worker then waits on a gevent lock with nothing else to run and dies of LoopExit,
+    tests later, and takes the tests queued on it along. The test that did it fails here, by name."""
+    before = _monkey_patched()
+    yield
+    if not before and _monkey_patched():
+        pytest.fail("the test monkey-patched the pytest process with gevent (it imported Locust, or a dbsurge "
+                    "module that imports it): read locust-free modules, or run the code in a child process")
 
 
 @pytest.fixture

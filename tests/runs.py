@@ -31,6 +31,16 @@ def only_run_dir(results: Path) -> Path:
     return dirs[0]
 
 
+def run_files(results: Path, name: str) -> list[Path]:
+    """``results/*/NAME`` while a run may be starting: the checks before a run make the results
+    directory to probe that it is writable and remove it again, so it can vanish between the
+    glob's look and its listing; that is "not there yet", not an error."""
+    try:
+        return sorted(Path(results).glob(f"*/{name}"))
+    except FileNotFoundError:
+        return []
+
+
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

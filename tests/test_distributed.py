@@ -15,7 +15,7 @@ import sys
 import time
 
 from ledger_checks import ledger
-from runs import REPO, only_run_dir, read_csv
+from runs import REPO, only_run_dir, read_csv, run_files
 
 from dbsurge.embedded import free_port
 
@@ -35,7 +35,7 @@ def test_lost_worker_share_moves_to_the_survivor(tmp_path, pg_uri):
     try:
         results = tmp_path / "results"
         deadline = time.time() + 60
-        while time.time() < deadline and not list(results.glob("*/timeline.csv")):
+        while time.time() < deadline and not run_files(results, "timeline.csv"):
             time.sleep(0.2)
         time.sleep(3)
         os.kill(workers[0].pid, signal.SIGKILL)

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from ledger_checks import ledger
-from runs import read_json
+from runs import read_json, run_files
 
 from dbsurge.embedded import EmbeddedPostgres
 
@@ -64,7 +64,7 @@ def _args(uri: str, rate: int, seconds: int, *extra: str) -> list[str]:
 
 
 def _run_dirs(cwd: Path) -> list[Path]:
-    return sorted(p.parent for p in (cwd / "results").glob("*/run.json"))
+    return [p.parent for p in run_files(cwd / "results", "run.json")]
 
 
 def _time_zero(cwd: Path, timeout: float = 60) -> tuple[Path, float]:
@@ -274,13 +274,13 @@ def test_refused_connections_name_the_server_and_its_reason(tmp_path, server_dir
 def test_a_refusal_keeps_the_servers_reason(message, code):
     """The server's own reason for refusing a connection, from its message (libpq gives no SQLSTATE), also
     through the exception a binding wraps it in; a connection nobody answered is no refusal."""
-    from dbsurge.user import ConnectFailure, _as_connect_error, _describe, refusal_code
+    from dbsurge.refusals import ConnectFailure, as_connect_error, describe, refusal_code
 
     inner = OSError(message)
     outer = RuntimeError("target postgresql://127.0.0.1:5432/postgres: connect failed")
     outer.__cause__ = inner
     assert refusal_code(inner) == code and refusal_code(outer) == code
-    err = _as_connect_error(outer)
+    err = as_connect_error(outer)
     assert isinstance(err, ConnectFailure) and err.kind == (f"connect:{code}" if code else "connect")
     long = OSError("x" * 150 + " " + message)
-    assert message.split()[-1] in _describe(long)  # not cut at 160 characters
+    assert message.split()[-1] in describe(long)  # not cut at 160 characters

@@ -24,7 +24,7 @@ import faults
 import psycopg
 import pytest
 from ledger_checks import ledger
-from runs import REPO, only_run_dir
+from runs import REPO, only_run_dir, run_files
 
 from dbsurge.embedded import free_port
 
@@ -93,7 +93,7 @@ def _finish(master, workers, timeout=120) -> str:
 
 def _wait_for_timeline(results, timeout: float = 60) -> None:
     deadline = time.time() + timeout
-    while time.time() < deadline and not list(results.glob("*/timeline.csv")):
+    while time.time() < deadline and not run_files(results, "timeline.csv"):
         time.sleep(0.1)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from ledger_checks import ledger, timeline_seconds
-from runs import read_json
+from runs import read_json, run_files
 
 from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
 
@@ -43,7 +43,7 @@ def _run_dir(cwd: Path, timeout: float = 60) -> tuple[Path, float]:
     """Wait for the run directory; return it and the plan's time zero (epoch seconds)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        for d in (cwd / "results").glob("*/run.json"):
+        for d in run_files(cwd / "results", "run.json"):
             try:
                 started = read_json(d)["started_utc"]
             except (ValueError, KeyError):
@@ -269,7 +269,7 @@ def test_results_disk_full(tmp_path, pg_uri, small_disk):
     proc = _start(_pg_args(pg_uri, 200, 20, "--operation", "product_lookup", "--results-dir", str(small_disk)),
                   tmp_path)
     deadline = time.time() + 60
-    while time.time() < deadline and not list(small_disk.glob("*/run.json")):
+    while time.time() < deadline and not run_files(small_disk, "run.json"):
         time.sleep(0.05)
     time.sleep(3.0)
     filled = time.time()

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ledger_checks import ledger
-from runs import REPO, only_run_dir, read_csv
+from runs import REPO, only_run_dir, read_csv, run_files
 
 from dbsurge.embedded import free_port
 
@@ -52,7 +52,7 @@ def _finish(master, workers, timeout=150) -> str:
 def _wait_for_timeline(results, timeout: float = 60) -> None:
     """Until the plan runs (the master writes timeline.csv from its time zero on)."""
     deadline = time.time() + timeout
-    while time.time() < deadline and not list(results.glob("*/timeline.csv")):
+    while time.time() < deadline and not run_files(results, "timeline.csv"):
         time.sleep(0.1)
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from dbsurge.arrivals import ArrivalSequence, OperationMix
 from dbsurge.measure.ledger import planned_counts
-from dbsurge.pacer import Pacer
 from dbsurge.measure.recorder import Recorder
+from dbsurge.pacer import Pacer
 from dbsurge.stage_plan import Schedule, StagePlan
 
 
@@ -276,8 +276,7 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
 
     import gevent
 
-    from dbsurge.lifecycle import let_the_pacer_run
-    from dbsurge.pacer import Alarm
+    from dbsurge.pacer import Alarm, let_the_pacer_run
 
     alarm = Alarm.create()
     if alarm is None:

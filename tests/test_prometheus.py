@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runs import dbsurge, explain, only_run_dir, read_csv, run_files
 
 from dbsurge.measure.histogram import Histogram
-from dbsurge.prometheus import BUCKETS_S, PrometheusExporter, scrape_text
 from dbsurge.measure.recorder import Recorder
-
-from runs import dbsurge, explain, only_run_dir, read_csv
+from dbsurge.prometheus import BUCKETS_S, PrometheusExporter, scrape_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -271,7 +270,7 @@ def test_the_endpoint_outlives_the_run_by_its_grace_with_the_final_values(pg_uri
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
-        while not (results.exists() and any(results.glob("*/summary.md"))):
+        while not run_files(results, "summary.md"):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         run_dir = only_run_dir(results)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runs import explain, only_run_dir, read_csv
+from runs import explain, only_run_dir, read_csv, run_files
 
 from dbsurge.measure.histogram import Histogram
 
@@ -61,7 +61,7 @@ def _dbsurge(server, workdir: Path) -> tuple[dict, dict]:
     deadline = time.time() + 60
     start = None
     while time.time() < deadline and start is None:
-        for meta in results.glob("*/run.json"):
+        for meta in run_files(results, "run.json"):
             start = datetime.fromisoformat(json.loads(meta.read_text())["started_utc"].replace("Z", "+00:00"))
         time.sleep(0.05)
     assert start is not None, "the run never started"
