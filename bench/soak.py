@@ -106,6 +106,20 @@ def _rss_mb(pid: int | None) -> float | None:
         return None
 
 
+def _connections_to(pid: int, port: int) -> int | None:
+    """The process's TCP connections to ``port``: a worker holds one per user, so this is its user pool
+    (dbsurge's pool only grows during a plan, when the measured service time asks for more users)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        listing = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6 has only the latter
+        return sum(1 for c in listing("tcp")
+                   if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+    except psutil.Error:
+        return None
+
+
 def _dir_mb(path: Path) -> float:
     total = 0
     for p in path.rglob("*"):
@@ -117,19 +131,23 @@ def _dir_mb(path: Path) -> float:
     return total / 1e6
 
 
-def _sampler(cli_pid: int, rundir: Path, interval: float, out: list[dict], stop: threading.Event) -> None:
+def _sampler(cli_pid: int, rundir: Path, db_port: int, interval: float, out: list[dict],
+             stop: threading.Event) -> None:
     started = time.monotonic()
     while not stop.wait(interval):
         master, workers = _roles(cli_pid)
         if _rss_mb(master) is None:
             continue  # Locust not started yet, or the run is ending: no sample of a half-built tree
         worker_mb = [_rss_mb(w) for w in workers]
+        conns = [_connections_to(w, db_port) for w in workers]
         out.append({"t_s": round(time.monotonic() - started, 1), "master_mb": _rss_mb(master),
                     "workers_mb": round(sum(w for w in worker_mb if w), 3) if workers else None,
-                    "workers": len(workers), "rundir_mb": round(_dir_mb(rundir), 3) if rundir.exists() else 0.0})
+                    "workers": len(workers), "rundir_mb": round(_dir_mb(rundir), 3) if rundir.exists() else 0.0,
+                    "db_connections": sum(c for c in conns if c) if workers else None})
         last = out[-1]
         log(f"t={last['t_s'] / 60:.1f} min  master {last['master_mb'] or 0:.1f} MB  "
-            f"workers {last['workers_mb'] or 0:.1f} MB  run directory {last['rundir_mb']:.2f} MB")
+            f"workers {last['workers_mb'] or 0:.1f} MB ({last['db_connections']} database connections)  "
+            f"run directory {last['rundir_mb']:.2f} MB")
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
@@ -182,8 +200,8 @@ def measure(args: argparse.Namespace) -> dict:
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         samples: list[dict] = []
         stop = threading.Event()
-        sampler = threading.Thread(target=_sampler, args=(proc.pid, rundir, args.sample_seconds, samples, stop),
-                                   daemon=True)
+        sampler = threading.Thread(target=_sampler, daemon=True,
+                                   args=(proc.pid, rundir, servers.pg_port, args.sample_seconds, samples, stop))
         sampler.start()
         out, _ = proc.communicate()
         stop.set()
@@ -243,13 +261,29 @@ def section(raw: dict) -> str:
     lines.append("\nThe run directory is expected to grow (the per-second timeline and histograms); memory to be "
                  "flat. A 12-hour figure is the last sample plus the judged slope times the remaining hours "
                  "(memory judged flat stays at its last sample).\n")
-    lines.append("| minute | master MB | workers MB | run directory MB |")
-    lines.append("|---|---|---|---|")
+    growth = pool_growth(samples)
+    if growth:
+        lines.append("The user pool (the workers' connections to the database; dbsurge's pool only grows, when "
+                     "the measured service time asks for more users) grew at minute " + ", ".join(
+                         f"{t / 60:.0f} ({a} → {b})" for t, a, b in growth) + ": memory follows the pool, "
+                     "and a step in the workers' RSS at one of those minutes is its users, not a leak.\n")
+    lines.append("| minute | master MB | workers MB | database connections | run directory MB |")
+    lines.append("|---|---|---|---|---|")
     step = max(1, len(samples) // 30)
     for smp in samples[::step] + ([samples[-1]] if samples and (len(samples) - 1) % step else []):
+        conns = smp.get("db_connections")
         lines.append(f"| {smp['t_s'] / 60:.1f} | {smp['master_mb'] or 0:.1f} | {smp['workers_mb'] or 0:.1f} | "
-                     f"{smp['rundir_mb']:.2f} |")
+                     f"{'n/a' if conns is None else conns} | {smp['rundir_mb']:.2f} |")
     return "\n".join(lines)
+
+
+def pool_growth(samples: list[dict]) -> list[tuple[float, int, int]]:
+    """(when, before, after) for each sample at which the workers held more database connections than
+    at the one before (samples of a half-started or finishing tree, with fewer workers, are skipped)."""
+    full = max((s.get("workers") or 0 for s in samples), default=0)
+    seen = [(s["t_s"], s["db_connections"]) for s in samples
+            if s.get("db_connections") is not None and s.get("workers") == full]
+    return [(t, a, b) for (_, a), (t, b) in zip(seen, seen[1:]) if b > a]
 
 
 SECTION_START = "## 5. Soak"

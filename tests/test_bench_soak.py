@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.soak import judge, slope_per_h, splice
+from bench.soak import judge, pool_growth, slope_per_h, splice
 
 
 def test_slope_and_verdicts() -> None:
@@ -25,6 +25,14 @@ def test_slope_and_verdicts() -> None:
     assert grows["flat"] is False and abs(grows["slope_per_h"] - 30.0) < 1e-3
     assert judge(flat, "m", 1800)["flat"] is True
     assert judge([], "m", 1800)["flat"] is None
+
+
+def test_pool_growth_names_the_samples_where_the_workers_held_more_connections() -> None:
+    samples = [{"t_s": 60.0, "workers": 1, "db_connections": 2},  # one worker up: not a full tree
+               {"t_s": 120.0, "workers": 2, "db_connections": 8}, {"t_s": 180.0, "workers": 2, "db_connections": 8},
+               {"t_s": 240.0, "workers": 2, "db_connections": 12}, {"t_s": 300.0, "workers": 2, "db_connections": 11},
+               {"t_s": 360.0, "workers": 2}]  # an old sample without the count
+    assert pool_growth(samples) == [(240.0, 8, 12)]
 
 
 def test_splice_replaces_section_5_only() -> None:
@@ -46,8 +54,10 @@ def test_a_short_soak_writes_samples_ledger_and_section(tmp_path: Path) -> None:
     during = [s for s in data["samples"] if s["workers"] == 2]  # the last may be of the master's finish alone
     assert data["exit_code"] == 0 and len(during) >= 3
     assert all(s["master_mb"] > 0 and s["workers_mb"] > 0 for s in during)
+    assert all(s["db_connections"] >= 2 for s in during)  # each worker's users hold their connections
     assert data["samples"][-1]["rundir_mb"] > 0
     assert int(data["summary"]["planned"]) == 2400 == int(data["summary"]["ok"])  # 24 s at 100 TPS, all done
     text = report.read_text()
     assert "## 5. Soak: 0.4 minutes of the orders mix" in text and "planned 2,400 = ok 2,400" in text
+    assert "| minute | master MB | workers MB | database connections |" in text
     assert "| master RSS |" in text and "| run directory |" in text and text.rstrip().endswith("this one")
