@@ -29,7 +29,7 @@ test: $(STAMP) browser netfaults prometheus
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q py-spy   # the profile section; the benchmark skips it without py-spy
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --json bench/RESULTS.json   # the raw numbers: --render-json rewrites the report from them
 
 ## make soak: an hour of the orders mix at 500 TPS, 2 processes; memory and disk every minute (bench/RESULTS.md section 5)
 soak: $(STAMP)

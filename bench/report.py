@@ -89,7 +89,7 @@ def goals_section(samples: list[Sample], labels: dict[str, tuple[str, str]], lon
         rows.append(["12-hour run at 500 TPS: results on disk", "< 100 MB",
                      f"{fmt(lr.disk_fixed_mb + lr.disk_mb_per_h * 12, 1)} MB (projected)"])
         rows.append([(f"12-hour run at 500 TPS: memory flat, master / workers (slope over the last half of a "
-                      f"{lr.seconds} s run; caches still filling, see the findings)"), "~0 MB/h",
+                      f"{lr.seconds} s run, caches still filling: the hour of section 5 is the verdict)"), "~0 MB/h",
                      f"{fmt(lr.growth(lr.master_mb, True), 1)} / {fmt(lr.growth(lr.workers_mb, True), 1)} MB/h"])
     if not rows:
         return ""

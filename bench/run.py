@@ -5,7 +5,8 @@ orders and ycsb workloads, then writes bench/RESULTS.md with:
 
 1. throughput and client CPU per operation of pgbench, dbsurge (product lookup, 1 and 2
    processes; YCSB read), plain Locust (1 and 2 processes) and bare driver loops, alternating,
-   16 connections, 3 x 10 s by default (``--quick``: 1 x 3 s);
+   16 connections, 2 x 10 s by default, ``--quick`` 1 x 3 s (3 repetitions took `make bench` to 20.4
+   minutes, over its 20);
 2. the highest arrival rate dbsurge sustains with lag p99 under 1 ms and no drops, per worker
    process count;
 3. the recorder's CPU per operation, and disk and memory of a long run projected to 12 hours;
@@ -44,7 +45,7 @@ DEFAULT_CLIENTS = ("pgbench", "dbsurge", "locust", "dbsurge_p2", "locust_p2", "b
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1 repetition of 3 s, short searches and runs")
-    p.add_argument("--reps", type=int, help="repetitions of the side-by-side table (default 3; quick 1)")
+    p.add_argument("--reps", type=int, help="repetitions of the side-by-side table (default 2; quick 1)")
     p.add_argument("--seconds", type=int, help="duration of each client run (default 10; quick 3)")
     p.add_argument("--short-seconds", type=int, help="duration of the short run for marginal CPU (default 4; quick 1)")
     p.add_argument("--users", type=int, default=16, help="connections / users of the concurrent clients")
@@ -68,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="measure nothing: rewrite the report from a file an earlier --json run wrote")
     args = p.parse_args(argv)
     q = args.quick
-    args.reps = args.reps or (1 if q else 3)
+    args.reps = args.reps or (1 if q else 2)
     args.seconds = args.seconds or (3 if q else 10)
     args.short_seconds = args.short_seconds or (1 if q else 4)
     args.rate_seconds = args.rate_seconds or (3 if q else 10)
