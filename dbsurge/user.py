@@ -118,10 +118,6 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     retry_connect_at = 0
     last_connect_error: BaseException | None = None
     backoff_s = BACKOFF_FIRST_S
-    # The operation's bound: one timer per user, started and cancelled around each operation (a new
-    # gevent.Timeout per operation allocated a libev watcher and an exception object every time).
-    # OperationTimeout is an Exception, so time_call returns it as the operation's failure.
-    timer = gevent.Timeout(op_bound_s, OperationTimeout)
 
     def fail(k: int, stage: int, intended: int, start: int, exc: BaseException) -> None:
         kind = classify(exc)
@@ -209,11 +205,12 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             retries_before = session.retries
             if slot is not None:
                 pacer.issued(slot)  # sent to the database: if this worker is lost now, its outcome is unknown
+            timer = gevent.Timeout(op_bound_s, OperationTimeout)  # an Exception: time_call returns it
             timer.start()
             try:
                 ok, exc, start, end = time_call(fns[k])  # the one timing helper (dbsurge.timing)
             finally:
-                timer.cancel()
+                timer.close()
             if ok:
                 exc = None
             if pacer is not None and not pacer.done(slot):
@@ -240,7 +237,6 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
     finally:
-        timer.close()
         if session is not None:
             _close_quietly(session)
 
