@@ -265,8 +265,8 @@ def section(raw: dict) -> str:
     if growth:
         lines.append("The user pool (the workers' connections to the database; dbsurge's pool only grows, when "
                      "the measured service time asks for more users) grew at minute " + ", ".join(
-                         f"{t / 60:.0f} ({a} → {b})" for t, a, b in growth) + ": memory follows the pool, "
-                     "and a step in the workers' RSS at one of those minutes is its users, not a leak.\n")
+                         f"{t / 60:.0f} ({a} → {b})" for t, a, b in growth) + ": a step in the workers' "
+                     "RSS at one of those minutes may be the new users; look there before calling it a leak.\n")
     lines.append("| minute | master MB | workers MB | database connections | run directory MB |")
     lines.append("|---|---|---|---|---|")
     step = max(1, len(samples) // 30)

@@ -2,7 +2,7 @@
 
 A server that refuses a connection for a reason of its own (full, starting up, shutting down) is told
 from one nobody answered, so the ledger says ``connect:53300`` rather than a bare ``connect``. This
-module imports neither Locust nor gevent: the CLI and tests read it without monkey-patching their process.
+module imports neither Locust nor gevent: tests read it without monkey-patching their own process.
 """
 
 from __future__ import annotations
