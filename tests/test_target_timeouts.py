@@ -353,38 +353,3 @@ def test_the_operation_bound_is_per_operation_not_per_user(tmp_path, pg_uri):
     assert int(total["planned"]) == 12_500 and int(total["failed_timeout"]) == 0, total
     assert int(total["ok"]) == 12_500, total
 
-
-def test_the_users_bound_fires_when_the_driver_would_wait_on(tmp_path, mongo_server):
-    """With the driver's own timeouts out of the way (pymongo's timeoutMS off, its socket timeout a minute),
-    the user's bound (op_timeout + 1 s) still ends every operation of a stalled server as a timeout, each
-    booked, and the users go on once the server is back."""
-    import threading
-
-    def stall() -> None:
-        time.sleep(4.0)
-        mongo_server.pause()
-        try:
-            time.sleep(3.0)
-        finally:
-            mongo_server.resume()
-
-    staller = threading.Thread(target=stall)
-    staller.start()
-    try:
-        done = dbsurge("run", "--workload", "ycsb", "--target", mongo_server.uri, "--shape", "constant",
-                       "--rate", "20", "--duration", "14s", "--quiet", "--no-db-sampler",
-                       "--workload-option", "recordcount=200", "--workload-option", "table=ut_user_bound",
-                       "--target-option", "op_timeout=500ms", "--target-option", "timeout_ms=none",
-                       "--target-option", "socket_timeout_ms=60000", "--results-dir", "results",
-                       cwd=tmp_path, timeout=180)
-    finally:
-        staller.join()
-    run_dir = only_run_dir(tmp_path / "results")
-    total = ledger(run_dir)
-    assert int(total["planned"]) == 280, total
-    assert int(total["failed_timeout"]) >= 1 and int(total["ok"]) >= 150, total
-    # failed operations are the database's answer (0); slots dropped while every user waited would be 1
-    assert done.returncode in (0, 1), explain(done)
-    texts = " ".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file()
-                     and p.suffix in (".csv", ".json", ".txt", ".md"))
-    assert "the user's bound" in texts, "the timeouts did not come from the user's bound"

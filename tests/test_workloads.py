@@ -24,7 +24,7 @@ from dbsurge.targets import open_target
 from dbsurge.workloads import get_workload, parse_workload_options
 from dbsurge.workloads.base import LoadProgress
 from dbsurge.workloads.documents import match_count
-from dbsurge.workloads.orders import product_key
+from dbsurge.workloads.orders import product_cache, product_key
 
 DB_NAME = "dbsurge_workload_tests"
 
@@ -464,6 +464,20 @@ def test_ycsb_mongo_read_preference_and_write_concern(mongo_target, session_of):
     ops = workload.new_client(session, seed=1)
     ops["read"]()
     ops["update"]()
+
+
+def test_product_cache_keeps_one_key_per_slot_and_is_always_right():
+    """A direct-mapped table: index i lives in slot i mod slots; a colliding index replaces it, never aliases it."""
+    product = product_cache(5, slots=4)
+    first = product(1)
+    assert first == product_key(5, 1) and product(1) is first  # kept
+    assert product(5) == product_key(5, 5)  # the same slot: it replaces index 1
+    again = product(1)
+    assert again == first and again is not first  # computed again, the same key
+    for i in [0, 3, 4, 7, 8, 1_000_003, 2, 6]:
+        assert product(i) == product_key(5, i)
+    with pytest.raises(ValueError, match="power of two"):
+        product_cache(5, slots=6)
 
 
 @pytest.mark.parametrize("module", ["base", "orders", "ycsb"])

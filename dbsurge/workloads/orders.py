@@ -16,7 +16,6 @@ taken in index order so concurrent orders lock rows in the same order and never 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import random
 import uuid
@@ -68,6 +67,41 @@ def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
     return uuid.UUID(bytes=digest[:16], version=4), Decimal(cents).scaleb(-2)
 
 
+#: Products whose keys a process keeps (a power of two): 65,536 (UUID, Decimal) pairs, about 21 MB.
+PRODUCT_CACHE_SLOTS = 1 << 16
+
+
+def product_cache(seed: int, slots: int = PRODUCT_CACHE_SLOTS) -> Callable[[int], tuple[uuid.UUID, Decimal]]:
+    """`product_key` for ``seed``, with the last key of each of ``slots`` slots kept (slot = index mod slots).
+
+    A direct-mapped table of two fixed lists, not ``functools.lru_cache``: under uniform draws over more
+    products than slots an LRU cache evicts on every miss, and its dict, whose deleted entries are not
+    reused, is rebuilt every ~110,000 misses. Each rebuild is a new ~5 MB table, and glibc placed one
+    at a new top of the heap now and then: a worker's RSS stepped up ~5 MB at the same minutes (38 and
+    48) of two hour-long soaks. This table is allocated once; its hit rate under uniform draws is
+    the LRU's (65.5% over 100,000 products).
+
+    >>> product = product_cache(42)
+    >>> product(7) == product_key(42, 7) and product(7) is product(7)
+    True
+    """
+    if slots < 1 or slots & (slots - 1):
+        raise ValueError(f"slots must be a power of two, not {slots}")
+    mask = slots - 1
+    indexes = [-1] * slots
+    values: list[Any] = [None] * slots
+
+    def product(index: int) -> tuple[uuid.UUID, Decimal]:
+        slot = index & mask
+        if indexes[slot] == index:
+            return values[slot]
+        value = values[slot] = product_key(seed, index)
+        indexes[slot] = index
+        return value
+
+    return product
+
+
 def _items_sql(count: int) -> str:
     row = "(%s, %s, %s, %s, %s)"
     return "insert into order_items (id, order_id, product_id, qty, price) values " + ", ".join([row] * count)
@@ -93,9 +127,8 @@ class OrdersWorkload(Workload):
             raise WorkloadError(
                 f"workload option items_min={self.options['items_min']} is above items_max={self.options['items_max']}"
             )
-        seed = self.options["seed"]
         # Shared by all users of this process: the same hot products are hashed once.
-        self.product = functools.lru_cache(maxsize=65_536)(functools.partial(product_key, seed))
+        self.product = product_cache(self.options["seed"])
 
     def default_weights(self) -> dict[str, float]:
         share = self.options["order_proportion"]
