@@ -76,10 +76,10 @@ def product_cache(seed: int, slots: int = PRODUCT_CACHE_SLOTS) -> Callable[[int]
 
     A direct-mapped table of two fixed lists, not ``functools.lru_cache``: under uniform draws over more
     products than slots an LRU cache evicts on every miss, and its dict, whose deleted entries are not
-    reused, is rebuilt every ~110,000 misses. Each rebuild is a new ~5 MB table, and glibc placed one
+    reused, is rebuilt every ~109,000 misses. Each rebuild is a new ~5 MB table, and glibc placed one
     at a new top of the heap now and then: a worker's RSS stepped up ~5 MB at the same minutes (38 and
-    48) of two hour-long soaks. This table is allocated once; its hit rate under uniform draws is
-    the LRU's (65.5% over 100,000 products).
+    48) of two hour-long soaks (bench/findings.md). This table is allocated once; under uniform draws
+    its hit rate is about the LRU's (both about 65% over 100,000 products).
 
     >>> product = product_cache(42)
     >>> product(7) == product_key(42, 7) and product(7) is product(7)
