@@ -10,17 +10,23 @@ it showed: the LRU steps +5.2 MB long after it is full, the direct-mapped table 
 from __future__ import annotations
 
 import functools
+import os
 import random
 import subprocess
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.soak import _rss_mb
 
 PRODUCTS = 100_000
 CHECK_EVERY = 20_000
 
 
 def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 1e6
+    return _rss_mb(os.getpid()) or 0.0
 
 
 def run_one(kind: str, calls: int) -> None:

@@ -352,4 +352,3 @@ def test_the_operation_bound_is_per_operation_not_per_user(tmp_path, pg_uri):
     total = ledger(only_run_dir(tmp_path / "results"))
     assert int(total["planned"]) == 12_500 and int(total["failed_timeout"]) == 0, total
     assert int(total["ok"]) == 12_500, total
-
