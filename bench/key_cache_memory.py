@@ -42,10 +42,7 @@ def run_one(kind: str, calls: int) -> None:
     if kind == "lru":
         cache = functools.lru_cache(maxsize=PRODUCT_CACHE_SLOTS)(functools.partial(counted, 1))
     else:
-        import dbsurge.workloads.orders as orders
-
-        orders.product_key = counted  # product_cache looks the function up at each miss
-        cache = product_cache(1)
+        cache = product_cache(1, make=counted)
     draw = random.Random(5).random
     start = last = rss_mb()
     for i in range(1, calls + 1):

@@ -71,8 +71,10 @@ def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
 PRODUCT_CACHE_SLOTS = 1 << 16
 
 
-def product_cache(seed: int, slots: int = PRODUCT_CACHE_SLOTS) -> Callable[[int], tuple[uuid.UUID, Decimal]]:
-    """`product_key` for ``seed``, with the last key of each of ``slots`` slots kept (slot = index mod slots).
+def product_cache(
+    seed: int, slots: int = PRODUCT_CACHE_SLOTS, make: Callable[[int, int], Any] = product_key
+) -> Callable[[int], tuple[uuid.UUID, Decimal]]:
+    """``make(seed, index)`` (`product_key`), keeping the last key of each of ``slots`` slots (index mod slots).
 
     A direct-mapped table of two fixed lists, not ``functools.lru_cache``: under uniform draws over more
     products than slots an LRU cache evicts on every miss, and its dict, whose deleted entries are not
@@ -95,7 +97,7 @@ def product_cache(seed: int, slots: int = PRODUCT_CACHE_SLOTS) -> Callable[[int]
         slot = index & mask
         if indexes[slot] == index:
             return values[slot]
-        value = values[slot] = product_key(seed, index)
+        value = values[slot] = make(seed, index)
         indexes[slot] = index
         return value
 
