@@ -92,6 +92,33 @@ def _alive(proc: psutil.Process | int) -> bool:
         return False
 
 
+def process_start(pid: int) -> float | None:
+    """When process `pid` started, in seconds since boot (None if there is no such process).
+
+    A fixed mark that tells a process from a later one given the same pid. Not `psutil`'s
+    `create_time()`: that adds the boot time of /proc/stat, which moves by a second when the wall
+    clock is stepped or slewed, and then a server that still ran looked gone (`pause()` froze
+    nothing). The kernel's start tick in /proc/PID/stat never changes.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # Field 22, counted after the command name, which is in parentheses and may hold spaces.
+            return int(f.read().rsplit(b")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError, ValueError):  # no /proc (not Linux): the wall-clock mark, coarser
+        try:
+            return psutil.Process(pid).create_time() - psutil.boot_time()
+        except psutil.Error:
+            return None
+
+
+def same_process(pid: int, started: float) -> bool:
+    """True if `pid` is alive, not a zombie, and is the process that `process_start` saw start at `started`."""
+    now = process_start(pid)
+    return now is not None and abs(now - started) < 0.005 and _alive(pid)
+
+
 class _Server:
     """What both embedded servers share: ports, readiness waits, pause/resume, log access."""
 
@@ -144,8 +171,9 @@ class _Server:
         """Freeze every server process with SIGSTOP: connections hang, as with a stalled database."""
         # Stop the main process first so that it cannot fork new children while we stop the others.
         main = self._main_pid()
-        if main is not None:
-            self._signal([main], signal.SIGSTOP)
+        if main is None:  # a pause that freezes nothing would let a fault test pass for the wrong reason
+            raise EmbeddedError(f"cannot pause the embedded {self.kind} server: it is not running", self.log_path)
+        self._signal([main], signal.SIGSTOP)
         self._signal(self.pids(), signal.SIGSTOP)
 
     def resume(self) -> None:
@@ -410,7 +438,7 @@ def _kill_leftovers(pids: list[int], grace_s: float = 0.2) -> None:
 class EmbeddedMongo(_Server):
     """A secantusdb server (MongoDB wire protocol) on 127.0.0.1:`port`, as a separate process.
 
-    Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid, port, start time),
+    Layout of `data_dir`: `data/` (WiredTiger home), `secantus.log`, `secantus.pid` (pid, port, start tick since boot),
     and an empty `secantusd.toml` that keeps secantus from picking up a config file elsewhere.
     `cache_size` is the WiredTiger cache ("256M", "1G"). `host` is the address it listens on (the
     fault tests run it in a network namespace on "0.0.0.0"); `uri` and the readiness checks stay on 127.0.0.1.
@@ -445,11 +473,13 @@ class EmbeddedMongo(_Server):
         info = self._pid_info()
         if "pid" not in info:
             return None
-        try:
-            proc = psutil.Process(int(info["pid"]))
-            # The pid must still be the process we started, not a recycled pid: compare start times.
-            # (Not the command line: /proc/PID/cmdline reads empty now and then while secantus starts.)
-            return proc.pid if _alive(proc) and abs(proc.create_time() - info.get("started", 0)) < 0.01 else None
+        # The pid must still be the process we started, not a recycled pid: compare start marks.
+        # (Not the command line: /proc/PID/cmdline reads empty now and then while secantus starts.)
+        pid = int(info["pid"])
+        if "since_boot" in info:
+            return pid if same_process(pid, float(info["since_boot"])) else None
+        try:  # a pid file written before the start mark was kept: its wall-clock start, to the second
+            return pid if _alive(pid) and abs(psutil.Process(pid).create_time() - info.get("started", 0)) < 2 else None
         except psutil.Error:
             return None
 
@@ -486,8 +516,8 @@ class EmbeddedMongo(_Server):
                 # A session of its own: Ctrl-C in the terminal of `dbsurge embedded start` must not reach it.
                 self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                               cwd=self.data_dir, start_new_session=True)
-            started = psutil.Process(self._proc.pid).create_time()
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "started": started}))
+            since_boot = process_start(self._proc.pid)
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "since_boot": since_boot}))
             try:
                 self._wait_ready(time.monotonic() + START_TIMEOUT_S)
                 return
@@ -590,8 +620,8 @@ class EmbeddedDynamo(EmbeddedMongo):
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                               cwd=self.data_dir, start_new_session=True)
-            started = psutil.Process(self._proc.pid).create_time()
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "started": started}))
+            since_boot = process_start(self._proc.pid)
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "since_boot": since_boot}))
             try:
                 self._wait_ready(time.monotonic() + START_TIMEOUT_S)
                 return

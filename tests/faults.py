@@ -97,20 +97,21 @@ def tmpfs_unavailable() -> str | None:
 
 
 def _proc_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+    """When `pid` started, in seconds since boot (None if it does not exist): see `process_start`."""
+    from dbsurge.embedded import process_start
+
+    return process_start(pid)
 
 
 def _owner_record() -> dict[str, float]:
-    return {"pid": os.getpid(), "started": _proc_start_time(os.getpid()) or 0.0}
+    return {"pid": os.getpid(), "since_boot": _proc_start_time(os.getpid()) or 0.0}
 
 
 def _owner_alive(record: dict[str, float]) -> bool:
-    """True if the process that wrote the owner record still runs (same pid *and* start time: pids get reused)."""
-    started = _proc_start_time(int(record.get("pid", 0))) if record.get("pid") else None
-    return started is not None and abs(started - float(record.get("started", 0))) < 0.01
+    """True if the process that wrote the owner record still runs (same pid *and* start mark: pids get reused)."""
+    from dbsurge.embedded import same_process
+
+    return bool(record.get("pid")) and same_process(int(record["pid"]), float(record.get("since_boot", -1.0)))
 
 
 @contextlib.contextmanager

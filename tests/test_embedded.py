@@ -135,6 +135,23 @@ def test_mongo_pause_resume_and_restart(mongo_server):
         client.test_embedded.kept.drop()
 
 
+def test_a_stepped_wall_clock_does_not_lose_a_running_server(mongo_server, monkeypatch, tmp_path):
+    """A running server is known by its start tick since boot, not by its wall-clock start time.
+
+    psutil's create_time() adds /proc/stat's boot time, which moves by a second when the clock is
+    stepped; a server then looked stopped, and `pause()` froze nothing (a fault test's call that had
+    to time out answered at once). Shift that boot time here: the server must still be found.
+    """
+    import psutil._pslinux as pslinux
+
+    real = pslinux.boot_time
+    monkeypatch.setattr(pslinux, "boot_time", lambda: real() + 1.0)
+    assert mongo_server.is_running() and mongo_server._main_pid() is not None
+    stopped = EmbeddedMongo(tmp_path / "never-started")
+    with pytest.raises(EmbeddedError, match="cannot pause the embedded mongo server: it is not running"):
+        stopped.pause()
+
+
 # --- `dbsurge embedded ...` and resolve_embedded ---
 
 
