@@ -476,8 +476,8 @@ class EmbeddedMongo(_Server):
         # The pid must still be the process we started, not a recycled pid: compare start marks.
         # (Not the command line: /proc/PID/cmdline reads empty now and then while secantus starts.)
         pid = int(info["pid"])
-        if "since_boot" in info:
-            return pid if same_process(pid, float(info["since_boot"])) else None
+        if "since_boot" in info:  # null when the process was gone before its mark could be read
+            return pid if info["since_boot"] is not None and same_process(pid, float(info["since_boot"])) else None
         try:  # a pid file written before the start mark was kept: its wall-clock start, to the second
             return pid if _alive(pid) and abs(psutil.Process(pid).create_time() - info.get("started", 0)) < 2 else None
         except psutil.Error:
