@@ -96,9 +96,10 @@ def process_start(pid: int) -> float | None:
     """When process `pid` started, in seconds since boot (None if there is no such process).
 
     A fixed mark that tells a process from a later one given the same pid. Not `psutil`'s
-    `create_time()`: that adds the boot time of /proc/stat, which moves by a second when the wall
-    clock is stepped or slewed, and then a server that still ran looked gone (`pause()` froze
-    nothing). The kernel's start tick in /proc/PID/stat never changes.
+    `create_time()`: that adds /proc/stat's boot time, whole seconds of wall clock minus uptime,
+    which moves by one when the wall clock is stepped across a second boundary (even by a
+    millisecond); a server that still ran then looked gone and `pause()` froze nothing. The
+    kernel's start tick in /proc/PID/stat never changes.
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
