@@ -24,7 +24,7 @@ from dbsurge.targets import open_target
 from dbsurge.workloads import get_workload, parse_workload_options
 from dbsurge.workloads.base import LoadProgress
 from dbsurge.workloads.documents import match_count
-from dbsurge.workloads.orders import product_cache, product_key
+from dbsurge.workloads.orders import product_cache, product_key, product_params
 
 DB_NAME = "dbsurge_workload_tests"
 
@@ -470,14 +470,25 @@ def test_product_cache_keeps_one_key_per_slot_and_is_always_right():
     """A direct-mapped table: index i lives in slot i mod slots; a colliding index replaces it, never aliases it."""
     product = product_cache(5, slots=4)
     first = product(1)
-    assert first == product_key(5, 1) and product(1) is first  # kept
-    assert product(5) == product_key(5, 5)  # the same slot: it replaces index 1
+    assert first == product_params(5, 1) and product(1) is first  # kept
+    assert product(5) == product_params(5, 5)  # the same slot: it replaces index 1
     again = product(1)
     assert again == first and again is not first  # computed again, the same key
     for i in [0, 3, 4, 7, 8, 1_000_003, 2, 6]:
-        assert product(i) == product_key(5, i)
+        assert product(i) == product_params(5, i)
     with pytest.raises(ValueError, match="power of two"):
         product_cache(5, slots=6)
+
+
+def test_product_cache_keeps_nothing_the_cycle_collector_walks():
+    """A full table of tracked keys made every full collection walk 131,072 objects: a pause of every user."""
+    import gc
+
+    product = product_cache(5, slots=1 << 10)
+    kept = [product(i) for i in range(1 << 10)]
+    gc.collect()  # a young collection untracks a tuple whose items are untracked
+    assert not any(gc.is_tracked(pair) or gc.is_tracked(pair[0]) for pair in kept)
+    assert kept[3][0] == str(product_key(5, 3)[0])
 
 
 @pytest.mark.parametrize("module", ["base", "orders", "ycsb"])

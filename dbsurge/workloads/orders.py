@@ -67,14 +67,36 @@ def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
     return uuid.UUID(bytes=digest[:16], version=4), Decimal(cents).scaleb(-2)
 
 
-#: Products whose keys a process keeps (a power of two): 65,536 (UUID, Decimal) pairs, about 21 MB.
+def product_params(seed: int, index: int) -> tuple[str, Decimal]:
+    """`product_key` with the id in its text form, as the users' statements take it.
+
+    PostgreSQL casts a text parameter of unspecified type to the ``uuid`` column it is compared with or
+    stored in, so the statements give the same rows. Text is what a process can afford to keep many
+    of: a `uuid.UUID` is an object the cycle collector tracks, a ``str`` and a ``Decimal`` are not
+    (see `product_cache`).
+
+    >>> product_params(42, 0)[0] == str(product_key(42, 0)[0])
+    True
+    """
+    pid, price = product_key(seed, index)
+    return str(pid), price
+
+
+#: Products whose keys a process keeps (a power of two): 65,536 (id text, Decimal) pairs.
 PRODUCT_CACHE_SLOTS = 1 << 16
 
 
 def product_cache(
-    seed: int, slots: int = PRODUCT_CACHE_SLOTS, make: Callable[[int, int], Any] = product_key
-) -> Callable[[int], tuple[uuid.UUID, Decimal]]:
-    """``make(seed, index)`` (`product_key`), keeping the last key of each of ``slots`` slots (index mod slots).
+    seed: int, slots: int = PRODUCT_CACHE_SLOTS, make: Callable[[int, int], Any] = product_params
+) -> Callable[[int], tuple[str, Decimal]]:
+    """``make(seed, index)`` (`product_params`), keeping the last key of each of ``slots`` slots (index mod slots).
+
+    What it keeps must not be objects that Python's cycle collector tracks. With `uuid.UUID` ids the
+    full table was 131,072 tracked objects (the UUIDs and their tuples), and as misses replaced them,
+    survivors of young collections piled up until a full collection walked them all: a pause of
+    every user of the process of 11-22 ms every few seconds (8,000 TPS, one process), the late
+    slots of an open-model run. Text ids and ``Decimal`` prices are untracked, and so, after its
+    first young collection, is each pair that holds them.
 
     A direct-mapped table of two fixed lists, not ``functools.lru_cache``: under uniform draws over more
     products than slots an LRU cache evicts on every miss, and its dict, whose deleted entries are not
@@ -84,7 +106,7 @@ def product_cache(
     its hit rate is about the LRU's (both about 65% over 100,000 products).
 
     >>> product = product_cache(42)
-    >>> product(7) == product_key(42, 7) and product(7) is product(7)
+    >>> product(7) == product_params(42, 7) and product(7) is product(7)
     True
     """
     if slots < 1 or slots & (slots - 1):
@@ -93,7 +115,7 @@ def product_cache(
     indexes = [-1] * slots
     values: list[Any] = [None] * slots
 
-    def product(index: int) -> tuple[uuid.UUID, Decimal]:
+    def product(index: int) -> tuple[str, Decimal]:
         slot = index & mask
         if indexes[slot] == index:
             return values[slot]
