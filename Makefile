@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
-## The tests that assert timing run alone; the others two at a time (tests/conftest.py, SERIAL_MODULES).
+## The tests that assert timing run alone; the others two at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS).
 test: $(STAMP) browser netfaults prometheus
 	@rc=0; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -m serial || rc=$$?; \

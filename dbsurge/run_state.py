@@ -248,8 +248,11 @@ class DbSurgeRun:
                            worker_count=s.count, arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
         # ... and completions stamped back in the master's clock, from that same measurement
         self.recorder.wall_offset_ns = self.pacer.wall_offset_ns - s.clock_offset_ns
-        time_zero_s = (s.start_epoch_ns + s.clock_offset_ns) / 1e9
-        gevent.spawn_later(max(0.0, time_zero_s - time.time() - FREEZE_LEAD_S), freeze_before_time_zero)
+        # Again just before time zero; not when that is already near or past (a worker joining mid-run):
+        # the freeze above has just taken what there is, and a collection now would pause the load.
+        freeze_in_s = (s.start_epoch_ns + s.clock_offset_ns) / 1e9 - time.time() - FREEZE_LEAD_S
+        if freeze_in_s > 0:
+            gevent.spawn_later(freeze_in_s, freeze_before_time_zero)
 
     def apply_rate_change(self, at_s: float, rate_tps: float | None, scale: float | None) -> None:
         if self.schedule is None:

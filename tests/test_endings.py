@@ -24,8 +24,6 @@ from runs import read_json, run_files
 
 from dbsurge.embedded import EmbeddedPostgres
 
-pytestmark = pytest.mark.serial  # signals sent at given moments of a run; rows counted per half second; imports Locust
-
 
 def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     out = open(cwd / "stdout.txt", "w")

@@ -28,8 +28,6 @@ from runs import REPO, only_run_dir, run_files
 
 from dbsurge.embedded import free_port
 
-pytestmark = pytest.mark.serial  # the assertions count per second: no other test may share the cores
-
 FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/stages.py"
 TOKEN = "t0k3n-exactly-once"
 COMMON = ("--operation", "order_create", "--workload-option", "products=300", "--workload-option", "items_min=1",

@@ -145,11 +145,11 @@ def test_worker_cut_from_the_master(tmp_path, netns_db):
     _wait_for_timeline(results)
     time.sleep(3)
     rule = ["OUTPUT", "-p", "tcp", "-d", ns.host_ip, "--dport", port, "-j", "DROP"]
-    ns.run("iptables", "-A", *rule)
+    ns.run("iptables", "-w", "-A", *rule)
     try:
         time.sleep(5)
     finally:
-        ns.run("iptables", "-D", *rule)
+        ns.run("iptables", "-w", "-D", *rule)
     out = _finish(master, workers)
     run = only_run_dir(results)
     total = ledger(run)

@@ -301,3 +301,26 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
     assert steps_until_woken(let_the_pacer_run) <= 14
     # sleep(0) keeps the loop in its callbacks: the waiter runs only once a switch interval has passed
     assert steps_until_woken(lambda: gevent.sleep(0)) >= 20
+
+
+def test_what_a_process_made_before_time_zero_is_frozen():
+    """`freeze_before_time_zero` (scheduled by `make_pacer` 0.3 s before time zero) takes what setting up
+    made out of the cycle collector's sight: otherwise a full collection walks it during the load, a pause
+    of every user. In a child: dbsurge.run_state imports Locust, which must not patch this process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from dbsurge.run_state import freeze_before_time_zero\n"
+        "gc.collect(); gc.freeze()  # make_pacer's first freeze\n"
+        "before = gc.get_freeze_count()\n"
+        "made = [[i] for i in range(5000)]  # tracked, as connections and workload tables are\n"
+        "freeze_before_time_zero()\n"
+        "young = {id(o) for o in gc.get_objects()}\n"
+        "print(gc.get_freeze_count() - before, sum(id(m) in young for m in made))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    frozen, still_seen = map(int, out.stdout.split())
+    assert frozen >= 5000 and still_seen == 0
