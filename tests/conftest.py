@@ -152,6 +152,10 @@ SERIAL_MODULES = {
     "test_capacity_search",  # a search to the machine's limit; the limit blamed on the generator or not
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
+    # the database killed or restarted, workers killed, leaving or cut: beside another test (-n 2), a restarted
+    # server's in-flight operations outlived the run's end (6 booked not sent) and a leaving worker's hand-over
+    # lost 7 arrivals (CI, 2026-12-05), where alone they pass
+    "test_faults", "test_many_hosts",
     "test_stall",  # latency against pgbench's
     "test_web_ui",  # Chromium on two cores, 20-45 s waits for a live panel
 }
@@ -163,20 +167,9 @@ SERIAL_TESTS = {
         "test_dbsurge_run_killed_stops_the_load",  # orders counted in 2.5 s windows
     },
     "test_engine_runs": {"test_spike_plan_rates_within_one_percent"},
-    "test_faults": {
-        "test_database_paused_blames_the_target",  # "the generator fell behind" must not be said
-        "test_signal_stops_gracefully",  # achieved TPS within 10%
-        "test_master_sigkilled",  # the timeline ends within 3 s of the kill
-    },
     "test_join_token": {  # masters that wait for --expect-workers proven workers: they hung under -n 2 load
         "test_worker_in_another_namespace",
         "test_processes_master_refuses_local_workers_without_its_token",  # refused within a fixed window
-    },
-    "test_many_hosts": {
-        "test_skewed_clock_is_measured_and_corrected",  # uncertainty < 50 ms, per-second counts
-        "test_pool_sized_from_a_probe_holds_the_first_second_at_50ms",
-        # heartbeats must not miss 2 s, a joiner must prove its token within 5 s
-        "test_worker_cut_from_the_master", "test_worker_cut_from_the_database", "test_worker_joining_mid_run",
     },
     "test_prometheus": {
         "test_prometheus_scrapes_a_run",  # a counter's rate within 15% over 1 s scrapes
