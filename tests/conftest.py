@@ -153,8 +153,8 @@ SERIAL_MODULES = {
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
     # the database killed or restarted, workers killed, leaving or cut: beside another test (-n 2), a restarted
-    # server's in-flight operations outlived the run's end (6 booked not sent) and a leaving worker's hand-over
-    # lost 7 arrivals (CI, 2026-12-05), where alone they pass
+    # server's run booked 6 arrivals not sent, and a leaving worker's run 7 neither ok nor in flight (CI,
+    # 2026-12-05; which column was cut from the log); alone they pass
     "test_faults", "test_many_hosts",
     "test_stall",  # latency against pgbench's
     "test_web_ui",  # Chromium on two cores, 20-45 s waits for a live panel
