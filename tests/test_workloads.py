@@ -486,7 +486,7 @@ def test_product_cache_keeps_nothing_the_cycle_collector_walks():
 
     product = product_cache(5, slots=1 << 10)
     kept = [product(i) for i in range(1 << 10)]
-    gc.collect()  # a young collection untracks a tuple whose items are untracked
+    gc.collect()  # a collection untracks a tuple whose items are all untracked
     assert not any(gc.is_tracked(pair) or gc.is_tracked(pair[0]) for pair in kept)
     assert kept[3][0] == str(product_key(5, 3)[0])
 
