@@ -229,8 +229,7 @@ class DbSurgeRun:
         # move it out of the collector's sight. Otherwise the first full collection during the
         # load walks all of it, a ~60 ms stall of every user (seen as a lag spike ~7 s into a
         # 4,000 TPS run); Locust does the same before forking --processes workers.
-        gc.collect()
-        gc.freeze()
+        freeze_what_lives_for_the_run()
         self.plan = StagePlan.from_dict(s.plan) if s.plan else None
         self.start_epoch_ns = s.start_epoch_ns
         if self.plan is None:
@@ -252,7 +251,7 @@ class DbSurgeRun:
         # the freeze above has just taken what there is, and a collection now would pause the load.
         freeze_in_s = (s.start_epoch_ns + s.clock_offset_ns) / 1e9 - time.time() - FREEZE_LEAD_S
         if freeze_in_s > 0:
-            gevent.spawn_later(freeze_in_s, freeze_before_time_zero)
+            gevent.spawn_later(freeze_in_s, freeze_what_lives_for_the_run)
 
     def apply_rate_change(self, at_s: float, rate_tps: float | None, scale: float | None) -> None:
         if self.schedule is None:
@@ -267,20 +266,21 @@ class DbSurgeRun:
 
 
 #: How long before the plan's time zero a process moves what it made while setting up out of the cycle
-#: collector's sight (`freeze_before_time_zero`): a full collection of it takes 5-15 ms here.
+#: collector's sight again (`freeze_what_lives_for_the_run`): a full collection of it takes 5-15 ms here.
 FREEZE_LEAD_S = 0.3
 
 
-def freeze_before_time_zero() -> None:
-    """Collect, then freeze, what the process made after `DbSurgeRun.make_pacer`'s first freeze.
+def freeze_what_lives_for_the_run() -> None:
+    """Collect, then freeze: what is alive now leaves the cycle collector's sight (`DbSurgeRun.make_pacer`).
 
-    Between the plan and time zero a process imports the side collectors (pandas), opens its users'
-    connections and builds its workload tables: tens of thousands of objects that live for the run.
-    Left in the collector's sight, they were the next full collection's work, and it came in the
-    first seconds of the load (the count of objects surviving young collections passes a quarter of
-    the last full collection's): a 7-14 ms pause of every user of the process, the worst second of
-    an 8,000 TPS run. Frozen objects are still freed when nothing refers to them; only a cycle that
-    becomes garbage later stays, which these long-lived objects do not make.
+    Called when the process gets its plan, and again `FREEZE_LEAD_S` before time zero. Between the
+    two a process imports the side collectors (pandas), opens its users' connections and builds its
+    workload tables: tens of thousands of objects that live for the run. Left in the collector's
+    sight, they were the next full collection's work, and it came in the first seconds of the load
+    (the count of objects surviving young collections passes a quarter of the last full
+    collection's): a 7-14 ms pause of every user of the process, the worst second of an 8,000 TPS
+    run. Frozen objects are still freed when nothing refers to them; only a cycle that becomes
+    garbage later stays, which these long-lived objects do not make.
     """
     gc.collect()
     gc.freeze()

@@ -304,7 +304,7 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
 
 
 def test_what_a_process_made_before_time_zero_is_frozen():
-    """`freeze_before_time_zero` (scheduled by `make_pacer` 0.3 s before time zero) takes what setting up
+    """`freeze_what_lives_for_the_run` (again, 0.3 s before time zero: `make_pacer`) takes what setting up
     made out of the cycle collector's sight: otherwise a full collection walks it during the load, a pause
     of every user. In a child: dbsurge.run_state imports Locust, which must not patch this process."""
     import subprocess
@@ -312,11 +312,11 @@ def test_what_a_process_made_before_time_zero_is_frozen():
 
     code = (
         "import gc\n"
-        "from dbsurge.run_state import freeze_before_time_zero\n"
-        "gc.collect(); gc.freeze()  # make_pacer's first freeze\n"
+        "from dbsurge.run_state import freeze_what_lives_for_the_run as freeze\n"
+        "freeze()  # make_pacer's first freeze, at the plan\n"
         "before = gc.get_freeze_count()\n"
         "made = [[i] for i in range(5000)]  # tracked, as connections and workload tables are\n"
-        "freeze_before_time_zero()\n"
+        "freeze()  # the second, before time zero\n"
         "young = {id(o) for o in gc.get_objects()}\n"
         "print(gc.get_freeze_count() - before, sum(id(m) in young for m in made))\n"
     )
