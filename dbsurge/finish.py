@@ -167,6 +167,7 @@ def _collect(run) -> None:
         run.note_problem("stopping the side collectors", e)
     if run.role == "local":
         run.merge_payload(run.recorder.drain(), source="local")
+        run.feed_locust_stats()
     run.aggregator.end_epoch_s = time.time()
 
 

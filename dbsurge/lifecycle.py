@@ -161,6 +161,7 @@ def _master_loop(run: DbSurgeRun) -> None:
                     let_the_pacer_run()
                     run.merge_payload(payload, source="local")
                     let_the_pacer_run()
+                run.feed_locust_stats(let_the_pacer_run)
             try:
                 flush = run.aggregator.flush(between_seconds=let_the_pacer_run)
                 let_the_pacer_run()

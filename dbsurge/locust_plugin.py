@@ -148,7 +148,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     environment.dbsurge = run
     stopping.attach(run)
     # Locust's report events carry no environment: these listeners carry the run themselves
-    environment.events.report_to_master.add_listener(partial(_on_report, run))
+    # first: the drain feeds Locust's tables (dbsurge.locust_stats) before Locust's own listener ships them
+    _listen_first(environment.events.report_to_master, partial(_on_report, run))
     environment.events.worker_report.add_listener(partial(_on_worker_report, run))
     environment.events.heartbeat_sent.add_listener(partial(_on_heartbeat_sent, run))
     if run.role == "worker":
@@ -225,8 +226,19 @@ def _arm_worker(run: DbSurgeRun) -> None:
 # -- once-a-second reports and heartbeats (registered per environment at init) ----------------------------
 
 
+def _listen_first(hook, listener) -> None:
+    """Add ``listener`` to a Locust event hook ahead of the listeners it already has."""
+    others = list(hook._handlers)
+    for h in others:
+        hook.remove_listener(h)
+    hook.add_listener(listener)
+    for h in others:
+        hook.add_listener(h)
+
+
 def _on_report(run: DbSurgeRun, client_id, data, **_kw):
     data["dbsurge"] = run.recorder.drain()
+    run.feed_locust_stats()  # before Locust's own listener ships its tables (`_listen_first`)
 
 
 def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):

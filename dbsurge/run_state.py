@@ -23,6 +23,7 @@ from . import credentials, stopping
 from .arrivals import ArrivalSequence, OperationMix
 from .clocks import ClockBook, wall_ns
 from .hosts import WorkerHosts
+from .locust_stats import LocustStatsFeed
 from .measure.aggregator import Aggregator
 from .measure.recorder import Recorder
 from .membership import Membership
@@ -65,6 +66,11 @@ class DbSurgeRun:
         self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
                      else "master" if isinstance(environment.runner, MasterRunner) else "local")
         self.recorder = Recorder(raw_sink=_raw_samples_sink(), wall_ns=wall_ns)
+        # Locust's tables get this process's successful operations from the recorder's drains (dbsurge.locust_stats)
+        self.locust_stats: LocustStatsFeed | None = None
+        if self.role != "master" and getattr(environment, "stats", None) is not None:
+            self.locust_stats = LocustStatsFeed(environment.stats, self.recorder.operations)
+            self.recorder.stats_sink = self.locust_stats
         self.pacer: Pacer | None = None
         self.schedule: Schedule | None = None
         self.plan: StagePlan | None = None
@@ -168,6 +174,11 @@ class DbSurgeRun:
         except Exception as e:
             if kind != "error":
                 self.note_problem(f"writing event {kind}", e)
+
+    def feed_locust_stats(self, pause=None) -> None:
+        """Add the operations drained since the last call to Locust's own tables (`dbsurge.locust_stats`)."""
+        if self.locust_stats is not None:
+            self.locust_stats.apply(pause)
 
     def merge_payload(self, payload: dict, source: str) -> None:
         if self.aggregator is None:

@@ -142,6 +142,7 @@ def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
             gevent.sleep(0.02)
         in_flight, oldest = pacer.write_off_in_flight(in_flight_reason)
     payload = run.recorder.drain()
+    run.feed_locust_stats()
     run.environment.runner.send_message(
         "dbsurge:final", {"payload": payload, "in_flight": in_flight, "oldest_s": oldest, "reason": in_flight_reason})
 
@@ -400,6 +401,7 @@ def _hurry(run, name: str, signum: int) -> None:
             pacer.close("interrupted", run.until_position)
         pacer.write_off_in_flight("interrupted")  # the first signal's drain may still be waiting on them
         run.merge_payload(run.recorder.drain(), source="local")
+        run.feed_locust_stats()
     # a master's workers that have not sent their final account: what they held was interrupted, not lost
     run.unreported_reason = "interrupted"
     run.awaiting_final = set()

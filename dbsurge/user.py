@@ -108,6 +108,11 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     op_bound_s = float(getattr(target, "op_timeout_s", None) or 30.0) + TIMEOUT_MARGIN_S
     connect_bound_s = float(getattr(target, "connect_timeout_s", None) or 10.0) + TIMEOUT_MARGIN_S
     fire = user.environment.events.request.fire
+    # Locust's tables get successes from the recorder (dbsurge.locust_stats); the request event, failures only
+    feed = getattr(run, "locust_stats", None)
+    if feed is not None:
+        feed.method.update((i, workload.name) for i in op_ids)
+    fire_ok = feed is None
     request_type = workload.name
     clock = time.perf_counter_ns
     record = recorder.record
@@ -232,8 +237,9 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             kind_name = None if exc is None else classify(exc)
             kind = 0 if exc is None else recorder.kind_id(kind_name, describe(exc))
             record(op_ids[k], stage, intended, start, end, kind, retries)
-            fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
-                 response_length=0, exception=exc, context=None)
+            if exc is not None or fire_ok:
+                fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
+                     response_length=0, exception=exc, context=None)
             if isinstance(exc, OperationTimeout):
                 # the driver was interrupted mid-protocol: this connection cannot be trusted again
                 _close_quietly(session)

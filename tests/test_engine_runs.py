@@ -77,13 +77,21 @@ def test_plain_locust_headless_with_processes(tmp_path, mongo_uri):
     port = str(free_port())  # never the default 5557: concurrent runs on this host must not mix workers
     proc = locust("-f", str(REPO / "locustfiles" / "ycsb.py"), "--headless", "-u", "8", "-r", "8", "-t", "5s",
                   "--target", mongo_uri, "--processes", "2", "--master-bind-port", port, "--master-port", port, "--workload-option", "recordcount=500",
-                  "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=120)
+                  "--results-dir", str(tmp_path / "results"), "--csv", str(tmp_path / "locust"), cwd=tmp_path,
+                  timeout=120)
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     summary = {r["operation"]: r for r in read_csv(run / "summary.csv")}
     assert set(summary) == {"read", "update", "ALL"}
     assert int(summary["ALL"]["count"]) > 100
     assert (run / "intervals.hlog").read_text().count("Tag=read") >= 2
+    # Locust's own table, fed from the workers' recorders (dbsurge.locust_stats), counts what dbsurge counted
+    locust_rows = {r["Name"]: r for r in read_csv(tmp_path / "locust_stats.csv")}
+    for op in ("read", "update", "ALL"):
+        row = locust_rows["Aggregated" if op == "ALL" else op]
+        assert int(row["Request Count"]) == int(summary[op]["count"]), (op, row, summary[op])
+        assert int(row["Failure Count"]) == int(summary[op]["failures"]), (op, row, summary[op])
+    assert float(locust_rows["Aggregated"]["Median Response Time"]) > 0
 
 
 def test_plan_beyond_the_machine_states_the_shortfall(tmp_path, pg_uri):

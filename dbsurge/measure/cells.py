@@ -164,40 +164,49 @@ def _sparse_percentile(parts: list[tuple[np.ndarray, np.ndarray, int]], p: float
     return min(highest_equivalent_of(int(idx[int(np.searchsorted(cum, target))])), top)
 
 
-def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, retries) -> list:
+def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, retries, index=None) -> list:
     """Rows of [key0, key1, cell_wire] for each distinct (key0, key1) column of ``keys``.
 
     The wire form (see `Cell.add_wire`: sparse histogram counts) is computed straight from the
     values, without building dense histograms: a drain then costs in proportion to the operations
     it holds instead of a fixed ~2 ms for allocating and scanning 23,552-bucket arrays per cell,
-    which the pacer feels as a pause once a second.
+    which the pacer feels as a pause once a second. ``index``: the histogram indexes of ``resp``,
+    ``serv`` and ``lag`` (`counts_index`), when the caller groups the same values more than once.
     """
+    ri, si, li = index if index is not None else (counts_index(resp), counts_index(serv), counts_index(lag))
     # one 1-D key per row (the second key, an operation or stage index, is small) sorts much
     # faster than np.unique over columns
     combined = keys[0] * _KEY_SPAN + keys[1]
     uniq, inverse = np.unique(combined, return_inverse=True)
     inverse = inverse.reshape(-1)
+    all_ok = bool(okm.all())
     rows = []
     for g in range(uniq.size):
-        m = inverse == g
-        good = m & okm
-        bad = m & ~okm
-        ok = int(good.sum())
+        # the usual drain: one group, every operation a success (no masks to build)
+        m = slice(None) if uniq.size == 1 else inverse == g
+        good = m if all_ok else (okm if uniq.size == 1 else m & okm)
+        n = resp.size if uniq.size == 1 else int(m.sum())
+        ok = n if all_ok else int(okm[m].sum())
         failed: dict[str, int] = {}
-        if ok != int(m.sum()):
+        bad_wire = sparse_wire(resp[:0])
+        if ok != n:
+            bad = ~okm if uniq.size == 1 else m & ~okm
             ks, ns = np.unique(kind[bad], return_counts=True)
             failed = {kinds[k]: n for k, n in zip(ks.tolist(), ns.tolist())}
-        wire = [sparse_wire(resp[good]), sparse_wire(serv[good]), sparse_wire(lag[m]), sparse_wire(resp[bad]),
-                ok, int(retries[m].sum()), failed]
+            bad_wire = sparse_wire(resp[bad], ri[bad])
+        wire = [sparse_wire(resp[good], ri[good]), sparse_wire(serv[good], si[good]), sparse_wire(lag[m], li[m]),
+                bad_wire, ok, int(retries[m].sum()), failed]
         rows.append([int(uniq[g] // _KEY_SPAN), int(uniq[g] % _KEY_SPAN), wire])
     return rows
 
 
-def sparse_wire(values: np.ndarray) -> list:
-    """`Histogram.to_wire` of a histogram holding ``values`` (µs), computed without the histogram."""
+def sparse_wire(values: np.ndarray, index: np.ndarray | None = None) -> list:
+    """`Histogram.to_wire` of a histogram holding ``values`` (µs), computed without the histogram.
+
+    ``index``: the values' `counts_index`, when the caller has it already."""
     if values.size == 0:
         return [b"", b"", 0, 0, 0]
-    counts = np.bincount(counts_index(values))  # as long as the highest index present, not 23,552
+    counts = np.bincount(counts_index(values) if index is None else index)  # as long as the highest index present
     index = np.flatnonzero(counts)
     return [*encode_sparse(index, counts[index]), int(values.min()), int(values.max()), int(values.sum())]
 

@@ -28,6 +28,7 @@ from itertools import chain
 import numpy as np
 
 from .cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell, group_wire  # noqa: F401 - re-exported for readers
+from .histogram import counts_index
 
 NS_PER_US = 1000
 NS_PER_S = 1_000_000_000
@@ -58,6 +59,9 @@ class Recorder:
         # Debugging and tests: called with every drain's successful response times (us, int64), so
         # merged percentiles can be checked against all samples together (the caller writes them).
         self.raw_sink = raw_sink
+        # Locust's own statistics (`dbsurge.locust_stats.LocustStatsFeed`): called with every drain's
+        # successful operations (operation ids, response times in us, wall-clock completion ns)
+        self.stats_sink = None
 
     def op_id(self, name: str) -> int:
         """A small integer for an operation name (register once per user, not per operation)."""
@@ -151,8 +155,11 @@ class Recorder:
         okm = kind == 0
         if self.raw_sink is not None:
             self.raw_sink(resp[okm].astype(np.int64))
-        payload["stages"] = group_wire(np.stack([op, stage]), okm, kind, self.kinds, resp, serv, lag, retries)
-        payload["intervals"] = group_wire(np.stack([sec, op]), okm, kind, self.kinds, resp, serv, lag, retries)
+        if self.stats_sink is not None:
+            self.stats_sink(op[okm], resp[okm], end[okm] + self.wall_offset_ns)
+        index = (counts_index(resp), counts_index(serv), counts_index(lag))  # both groupings' histogram buckets
+        payload["stages"] = group_wire(np.stack([op, stage]), okm, kind, self.kinds, resp, serv, lag, retries, index)
+        payload["intervals"] = group_wire(np.stack([sec, op]), okm, kind, self.kinds, resp, serv, lag, retries, index)
         if not okm.all():
             for k in np.unique(kind[~okm]).tolist():
                 name = self.kinds[k]

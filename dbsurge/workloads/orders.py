@@ -75,11 +75,24 @@ def product_params(seed: int, index: int) -> tuple[str, Decimal]:
     of: a `uuid.UUID` is an object the cycle collector tracks, a ``str`` and a ``Decimal`` are not
     (see `product_cache`).
 
-    >>> product_params(42, 0)[0] == str(product_key(42, 0)[0])
+    The text is made from the digest directly (the version and variant bits set as `uuid.UUID` sets
+    them): building a `uuid.UUID` to print it cost a third of a cache miss.
+
+    >>> all(product_params(42, i)[0] == str(product_key(42, i)[0]) for i in range(1000))
+    True
+    >>> product_params(42, 0)[1] == product_key(42, 0)[1]
     True
     """
-    pid, price = product_key(seed, index)
-    return str(pid), price
+    digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
+    cents = 100 + int.from_bytes(digest[16:], "little") % 99_901
+    h = digest[:16].hex()
+    # version 4 (the 13th hex digit) and the RFC 4122 variant (the top two bits of the 17th)
+    return (f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}",
+            Decimal(cents).scaleb(-2))
+
+
+#: The 17th hex digit of an RFC 4122 UUID: its top two bits are 10.
+_VARIANT = {d: format(0x8 | (int(d, 16) & 0x3), "x") for d in "0123456789abcdef"}
 
 
 #: Products whose keys a process keeps (a power of two): 65,536 (id text, Decimal) pairs.
