@@ -237,13 +237,13 @@ def _listen_first(hook, listener) -> None:
 
 
 def _on_report(run: DbSurgeRun, client_id, data, **_kw):
-    data["dbsurge"] = run.recorder.drain()
-    run.feed_locust_stats()  # before Locust's own listener ships its tables (`_listen_first`)
+    # a list of payloads (`DbSurgeRun.take_drained`); Locust's tables are fed before its own listener ships them
+    data["dbsurge"] = run.take_drained()
 
 
 def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):
     if run.aggregator is not None and "dbsurge" in data:
-        run.merge_payload(data["dbsurge"], source=client_id)
+        run.merge_payloads(data["dbsurge"], source=client_id)
 
 
 def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):

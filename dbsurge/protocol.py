@@ -510,6 +510,7 @@ def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = N
         return
     run.changes = list(s.changes)
     run.make_pacer(s)
+    run.start_pre_drain()
     if join is not None and run.pacer is not None:
         run.pacer.join_at(*join)
     if run.pacer is not None:

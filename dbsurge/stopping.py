@@ -103,7 +103,7 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
 def on_final_message(environment, msg, **_kw) -> None:
     """Master (or local): a worker's final account."""
     run = environment.dbsurge
-    run.merge_payload(msg.data["payload"], source=msg.node_id)
+    run.merge_payloads(msg.data["payload"], source=msg.node_id)
     if msg.data.get("in_flight"):
         run.safe_event("in_flight_at_end", worker=msg.node_id, count=msg.data["in_flight"],
                        oldest_s=round(msg.data.get("oldest_s", 0.0), 3), reason=msg.data.get("reason"))
@@ -141,8 +141,7 @@ def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
         while pacer.in_flight and time.monotonic() < deadline:
             gevent.sleep(0.02)
         in_flight, oldest = pacer.write_off_in_flight(in_flight_reason)
-    payload = run.recorder.drain()
-    run.feed_locust_stats()
+    payload = run.take_drained()
     run.environment.runner.send_message(
         "dbsurge:final", {"payload": payload, "in_flight": in_flight, "oldest_s": oldest, "reason": in_flight_reason})
 
