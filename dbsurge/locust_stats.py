@@ -44,73 +44,118 @@ def locust_key(key_us: int) -> float | int:
     return key_us / 1000 if key_us < 100_000 else key_us // 1000
 
 
+#: Every bucket the rule can give, in µs, sorted (up to an hour, the histograms' ceiling too): a bucket's
+#: position here is its index in `_Entry.counts`.
+ALL_KEYS_US = np.unique(bucket_keys_us(np.concatenate([
+    np.arange(0, 1_000), np.arange(1_000, 10_000, 10), np.arange(10_000, 100_000, 100),
+    np.arange(100_000, 1_000_000, 10_000), np.arange(1_000_000, 10_000_000, 100_000),
+    np.arange(10_000_000, 3_600_000_001, 1_000_000)])))
+_LOCUST_KEYS = [locust_key(k) for k in ALL_KEYS_US.tolist()]
+
+
+class _Entry:
+    """What a drain handed over for one of Locust's entries since the last `LocustStatsFeed.apply`."""
+
+    __slots__ = ("counts", "last_ns", "max_us", "min_us", "n", "per_second", "sum_us")
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(ALL_KEYS_US.size, dtype=np.int64)
+        self.per_second: dict[int, int] = {}
+        self.n = self.sum_us = self.max_us = 0
+        self.min_us: int | None = None
+        self.last_ns = 0
+
+    def add(self, index: np.ndarray, resp_us: np.ndarray, end_wall_ns: np.ndarray) -> None:
+        """Operations by bucket index (`bucket_index`), response time (µs) and completion time (wall ns)."""
+        counts = np.bincount(index)  # as long as the highest bucket present, not all of them
+        self.counts[:counts.size] += counts
+        first_s, last_s = int(end_wall_ns[0]) // 1_000_000_000, int(end_wall_ns.max()) // 1_000_000_000
+        if first_s == last_s and int(end_wall_ns.min()) // 1_000_000_000 == first_s:  # the usual part: one second
+            self.per_second[first_s] = self.per_second.get(first_s, 0) + int(resp_us.size)
+        else:
+            secs = end_wall_ns // 1_000_000_000
+            for sec, n in zip(*(a.tolist() for a in np.unique(secs, return_counts=True))):
+                self.per_second[sec] = self.per_second.get(sec, 0) + n
+        low, high = int(resp_us.min()), int(resp_us.max())
+        self.min_us = low if self.min_us is None else min(self.min_us, low)
+        self.max_us = max(self.max_us, high)
+        self.n += int(resp_us.size)
+        self.sum_us += int(resp_us.sum())
+        self.last_ns = max(self.last_ns, int(end_wall_ns.max()))
+
+
+def bucket_index(resp_us: np.ndarray) -> np.ndarray:
+    """Each response time's position in `ALL_KEYS_US` (times past an hour count in its last bucket)."""
+    return np.searchsorted(ALL_KEYS_US, np.minimum(bucket_keys_us(resp_us), ALL_KEYS_US[-1]))
+
+
 class LocustStatsFeed:
     """Adds the recorder's successful operations to Locust's `RequestStats` (``environment.stats``).
 
-    A drain hands its operations over (`__call__`, a few vectorised steps); `apply` adds what was
-    handed over since the last call to Locust's entries, once a second: a second's worth of
-    distinct response times is a few hundred dictionary updates per operation, not one per part of
-    a drain. ``method`` maps a recorder operation id to the request type its users report (the
-    workload's name); ``names`` is the recorder's list of operation names, by id.
+    A drain hands its operations over (`__call__`): a few vectorised steps count them into dense
+    per-bucket arrays (`_Entry`), one per operation and one for Locust's total. `apply`, once a
+    second, adds the buckets that are not empty to Locust's dictionaries: a second's worth of
+    distinct response times, a few hundred dictionary updates per entry, with pauses between pieces.
+    ``method`` maps a recorder operation id to the request type its users report (the workload's
+    name); ``names`` is the recorder's list of operation names, by id.
     """
 
     def __init__(self, stats, names: list[str]) -> None:
         self.stats = stats
         self.names = names
         self.method: dict[int, str] = {}
-        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._entries: dict[int | None, _Entry] = {}  # by operation id; None: Locust's total
 
     def __call__(self, op: np.ndarray, resp_us: np.ndarray, end_wall_ns: np.ndarray) -> None:
         """One drain's successful operations: operation ids, response times (µs), completion times (wall ns)."""
-        if op.size:
-            self._pending.append((op, resp_us, end_wall_ns))
+        if not op.size:
+            return
+        index = bucket_index(resp_us)
+        lo, hi = int(op.min()), int(op.max())
+        for o in range(lo, hi + 1) if lo != hi else (lo,):
+            sel = op == o if lo != hi else slice(None)
+            if lo == hi or sel.any():
+                self._entries.setdefault(o, _Entry()).add(index[sel], resp_us[sel], end_wall_ns[sel])
+        self._entries.setdefault(None, _Entry()).add(index, resp_us, end_wall_ns)
 
     def apply(self, pause=None) -> None:
         """Add what was handed over to Locust's entries (and its total); ``pause()`` between pieces of work."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        op = np.concatenate([p[0] for p in pending])
-        resp = np.concatenate([p[1] for p in pending])
-        end = np.concatenate([p[2] for p in pending])
-        ops = np.unique(op).tolist()
-        for o in ops:
-            sel = op == o if len(ops) > 1 else slice(None)
-            _add(self.stats.get(self.names[o], self.method.get(o, "")), resp[sel], end[sel], pause)
-        _add(self.stats.total, resp, end, pause)
+        entries, self._entries = self._entries, {}
+        for o, pending in entries.items():
+            entry = self.stats.total if o is None else self.stats.get(self.names[o], self.method.get(o, ""))
+            _add(entry, pending, pause)
 
 
 #: Response-time buckets added to Locust's dictionary between two pauses of `LocustStatsFeed.apply`.
 KEYS_PER_PIECE = 256
 
 
-def _add(entry, resp_us: np.ndarray, end_wall_ns: np.ndarray, pause) -> None:
+def _add(entry, pending: _Entry, pause) -> None:
     """`StatsEntry.log` for many operations at once (`locust.stats.StatsEntry`).
 
     Per-second request counts are exact; the response-time buckets are added as of the last second
     (Locust's per-second copy of them, for its current percentiles, is taken before they are).
     """
-    secs = end_wall_ns // 1_000_000_000
-    last_sec = int(secs.max())
     last = entry.last_request_timestamp
+    last_sec = pending.last_ns // 1_000_000_000
     if entry.use_response_times_cache and last and last_sec > int(last):
         entry._cache_response_times(last_sec - 1)
-    keys, counts = np.unique(bucket_keys_us(resp_us), return_counts=True)
-    keys, counts = keys.tolist(), counts.tolist()
+    index = np.flatnonzero(pending.counts).tolist()
+    counts = pending.counts
     times = entry.response_times
-    for i in range(0, len(keys), KEYS_PER_PIECE):
+    for i in range(0, len(index), KEYS_PER_PIECE):
         if i and pause is not None:
             pause()
-        for k, c in zip(keys[i:i + KEYS_PER_PIECE], counts[i:i + KEYS_PER_PIECE]):
-            times[k / 1000 if k < 100_000 else k // 1000] += c
+        for j in index[i:i + KEYS_PER_PIECE]:
+            times[_LOCUST_KEYS[j]] += int(counts[j])
     # the counters last, in one piece: a reader between two pauses sees the buckets ahead of the count
-    for sec, n in zip(*(a.tolist() for a in np.unique(secs, return_counts=True))):
+    for sec, n in pending.per_second.items():
         entry.num_reqs_per_sec[sec] += n
-    entry.num_requests += int(resp_us.size)
-    entry.total_response_time += float(resp_us.sum()) / 1000
-    low, high = float(resp_us.min()) / 1000, float(resp_us.max()) / 1000
+    entry.num_requests += pending.n
+    entry.total_response_time += pending.sum_us / 1000
+    low, high = pending.min_us / 1000, pending.max_us / 1000
     entry.min_response_time = low if entry.min_response_time is None else min(entry.min_response_time, low)
     entry.max_response_time = max(entry.max_response_time, high)
-    stamp = float(end_wall_ns.max()) / 1e9
+    stamp = pending.last_ns / 1e9
     if last is None or stamp > last:
         entry.last_request_timestamp = stamp
