@@ -69,8 +69,9 @@ class _Entry:
         """Operations by bucket index (`bucket_index`), response time (µs) and completion time (wall ns)."""
         counts = np.bincount(index)  # as long as the highest bucket present, not all of them
         self.counts[:counts.size] += counts
-        first_s, last_s = int(end_wall_ns[0]) // 1_000_000_000, int(end_wall_ns.max()) // 1_000_000_000
-        if first_s == last_s and int(end_wall_ns.min()) // 1_000_000_000 == first_s:  # the usual part: one second
+        last_ns = int(end_wall_ns.max())
+        first_s, last_s = int(end_wall_ns.min()) // 1_000_000_000, last_ns // 1_000_000_000
+        if first_s == last_s:  # the usual part: one second
             self.per_second[first_s] = self.per_second.get(first_s, 0) + int(resp_us.size)
         else:
             secs = end_wall_ns // 1_000_000_000
@@ -81,7 +82,7 @@ class _Entry:
         self.max_us = max(self.max_us, high)
         self.n += int(resp_us.size)
         self.sum_us += int(resp_us.sum())
-        self.last_ns = max(self.last_ns, int(end_wall_ns.max()))
+        self.last_ns = max(self.last_ns, last_ns)
 
 
 def bucket_index(resp_us: np.ndarray) -> np.ndarray:

@@ -62,9 +62,15 @@ def product_key(seed: int, index: int) -> tuple[uuid.UUID, Decimal]:
     >>> pid.version, Decimal("1.00") <= price <= Decimal("1000.00")
     (4, True)
     """
+    id_bytes, price = _product_digest(seed, index)
+    return uuid.UUID(bytes=id_bytes, version=4), price
+
+
+def _product_digest(seed: int, index: int) -> tuple[bytes, Decimal]:
+    """Product ``index``'s 16 id bytes (before the UUID's version and variant bits) and its price."""
     digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
     cents = 100 + int.from_bytes(digest[16:], "little") % 99_901
-    return uuid.UUID(bytes=digest[:16], version=4), Decimal(cents).scaleb(-2)
+    return digest[:16], Decimal(cents).scaleb(-2)
 
 
 def product_params(seed: int, index: int) -> tuple[str, Decimal]:
@@ -83,12 +89,10 @@ def product_params(seed: int, index: int) -> tuple[str, Decimal]:
     >>> product_params(42, 0)[1] == product_key(42, 0)[1]
     True
     """
-    digest = hashlib.blake2b(f"dbsurge-orders:{seed}:{index}".encode(), digest_size=20).digest()
-    cents = 100 + int.from_bytes(digest[16:], "little") % 99_901
-    h = digest[:16].hex()
+    id_bytes, price = _product_digest(seed, index)
+    h = id_bytes.hex()
     # version 4 (the 13th hex digit) and the RFC 4122 variant (the top two bits of the 17th)
-    return (f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}",
-            Decimal(cents).scaleb(-2))
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}", price
 
 
 #: The 17th hex digit of an RFC 4122 UUID: its top two bits are 10.
