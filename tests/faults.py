@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
 
 NS_PREFIX = "dbsf-"
+# A namespace's ephemeral ports (its outgoing connections' local ports): above the root side's default
+# 32768-60999, where free_port() picks, so a port picked on the root side is never in use in here.
+NS_EPHEMERAL = (61000, 65535)
 DISK_PREFIX = "dbsf-disk-"
 SUBNET = ipaddress.ip_network("10.231.0.0/16")  # carved into /30s, one per namespace
 STATE_DIR = Path("/run/dbsf")  # owner records; /run is a tmpfs, so a reboot clears them with the namespaces
@@ -69,7 +72,8 @@ class FaultSetupError(RuntimeError):
 def _sh(*args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run a command, capturing text output; raise FaultSetupError with its stderr if `check` and it fails."""
     try:
-        proc = subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise FaultSetupError(f"{' '.join(args)}: {err}") from None
     if check and proc.returncode != 0:
@@ -201,6 +205,9 @@ class NetnsHost:
                 self.run("ip", "addr", "add", f"{self.ip}/30", "dev", self.veth_ns)
                 self.run("ip", "link", "set", self.veth_ns, "up")
                 self.run("ip", "link", "set", "lo", "up")
+                # A master a test binds in here on a free_port() must not meet a client socket (or one
+                # in TIME_WAIT) of the namespace's own on the same port: CI saw "Address already in use".
+                self.run("sh", "-c", "echo '%d %d' > /proc/sys/net/ipv4/ip_local_port_range" % NS_EPHEMERAL)
                 # iptables must work in here, or blackhole() would fail only later, in the middle of a test.
                 self.run("iptables", "-w", "-S", "INPUT")
             except BaseException:
