@@ -23,6 +23,7 @@ turns into a socket error. `PostgresTarget.classify` names the kind of each fail
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import re
@@ -453,6 +454,23 @@ class PostgresSession(Session):
             self._deadline.disarm()
         self._conn.close()
 
+
+class _InterruptedRollback(logging.Filter):
+    """Drops psycopg's "error ignored in rollback ...: another command is already in progress".
+
+    psycopg logs it when an operation is interrupted while a statement of its transaction is in flight:
+    a user stopped at the run's end (Locust kills busy users, each in the middle of its transaction),
+    or an operation bound thrown in. The rollback cannot be sent before the answer is read; dbsurge
+    closes such a connection (`PostgresSession._after_failure`) and the interruption itself is what the
+    run records. Without this, every closed-model run of a transaction mix ended with one such warning per busy user.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("error ignored in rollback" in message and "another command is already in progress" in message)
+
+
+logging.getLogger("psycopg.transaction").addFilter(_InterruptedRollback())
 
 # Transaction states of a connection that can take the next statement (not ACTIVE: a query in flight).
 _USABLE = (TransactionStatus.IDLE, TransactionStatus.INTRANS, TransactionStatus.INERROR)
