@@ -481,7 +481,9 @@ def _on_hello_message(environment, msg, **_kw):
 def _on_proof_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     if run.membership.answer(msg.node_id, (msg.data or {}).get("proof")):
-        log.info("worker %s proved the join token", msg.node_id)
+        # a --processes master's workers are its own children (it listens on loopback): no news to the user
+        own_children = getattr(environment.parsed_options, "processes", None)
+        (log.debug if own_children else log.info)("worker %s proved the join token", msg.node_id)
         _admit(run, msg.node_id)
     else:
         _refuse(run, msg.node_id, run.membership.refused.get(msg.node_id, "refused"))

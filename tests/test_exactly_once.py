@@ -312,6 +312,7 @@ def test_closed_model_processes_collects_every_final_account(tmp_path, pg_uri):
     out = proc.stdout + proc.stderr
     assert "sent no final account" not in out and "workers lost" not in out, out[-3000:]
     assert proc.returncode == 0, out[-3000:]
+    assert "proved the join token" not in out  # its own children: said only of a worker from elsewhere
     meta = json.loads((only_run_dir(tmp_path / "results") / "run.json").read_text())
     assert meta["results"]["lost_workers"] == [] and len(meta["results"]["operations_per_worker"]) == 2, meta["results"]
     assert sum(meta["results"]["operations_per_worker"].values()) == meta["results"]["operations"] > 0

@@ -65,6 +65,7 @@ def test_a_master_listens_everywhere_and_a_worker_on_another_host_joins(tmp_path
     assert master.returncode == 0, out[-3000:]
     assert f"master listening on every address port {port}" in out, out[-3000:]
     assert f"--master-port {port}` with the same DBSURGE_JOIN_TOKEN" in out
+    assert "proved the join token" in out  # a worker from another host is news
     run_dir = only_run_dir(tmp_path / "results")
     total = ledger(run_dir)
     assert total["planned"] == 160 and total["ok"] == 160, total  # the worker on the other host carried it
