@@ -77,7 +77,9 @@ def _on_parser(parser, **_kw):
     from .options import locust_help_groups
     from .spot import add_spot_options
 
-    group = locust_help_groups(parser)  # `locust -f locustfiles/X.py --help` shows them under dbsurge's headings
+    # under dbsurge's headings in Locust's parser; `locust -f X --help` cannot show them (Locust prints its help
+    # before it imports the locustfile, whose import registers this listener): `dbsurge run --help` lists them
+    group = locust_help_groups(parser)
     add_options(parser, group=group)
     add_spot_options(group("distribution"))
     _keep_own_options(parser)
