@@ -21,7 +21,7 @@ def _ts(s: str) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-@pytest.mark.parametrize("processes, stage_seconds", [(1, 5), (2, 5)])
+@pytest.mark.parametrize("processes, stage_seconds", [(1, 3), (2, 3)])
 def test_spike_plan_rates_within_one_percent(tmp_path, pg_uri, processes, stage_seconds):
     proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "spike", "--baseline-tps", "200",
                    "--stage-seconds", str(stage_seconds), "--processes", str(processes), "--quiet",
