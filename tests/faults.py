@@ -54,9 +54,22 @@ if TYPE_CHECKING:
     from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
 
 NS_PREFIX = "dbsf-"
-# A namespace's ephemeral ports (its outgoing connections' local ports): above the root side's default
-# 32768-60999, where free_port() picks, so a port picked on the root side is never in use in here.
-NS_EPHEMERAL = (61000, 65535)
+
+
+def _ns_ephemeral() -> tuple[int, int]:
+    """A namespace's ephemeral ports (its outgoing connections' local ports), apart from the root side's.
+
+    free_port() picks from the root side's range (32768-60999 by default), so a port picked there is
+    never a client socket in here: above that range when there is room, else just below it.
+    """
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return (high + 1, 65535) if high <= 64535 else (max(1024, low - 16384), low - 1)
+
+
+NS_EPHEMERAL = _ns_ephemeral()
 DISK_PREFIX = "dbsf-disk-"
 SUBNET = ipaddress.ip_network("10.231.0.0/16")  # carved into /30s, one per namespace
 STATE_DIR = Path("/run/dbsf")  # owner records; /run is a tmpfs, so a reboot clears them with the namespaces
