@@ -94,9 +94,10 @@ class LocustStatsFeed:
     """Adds the recorder's successful operations to Locust's `RequestStats` (``environment.stats``).
 
     A drain hands its operations over (`__call__`): a few vectorised steps count them into dense
-    per-bucket arrays (`_Entry`), one per operation and one for Locust's total. `apply`, once a
-    second, adds the buckets that are not empty to Locust's dictionaries: a second's worth of
-    distinct response times, a few hundred dictionary updates per entry, with pauses between pieces.
+    per-bucket arrays (`_Entry`), one per operation and one for Locust's total. `apply` (once a second
+    in a local run; on a worker after each pre-drain pass and at each report) adds the buckets that
+    are not empty to Locust's dictionaries: the distinct response times handed over since, a few
+    hundred dictionary updates per entry, with pauses between pieces.
     ``method`` maps a recorder operation id to the request type its users report (the workload's
     name); ``names`` is the recorder's list of operation names, by id.
     """
@@ -112,11 +113,10 @@ class LocustStatsFeed:
         if not op.size:
             return
         index = bucket_index(resp_us)
-        lo, hi = int(op.min()), int(op.max())
-        for o in range(lo, hi + 1) if lo != hi else (lo,):
-            sel = op == o if lo != hi else slice(None)
-            if lo == hi or sel.any():
-                self._entries.setdefault(o, _Entry()).add(index[sel], resp_us[sel], end_wall_ns[sel])
+        ops = np.unique(op).tolist()
+        for o in ops:
+            sel = op == o if len(ops) > 1 else slice(None)
+            self._entries.setdefault(o, _Entry()).add(index[sel], resp_us[sel], end_wall_ns[sel])
         self._entries.setdefault(None, _Entry()).add(index, resp_us, end_wall_ns)
 
     def apply(self, pause=None) -> None:

@@ -202,7 +202,8 @@ class DbSurgeRun:
             self.locust_stats.apply(pause)
 
     def merge_payloads(self, payloads: list[dict] | dict, source: str) -> None:
-        """A worker's report or final account: a list of payloads (`take_drained`), or one payload."""
+        """A worker's report or final account: a list of payloads (`take_drained`), or the one payload a
+        worker of an earlier dbsurge sends (nothing checks that master and workers run the same version)."""
         for payload in payloads if isinstance(payloads, list) else [payloads]:
             self.merge_payload(payload, source)
 
@@ -323,7 +324,8 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
     while True:
         gevent.sleep(PRE_DRAIN_S)
         with run.drain_lock:
-            parts = run.recorder.drain_in_parts(DRAIN_PART)  # takes the buffer and the ledger's counts now
+            # a generator: it takes the buffer and the ledger's counts at its first part, the loop's first step
+            parts = run.recorder.drain_in_parts(DRAIN_PART)
             try:
                 for payload in parts:
                     if _holds_something(payload):
@@ -332,7 +334,7 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
                 run.feed_locust_stats(let_the_pacer_run)
             except Exception as e:  # a bug here must not stop the worker's measurements: the report drains
                 run.note_problem("making the report's payloads ahead", e)
-            finally:  # killed between two parts: the rest at once, never lost with the greenlet
+            finally:  # killed or failed between two parts: the parts the loop did not take, at once
                 run.drained.extend(p for p in parts if _holds_something(p))
 
 
