@@ -39,7 +39,7 @@ from dbsurge.errors import UserError
 from .cost import CostReport, estimate_cost
 from .merge import merge_run, stage_capacity_frame
 from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events, read_stages
-from .timeline_plots import RESPONSE, panels, render_panel, render_timeline, samples_for, stage_ok
+from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
 
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
@@ -492,9 +492,8 @@ def _generator_lines(results: dict) -> list[str]:
 def build_report(run_dir: str | Path) -> Path:
     """Write ``report.html``, ``timeline.png`` and ``summary.md`` (and ``merged.csv``, ``cost.csv``)."""
     data = load_report_data(run_dir)
-    images = {panel.name: render_panel(data, panel) for panel in panels(data)}
+    images, timeline = render_images(data)
     path = data.run.path
-    timeline = render_timeline(data)
     if timeline is not None:
         (path / "timeline.png").write_bytes(timeline)
     else:  # nothing to draw: no picture rather than an empty one (or a stale one from an earlier report)
