@@ -213,7 +213,10 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     # every user busy on the database until the end, or operations timing out: the target could not
     # take the plan (exit 1); the measurement itself is whole
     tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
-    lost = sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0) + int(total.get("unknown") or 0)
+    # sent and still out past the drain: the target's when it was stuck, else the tool lost their outcome
+    stuck_unknown = run.aggregator.unknown_at_end["in_flight"] if target_stuck else 0
+    lost = (sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
+            + int(total.get("unknown") or 0) - stuck_unknown)
     findings = [text for _, text in lag] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
     not_reached = stages_not_reached(run)
     if not_reached:
@@ -226,7 +229,8 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
         results = [(c, False, v) for c, ok, v in results]
     dropped = int(total.get("dropped") or 0)
     tool_behind = any(cause in ("generator", "cap") for cause, _ in lag)  # the tool as configured
-    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"] or not_sent["target_silent"])
+    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"] or not_sent["target_silent"]
+                                     or stuck_unknown)
     code = 0
     if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
             or target_short:
@@ -260,10 +264,14 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     if total.get("over_plan"):
         out.append(f"{total['over_plan']} operations were sent beyond the plan (a worker kept its share "
                    f"after the master gave it away)")
-    if int(total.get("unknown") or 0):
-        out.append(f"{total['unknown']} planned arrivals have an unknown outcome: issued to the database by "
+    at_end = run.aggregator.unknown_at_end
+    by_lost = int(total.get("unknown") or 0) - sum(at_end.values())
+    if by_lost > 0:
+        out.append(f"{by_lost} planned arrivals have an unknown outcome: issued to the database by "
                    f"{', '.join(run.hosts.name(w) for w in sorted(set(run.lost_workers)))}, which was lost before "
                    f"it reported them (the database may or may not have done them)")
+    out += [f"{n} planned arrivals have an unknown outcome: sent to the database, {_UNKNOWN_TEXT.get(r, r)} "
+            f"(the database may or may not have done them)" for r, n in sorted(at_end.items()) if n]
     out += [f"{n} planned arrivals were not sent: {_REASON_TEXT[r]}" for r, n in not_sent.items()
             if n and r != "unaccounted"]
     out += _refused_connections(run)
@@ -336,6 +344,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "failures": int(total.get("failures") or 0),
                 "failed_by_kind": dict(agg.errors), "dropped": int(total.get("dropped") or 0),
                 "unknown": int(total.get("unknown") or 0),
+                "unknown_at_end": dict(agg.unknown_at_end),  # of those, sent and still in flight at the end
                 "not_sent": sum(verdict.not_sent.values()), "not_sent_by_reason": verdict.not_sent,
                 "over_plan": int(total.get("over_plan") or 0), "booked_by_master": booked,
                 "behind_plan": verdict.findings, "lag_causes": verdict.lag_causes,
@@ -362,10 +371,17 @@ _REASON_TEXT = {
     "worker_lost": "a worker was lost, or its lease had lapsed (a stalled or starved host), before sending them",
     "no_connect": "no worker took them (none connected, none proved the join token, or none could be set up)",
     "interrupted": "the run was interrupted before they were due",
-    "in_flight": "still in flight when the run ended (bounded by --op-timeout; see events.jsonl for their age)",
+    "in_flight": "taken by a user that had not sent them yet (it was connecting) when the run ended",
     "users_exhausted": "every user was busy until the end of the plan (+ --drain)",
     "target_silent": "every user was waiting on the database, which had not answered for at least "
                      f"{TARGET_SILENT_S:g} s at the end of the plan (the target's failure: blackholed, paused, stalled)",
+}
+
+#: Why an arrival that was sent has no outcome (the ``unknown`` a live worker wrote off at the end).
+_UNKNOWN_TEXT = {
+    "in_flight": "still in flight when the run ended, past --drain (bounded by --op-timeout; see events.jsonl "
+                 "for their age)",
+    "interrupted": "still in flight when a second signal ended the run",
 }
 
 

@@ -13,8 +13,8 @@ counted as dropped instead of being sent.
 
 The pacer keeps this worker's part of the run's ledger: every arrival of its share is sent (the
 user records it as ok or failed), dropped, or written off as not sent with a reason when the pacer
-is closed (`close`: the plan ended with slots still untaken, the run was interrupted) or when an
-operation is still in flight at the end (`write_off_in_flight`). It reports those counts to a
+is closed (`close`: the plan ended with slots still untaken, the run was interrupted), or as
+unknown when its operation is still in flight at the end (`write_off_in_flight`). It reports those counts to a
 *sink* (the `Recorder`), which ships them with the measurements.
 """
 
@@ -490,19 +490,24 @@ class Pacer:
         return n
 
     def write_off_in_flight(self, reason: str = "in_flight") -> tuple[int, float]:
-        """Count every slot still held by a user as not sent; returns (count, oldest age in seconds).
+        """Write off every slot still held by a user; returns (count, oldest age in seconds).
 
-        A slot past the cut of a closed open-ended plan was taken ahead of its time by a waiting
-        user: it was never planned, so it is let go without a count.
+        A slot whose operation was sent to the database (`issued`) is ``unknown:<reason>``: it went
+        out, and nobody can say whether the database did it. One only taken (its user had not sent
+        it yet) is ``not_sent:<reason>``. A slot past the cut of a closed open-ended plan was taken
+        ahead of its time by a waiting user: it was never planned, so it is let go without a count.
         """
         now = self.clock_ns()
         oldest = 0.0
         n = 0
         for slot in self.in_flight.values():
             if self._planned(slot):
-                self.sink.count(slot.stage, self.op_ids[slot.op], "not_sent:" + reason)
-                if slot.number in self._issued:  # sent, and its outcome is accounted now: not unknown
-                    self.sink.count(slot.stage, self.op_ids[slot.op], "issued", -1)
+                op = self.op_ids[slot.op]
+                if slot.number in self._issued:  # its outcome is accounted now, as unknown: no longer just issued
+                    self.sink.count(slot.stage, op, "unknown:" + reason)
+                    self.sink.count(slot.stage, op, "issued", -1)
+                else:
+                    self.sink.count(slot.stage, op, "not_sent:" + reason)
                 oldest = max(oldest, (now - slot.intended_ns) / NS)
                 n += 1
         self.in_flight.clear()

@@ -18,7 +18,8 @@ Metrics (all prefixed ``dbsurge_``; times in seconds):
 - ``planned_arrivals_total``: arrivals the plan called for up to now;
 - ``operations_total{operation,stage,outcome}``: ``outcome`` is ``ok`` or the failure kind
   (``timeout``, ``connect``, ``server:57P01``...); ``retries_total{operation,stage}``;
-- ``dropped_total{operation,stage}``, ``not_sent_total{operation,stage,reason}``;
+- ``dropped_total{operation,stage}``, ``not_sent_total{operation,stage,reason}``,
+  ``unknown_total{operation,stage,reason}`` (sent, still in flight when a worker closed its account);
 - ``response_seconds``, ``service_seconds``, ``lag_seconds``, ``failed_response_seconds``
   (histograms by ``operation``);
 - ``users``, ``workers``, ``worker_clock_offset_seconds{worker}`` (when the run measures them),
@@ -43,7 +44,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .errors import UserError
-from .measure.cells import NOT_SENT_REASONS
+from .measure.cells import NOT_SENT_REASONS, UNKNOWN_REASONS
 from .measure.histogram import COUNTS_LEN, _value_from_index, decode_sparse
 
 #: Seconds the endpoint stays up after the run (``--prometheus-grace``): one scrape interval of most setups.
@@ -108,6 +109,7 @@ class PrometheusExporter:
         self.retries: Counter[tuple[str, str]] = Counter()
         self.dropped: Counter[tuple[str, str]] = Counter()
         self.not_sent: Counter[tuple[str, str, str]] = Counter()
+        self.unknown: Counter[tuple[str, str, str]] = Counter()
         self.histograms: dict[str, dict[str, _Buckets]] = {name: defaultdict(_Buckets) for _, name, _ in HISTOGRAMS}
         self.known_ops: set[str] = set()  # every operation seen or in the run's mix: its series start at 0
         self.server = None
@@ -141,6 +143,8 @@ class PrometheusExporter:
                 self.dropped[(name, st)] += int(n)
             elif column.startswith("not_sent:"):  # "issued" counts are the ledger's, not an outcome
                 self.not_sent[(name, st, column.split(":", 1)[1])] += int(n)
+            elif column.startswith("unknown:"):
+                self.unknown[(name, st, column.split(":", 1)[1])] += int(n)
 
     # -- output ----------------------------------------------------------------------------------------
 
@@ -191,6 +195,14 @@ class PrometheusExporter:
         for (op, st, reason), n in sorted(not_sent_n.items()):
             not_sent.add_metric([op, st, reason], n)
         yield not_sent
+        unknown = CounterMetricFamily("dbsurge_unknown", "planned arrivals sent whose outcome is unknown (still in "
+                                      "flight when a worker closed its account), by reason",
+                                      labels=["operation", "stage", "reason"])
+        unknown_n = Counter({(op, st, r): 0 for op, st in zero for r in UNKNOWN_REASONS})
+        unknown_n.update(self.unknown)
+        for (op, st, reason), n in sorted(unknown_n.items()):
+            unknown.add_metric([op, st, reason], n)
+        yield unknown
         for _, metric, doc in HISTOGRAMS:
             fam = HistogramMetricFamily(metric, doc, labels=["operation"])
             for op, b in sorted(self.histograms[metric].items()):

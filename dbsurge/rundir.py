@@ -48,7 +48,8 @@ TIMELINE_COLUMNS = [
 WORKER_COLUMNS = ["time_utc", "worker", "host", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
 #: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + unknown + not_sent,
 #: with failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code), unknown the
-#: arrivals a lost worker issued but never reported, and not_sent by reason (not_sent_*); over_plan counts
+#: arrivals sent whose outcome nobody knows (still in flight at the end, or issued by a lost worker and never
+#: reported), and not_sent by reason (not_sent_*); over_plan counts
 #: operations sent beyond the plan (a bug or a partition).
 STAGE_COLUMNS = [
     "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "planned", "count",

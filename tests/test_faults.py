@@ -309,9 +309,14 @@ def test_database_silent_to_the_end_is_the_targets_failure(tmp_path, netns_db):
     total = ledger(run)
     assert total["planned"] == 400
     assert total["not_sent_target_silent"] > 100 and total["not_sent_users_exhausted"] == 0, total
+    # the operations still out at the end were sent: their outcome is unknown, not "not sent"
+    assert total["unknown"] > 0 and total["not_sent_in_flight"] == 0, total
+    assert f"{total['unknown']} planned arrivals have an unknown outcome: sent to the database, still in flight" in out
     assert code == 1, (out, err)
     assert "FAILED" in out and "INCOMPLETE" not in out, out[-3000:]
-    assert read_json(run / "run.json")["exit_code"] == 1
+    meta = read_json(run / "run.json")
+    assert meta["exit_code"] == 1
+    assert meta["results"]["unknown_at_end"] == {"in_flight": int(total["unknown"])}, meta["results"]
 
 
 @pytest.mark.parametrize("processes", [None, 2])
@@ -335,5 +340,8 @@ def test_second_sigint_during_a_blackhole_books_nothing_unaccounted(tmp_path, ne
     assert total["not_sent_unaccounted"] == 0 and total["not_sent_interrupted"] > 0, total
     assert "a bug in dbsurge" not in out
     meta = read_json(run / "run.json")
+    if processes is None:  # the operations out on the blackholed database were sent: unknown, not "not sent"
+        assert total["unknown"] > 0 and meta["results"]["unknown_at_end"] == {"interrupted": int(total["unknown"])}, \
+            (total, meta["results"])
     assert meta["exit_code"] == 130 and meta["ended_utc"], meta
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]

@@ -121,7 +121,7 @@ def test_sigterm_worker_leaves_gracefully(tmp_path, pg_uri):
     run = only_run_dir(results)
     total = ledger(run)
     assert total["planned"] == 1000, total
-    assert total["ok"] + total["not_sent_in_flight"] == 1000, (total, out[-2000:])
+    assert total["ok"] + total["unknown"] + total["not_sent_in_flight"] == 1000, (total, out[-2000:])
     assert total["not_sent_unaccounted"] == 0, total
     events = _events(run)
     assert any(e["kind"] == "worker_leaving" for e in events)
@@ -216,7 +216,8 @@ def test_spot_interruption_notice_leaves_gracefully(tmp_path, pg_uri):
     imds.server.shutdown()
     run = only_run_dir(results)
     total = ledger(run)
-    assert total["ok"] + total["not_sent_in_flight"] == total["planned"] == 1000, (total, out[-2000:])
+    assert total["ok"] + total["unknown"] + total["not_sent_in_flight"] == total["planned"] == 1000, \
+        (total, out[-2000:])
     events = _events(run)
     leaving = [e for e in events if e["kind"] == "worker_leaving"]
     assert leaving and "interruption" in leaving[0]["why"].lower(), leaving
@@ -309,7 +310,7 @@ def test_worker_joining_mid_run(tmp_path, netns_db):
     total = ledger(run)
     # every arrival sent once: none twice (the joiner starts at the hand-over), none lost
     assert total["planned"] == 1440 and total["over_plan"] == 0, (total, out[-3000:])
-    assert total["ok"] + total["not_sent_in_flight"] == 1440, total
+    assert total["ok"] + total["unknown"] + total["not_sent_in_flight"] == 1440, total
     _never_above_plan(run)
     events = _events(run)
     joins = [e for e in events if e["kind"] == "worker_join"]

@@ -234,8 +234,9 @@ def test_the_lease_ends_strictly_before_the_master_gives_up():
     assert lease.RENEW_S * 4 <= lease.LEASE_S  # a healthy worker renews several times per lease
 
 
-def test_issued_slots_are_counted_and_an_in_flight_write_off_takes_them_back():
-    """The ledger's ``unknown`` rests on what a worker said it issued: a slot written off in flight is not unknown."""
+def test_issued_slots_are_counted_and_an_in_flight_write_off_books_sent_ones_unknown():
+    """A slot sent to the database and still in flight at the end is ``unknown`` (and no longer just issued);
+    one only taken, never sent, is not sent."""
     schedule = Schedule.from_plan(StagePlan.parse("1s@100tps"))
     sink = Recorder()
     p, _ = _pacer(schedule, sink=sink)
@@ -245,7 +246,7 @@ def test_issued_slots_are_counted_and_an_in_flight_write_off_takes_them_back():
     assert p.done(a)
     p.write_off_in_flight("in_flight")  # b was issued, c only taken
     ledger = {col: n for _, _, col, n in sink.drain()["ledger"]}
-    assert ledger == {"issued": 2 - 1, "not_sent:in_flight": 2}, ledger
+    assert ledger == {"issued": 2 - 1, "unknown:in_flight": 1, "not_sent:in_flight": 1}, ledger
     assert c.number == 2
 
 

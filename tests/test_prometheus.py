@@ -72,6 +72,7 @@ def test_wire_cells_become_cumulative_buckets():
     rec.record(op, 0, 0, 0, 5_000_000, kind=fail)
     rec.count(0, op, "dropped", 3)
     rec.count(0, op, "not_sent:in_flight", 2)
+    rec.count(0, op, "unknown:in_flight", 4)
     payload = rec.drain()
     exp = PrometheusExporter()
     exp.observe(payload)
@@ -80,6 +81,7 @@ def test_wire_cells_become_cumulative_buckets():
     assert 'dbsurge_operations_total{operation="read",outcome="timeout",stage="0"} 1.0' in text
     assert 'dbsurge_dropped_total{operation="read",stage="0"} 3.0' in text
     assert 'dbsurge_not_sent_total{operation="read",reason="in_flight",stage="0"} 2.0' in text
+    assert 'dbsurge_unknown_total{operation="read",reason="in_flight",stage="0"} 4.0' in text
     assert 'dbsurge_response_seconds_bucket{le="+Inf",operation="read"} 5501.0' in text
     assert 'dbsurge_response_seconds_bucket{le="60",operation="read"} 5500.0' in text  # the 70 s one
     assert 'dbsurge_failed_response_seconds_count{operation="read"} 1.0' in text
@@ -253,6 +255,8 @@ def test_counters_are_whole_numbers_and_every_series_starts_at_zero():
     assert 'dbsurge_dropped_total{operation="read",stage="100tps"} 0.0' in text
     for reason in ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "unaccounted"):
         assert f'dbsurge_not_sent_total{{operation="read",reason="{reason}",stage="100tps"}} 0.0' in text, reason
+    for reason in ("in_flight", "interrupted"):
+        assert f'dbsurge_unknown_total{{operation="read",reason="{reason}",stage="100tps"}} 0.0' in text, reason
     assert 'dbsurge_operations_total{operation="read",outcome="ok",stage="100tps"} 1.0' in text
     # after the run: the ledger's exact count, and no stage under way
     run.finished, run.elapsed_s = True, lambda: 61.0

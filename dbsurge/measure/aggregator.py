@@ -67,7 +67,10 @@ class Aggregator:
         # per worker and (operation, stage): operations it issued, and those whose outcome it reported
         self.issued_by_source: dict[str, Counter] = defaultdict(Counter)
         self.done_by_source: dict[str, Counter] = defaultdict(Counter)
-        self.written_off_by_source: dict[str, Counter] = defaultdict(Counter)  # its dropped and not sent
+        self.written_off_by_source: dict[str, Counter] = defaultdict(Counter)  # its dropped, not sent, unknown
+        # what live workers wrote off as unknown at the end (sent, still in flight), by reason: ``in_flight``
+        # (past the drain) or ``interrupted`` (a second signal); a lost worker's are booked by the ledger
+        self.unknown_at_end: Counter[str] = Counter()
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
         # an open second's provisional rows, made once and again only when a report added to it
@@ -167,7 +170,7 @@ class Aggregator:
                 self.failed_by_source[source][kind] += int(n)
 
     def _merge_ledger(self, ops: list[str], ledger: list, dropped_secs: list, source: str) -> None:
-        """Dropped and not-sent arrivals, per (stage, operation); dropped ones also per second of their slot."""
+        """Dropped, not-sent and unknown arrivals per (stage, operation); dropped ones also per second of their slot."""
         for stage, op, column, n in ledger:
             if column == "issued":
                 self.issued_by_source[source][(ops[op], int(stage))] += int(n)
@@ -176,6 +179,9 @@ class Aggregator:
             self.written_off_by_source[source][(ops[op], int(stage))] += int(n)
             if column == "dropped":
                 cell.dropped += int(n)
+            elif column.startswith("unknown:"):  # sent, still in flight when its worker closed the account
+                cell.unknown += int(n)
+                self.unknown_at_end[column.split(":", 1)[1]] += int(n)
             else:
                 cell.not_sent[column.split(":", 1)[1]] += int(n)
             self.per_source[source] += int(n)

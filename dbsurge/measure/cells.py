@@ -38,6 +38,8 @@ _KEY_SPAN = 1 << 20  # operation and stage indexes stay far below this
 #: Not-sent reasons, as they appear in the ledger's columns (``not_sent_<reason>``).
 NOT_SENT_REASONS = ("worker_lost", "no_connect", "interrupted", "in_flight", "users_exhausted", "target_silent",
                     "unaccounted")
+#: Why a live worker wrote an arrival off as ``unknown`` at the end (sent, still in flight): ``unknown:<reason>``.
+UNKNOWN_REASONS = ("in_flight", "interrupted")
 
 
 def _failure_family(kind: str) -> str:
@@ -56,7 +58,8 @@ class Cell:
     ``response``/``service`` hold successful operations; ``failed_response`` the response time of
     failed ones; ``lag`` every operation sent. ``failed`` counts failures by kind, ``not_sent`` the
     arrivals written off by reason (``in_flight``, ``interrupted``...), ``unknown`` those issued to the
-    database by a worker that was lost before it reported their outcome (booked by the ledger).
+    database whose outcome nobody knows: still in flight when a worker closed its account, or issued by
+    a worker that was lost before it reported them (booked by the ledger).
     """
 
     response: Histogram = field(default_factory=Histogram)
@@ -67,7 +70,7 @@ class Cell:
     retries: int = 0
     dropped: int = 0
     over_plan: int = 0  # operations sent beyond the plan (booked by the ledger)
-    unknown: int = 0  # issued by a lost worker, outcome never reported (booked by the ledger)
+    unknown: int = 0  # issued, outcome never known: in flight at the end, or a lost worker's (booked by the ledger)
     failed: Counter = field(default_factory=Counter)
     not_sent: Counter = field(default_factory=Counter)
 

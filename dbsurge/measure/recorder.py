@@ -87,8 +87,9 @@ class Recorder:
     # -- the pacer's ledger sink --------------------------------------------------------------------
 
     def count(self, stage: int, op: int, column: str, n: int = 1, epoch_s: int | None = None) -> None:
-        """Count arrivals that were not sent (``dropped`` or ``not_sent:<reason>``), or ``issued`` ones (sent to
-        the database; the ledger's ``unknown`` if this worker is lost before it reports their outcome)."""
+        """Count arrivals that were not sent (``dropped`` or ``not_sent:<reason>``), ``issued`` ones (sent to
+        the database; the ledger's ``unknown`` if this worker is lost before it reports their outcome), or
+        ``unknown:<reason>`` ones (sent, still in flight when the account was closed)."""
         self._ledger[(stage, op, column)] += n
         if column == "dropped" and epoch_s is not None:
             self._dropped_secs[(int(epoch_s), op)] += n
