@@ -381,7 +381,8 @@ _REASON_TEXT = {
 _UNKNOWN_TEXT = {
     "in_flight": "still in flight when the run ended, past --drain (bounded by --op-timeout; see events.jsonl "
                  "for their age)",
-    "interrupted": "still in flight when a second signal ended the run",
+    "interrupted": "still in flight when the interrupted run stopped waiting for them (a signal, the web UI's Stop, "
+                   "a full results disk)",
 }
 
 
