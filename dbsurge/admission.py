@@ -18,7 +18,7 @@ from .membership import Membership
 
 
 class AdmittedWorkerNodes(WorkerNodes):
-    """``runner.clients`` of a master that requires a join token: ``ready`` lists admitted workers only."""
+    """``runner.clients`` of a master: ``ready`` lists admitted workers only (proven, not refused)."""
 
     def __init__(self, membership: Membership, nodes: WorkerNodes | None = None) -> None:
         super().__init__()
@@ -32,6 +32,6 @@ class AdmittedWorkerNodes(WorkerNodes):
 
 
 def admit_only_members(runner, membership: Membership) -> None:
-    """Master: from now on Locust counts and dispatches to admitted workers only (no-op without a token)."""
-    if membership.token is not None and not isinstance(runner.clients, AdmittedWorkerNodes):
+    """Master: from now on Locust counts and dispatches to admitted workers only (without a token: not refused)."""
+    if not isinstance(runner.clients, AdmittedWorkerNodes):
         runner.clients = AdmittedWorkerNodes(membership, runner.clients)

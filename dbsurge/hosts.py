@@ -34,8 +34,13 @@ def outbound_address(host: str, port: int) -> str | None:
 
 
 def hello_fields(master_host: str, master_port: int) -> dict[str, str | None]:
-    """What a worker says about itself in its hello."""
-    return {"host": socket.gethostname(), "address": outbound_address(master_host, master_port)}
+    """What a worker says about itself in its hello: where it runs, and which dbsurge (the master admits its
+    own build only)."""
+    from . import __version__
+    from .versions import build
+
+    return {"host": socket.gethostname(), "address": outbound_address(master_host, master_port),
+            "version": __version__, "build": build()}
 
 
 class WorkerHosts:

@@ -107,16 +107,15 @@ class Membership:
         return False
 
     def admitted(self, worker_id: str) -> bool:
-        """True when the worker may count toward ``--expect-workers`` and take a share (`dbsurge.admission`)."""
-        return self.token is None or worker_id in self.proven
+        """True when the worker may count toward ``--expect-workers`` and take a share (`dbsurge.admission`):
+        it proved the token (when one is required) and was not refused (another dbsurge build, `dbsurge.protocol`)."""
+        return worker_id not in self.refused and (self.token is None or worker_id in self.proven)
 
     def pending(self, worker_ids: list[str]) -> list[str]:
         return [w for w in worker_ids if w in self.nonces]
 
     def members(self, worker_ids: list[str]) -> list[str]:
-        if self.token is None:
-            return list(worker_ids)
-        return [w for w in worker_ids if w in self.proven]
+        return [w for w in worker_ids if self.admitted(w)]
 
 
 def run_token() -> str:

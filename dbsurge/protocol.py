@@ -185,23 +185,47 @@ def _await_proofs(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
         _refuse(run, cid, "did not answer the join challenge (no dbsurge plugin, or another locustfile)")
 
 
-def _refuse(run: DbSurgeRun, cid: str, why: str) -> None:
+#: What a refused worker is told to do (its one line); a build it does not share gets `BUILD_HINT`.
+TOKEN_HINT = "set DBSURGE_JOIN_TOKEN to the master's token"
+BUILD_HINT = "install the master's dbsurge on this host: the same wheel on every host"
+
+
+def another_build(hello: dict) -> str | None:
+    """Why a worker's dbsurge is not the master's build (None when it is the same).
+
+    Every host must number, time and report the plan's arrivals the same way for exactly once to
+    hold, and the version number stays the same between builds: the build is compared
+    (`dbsurge.versions.build`)."""
+    from . import __version__
+    from .versions import build
+
+    theirs = hello.get("build")
+    if theirs == build():
+        return None
+    if not theirs:
+        return f"an older dbsurge that names no build; the master runs {__version__} build {build()}"
+    return (f"another dbsurge build: the worker runs {hello.get('version')} build {theirs}, the master "
+            f"{__version__} build {build()}")
+
+
+def _refuse(run: DbSurgeRun, cid: str, why: str, hint: str = TOKEN_HINT) -> None:
     run.membership.refused[cid] = why
     run.membership.nonces.pop(cid, None)
     log.warning("worker %s refused (%s): it gets no share of the plan and sends no load; told to quit",
                 run.hosts.name(cid), why)
     run.safe_event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
     with contextlib.suppress(Exception):  # tell the worker why, so it ends with a line instead of idling
-        run.environment.runner.send_message("dbsurge:refused", {"reason": why}, client_id=cid)
+        run.environment.runner.send_message("dbsurge:refused", {"reason": why, "hint": hint}, client_id=cid)
     if run.environment.runner.state in ("spawning", "running"):
         _evict(run, cid)  # before the start, --expect-workers still counts it; `share_plan` evicts it then
 
 
 def _on_refused_message(environment, msg, **_kw):
-    """The master refused this worker (its join token): say so in one line and end, with no load sent."""
+    """The master refused this worker (its join token, its build): say so in one line and end, with no load sent."""
     runner = environment.runner
+    data = msg.data or {}
     sys.stderr.write(f"dbsurge: the master at {runner.master_host}:{runner.master_port} refused this worker "
-                     f"({(msg.data or {}).get('reason', 'refused')}): set DBSURGE_JOIN_TOKEN to the master's token\n")
+                     f"({data.get('reason', 'refused')}): {data.get('hint', TOKEN_HINT)}\n")
     sys.stderr.flush()
     os._exit(2)  # nothing was sent: no account to close, and Locust would only wait for a plan
 
@@ -469,6 +493,10 @@ def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     run.last_seen[msg.node_id] = time.monotonic()
     run.hosts.note(msg.node_id, msg.data)
+    other = another_build(msg.data or {})
+    if other is not None:
+        _refuse(run, msg.node_id, other, hint=BUILD_HINT)
+        return
     if msg.node_id not in run.clocks.best and run.start_epoch_ns is not None:
         # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
         for _ in range(3):

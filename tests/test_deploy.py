@@ -203,16 +203,21 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
     assert where.startswith(str(image_install / "venv")), where  # the image's install, not the editable one
     master = subprocess.Popen(_service_command(services["master"], image_install, port), cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]
     procs = [subprocess.Popen(_service_command(services["worker"], image_install, port), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
+                              stdout=log.open("w"), stderr=subprocess.STDOUT) for log in logs]
     try:
         out, _ = master.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # say what each side was waiting for (the workers' logs too)
+        master.kill()
+        out = master.communicate()[0]
     finally:
         for p in (master, *procs):
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=10)
-    assert master.returncode == 0, out[-4000:]
+    workers_said = "".join(f"\n--- {log.name}:\n{log.read_text()[-3000:]}" for log in logs)
+    assert master.returncode == 0, out[-6000:] + workers_said
     assert "Traceback" not in out, out[-4000:]
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)

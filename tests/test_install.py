@@ -115,3 +115,13 @@ def test_an_installed_dbsurge_packs_its_own_wheel_for_the_runners(venv, wheel, w
     proc = run_in(venv, "python", "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "t"),
                   str(repacked), cwd=work, timeout=120)
     assert proc.returncode == 0, explain(proc)  # pip takes it as a valid wheel (WHEEL, METADATA, RECORD hashes)
+
+
+def test_the_install_is_the_checkouts_build(venv, work):
+    """A wheel and the checkout it was built from are one build: a master on one and workers on the other
+    admit each other (dbsurge.versions.build, the master's check in dbsurge.protocol)."""
+    from dbsurge.versions import build
+
+    proc = run_in(venv, "python", "-c", "from dbsurge.versions import build; print(build())", cwd=work, timeout=60)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.strip() == build()

@@ -159,3 +159,66 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
     assert "workers refused" in out
     assert "join_token" not in json.dumps(meta.get("options", {})).replace('"join_token": "***"', "").replace(
         '"join_token": null', "")
+
+
+def _another_build(root) -> dict[str, str]:
+    """A copy of this dbsurge laid out as a wheel installs it, one comment added to the arrivals' module:
+    another build of the same version. Returns the environment that runs it."""
+    import shutil
+
+    pkg = root / "dbsurge"
+    shutil.copytree(REPO / "dbsurge", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for beside in ("collectors", "locustfiles", "shapes"):
+        shutil.copytree(REPO / beside, pkg / beside, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "arrivals.py", "a") as f:
+        f.write("\n# a hotfix made on one host only\n")
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+def test_a_worker_of_another_build_is_refused(tmp_path, pg_uri):
+    """Exactly once rests on every host numbering the arrivals as the master does, and the version number does
+    not change between builds: a worker of another build, token or not, is refused with one line that says
+    what to install, takes no share and sends nothing; a worker of the master's build carries the plan."""
+    token = "join-" + os.urandom(8).hex()
+    env = {**os.environ, "DBSURGE_JOIN_TOKEN": token}
+    other_env = {**_another_build(tmp_path / "other"), "DBSURGE_JOIN_TOKEN": token}
+    check = subprocess.run([sys.executable, "-c", "import dbsurge.versions as v; print(v.__file__, v.build())"],
+                           env=other_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    from dbsurge.versions import build
+
+    other_file, other_build = check.stdout.split()
+    assert other_file.startswith(str(tmp_path)) and other_build != build(), check.stdout + check.stderr
+    port = str(free_port())
+    common = ["--target", pg_uri, "--operation", "product_lookup", "--workload-option", "products=300",
+              "--no-db-sampler"]
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers", "1",
+         "--master-bind-port", port, "--rate", "40", "-t", "4s", "--results-dir", str(tmp_path / "results"), *common],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    worker_cmd = [sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-port", port, *common]
+    other = subprocess.Popen(worker_cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=other_env)
+    own = None
+    try:
+        other_out, _ = other.communicate(timeout=60)  # refused at its hello: it ends by itself, before any load
+        own = subprocess.Popen(worker_cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=env)
+        out, _ = master.communicate(timeout=120)
+    finally:
+        for p in (master, other, own):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    lines = [x for x in other_out.splitlines() if x.startswith("dbsurge:")]
+    assert other.returncode == 2 and len(lines) == 1, other_out[-3000:]
+    assert f"another dbsurge build: the worker runs 0.1.0 build {other_build}" in lines[0], lines
+    assert "install the master's dbsurge on this host" in lines[0] and "Traceback" not in other_out
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 160 and total["ok"] == 160, (total, out[-3000:])  # the master's build sent it all
+    meta = json.loads((run / "run.json").read_text())
+    refused = meta["results"]["refused_workers"]
+    assert len(refused) == 1 and "another dbsurge build" in next(iter(refused.values())), meta["results"]
+    assert not set(refused) & set(meta["results"]["operations_per_worker"])
+    assert meta["versions"]["dbsurge_build"] == build()
+    assert master.returncode == 0 and "workers refused" in out, out[-3000:]
