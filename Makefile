@@ -19,11 +19,13 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
-## The tests that assert timing run alone; the others two at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS).
+## The tests that assert timing run alone; the others three at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS):
+## on two cores they wait on runs and servers more than they compute (about 70% of the CPUs at three). A module whose
+## fixtures build an install (xdist_group) stays on one worker.
 test: $(STAMP) browser netfaults prometheus
 	@rc=0; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -m serial || rc=$$?; \
-	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 2 || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 3 --dist loadgroup || rc=$$?; \
 	exit $$rc
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md

@@ -16,10 +16,13 @@ the run id, and hands the runners a presigned GET URL for that object alone, val
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -38,14 +41,36 @@ def source_tree() -> Path | None:
 
 
 def build_from_tree(tree: Path, dest: Path) -> Path:
-    """``pip wheel`` of the tree into `dest`; returns the wheel's path."""
+    """``pip wheel`` of the tree into `dest`; returns the wheel's path.
+
+    The build works in the tree's own ``build/`` folder, so two builds of one tree at once (two
+    ``dbsurge runners up`` from one checkout) would spoil each other's: they take turns on a lock.
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(tree)],
-                          capture_output=True, text=True, timeout=600)
+    with _tree_lock(tree):
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(tree)],
+                              capture_output=True, text=True, timeout=600)
     wheels = sorted(dest.glob("dbsurge-*.whl"))
     if proc.returncode != 0 or not wheels:
         raise UserError(f"could not build the dbsurge wheel from {tree}: {clip(proc.stderr.strip(), 300)}")
     return wheels[-1]
+
+
+@contextlib.contextmanager
+def _tree_lock(tree: Path) -> Iterator[None]:
+    """An exclusive lock for building one tree: a file in the temp folder named after the tree's path."""
+    name = hashlib.sha256(str(tree.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"dbsurge-wheel-{name}.lock", "w") as f:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock (runners are built on Linux and macOS)
+            yield
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _record_line(name: str, data: bytes) -> str:

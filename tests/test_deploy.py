@@ -28,6 +28,9 @@ from runs import REPO, only_run_dir
 
 from dbsurge.embedded import free_port
 
+#: one worker of the parallel run makes the image's install (a module fixture), not each one that runs a test here
+pytestmark = pytest.mark.xdist_group("image")
+
 COMPOSE = REPO / "docker-compose.yml"
 K8S = REPO / "deploy" / "k8s"
 BIN = Path(sys.executable).parent

@@ -25,6 +25,9 @@ from install import (
 from ledger_checks import ledger
 from runs import REPO, explain, only_run_dir, read_csv
 
+#: one worker of the parallel run builds the wheel and its venv (module fixtures), not each one that runs a test here
+pytestmark = pytest.mark.xdist_group("install")
+
 
 @pytest.fixture(scope="module")
 def tree_files() -> list[str]:
