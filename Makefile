@@ -20,12 +20,12 @@ demo: $(STAMP)
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
 ## The tests that assert timing run alone; the others three at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS):
-## on two cores they wait on runs and servers more than they compute (about 70% of the CPUs at three). A module whose
-## fixtures build an install (xdist_group) stays on one worker.
+## on two cores they wait on runs and servers more than they compute (about 70% of the CPUs at three). The wheel, the
+## venvs and the image's install are built once for all three (tests/install.py, built_once).
 test: $(STAMP) browser netfaults prometheus
 	@rc=0; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -m serial || rc=$$?; \
-	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 3 --dist loadgroup || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 3 --dist worksteal || rc=$$?; \
 	exit $$rc
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md

@@ -9,19 +9,42 @@ no VIRTUAL_ENV, the venv's bin first on PATH, and a working directory outside th
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from runs import REPO
 
 #: the installed package prefix of each source root (setup.py's ROOTS)
 ROOTS = {"dbsurge": "dbsurge", "locustfiles": "dbsurge/locustfiles", "shapes": "dbsurge/shapes",
          "collectors": "dbsurge/collectors"}
 INSTALL_TIMEOUT = 600
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder `build` fills once for the whole test session, whichever parallel worker asks first.
+
+    pytest-xdist's workers share the parent of their temporary folders: the first one to ask builds
+    under a lock and the others wait for it and reuse the result, instead of each building its own
+    wheel or venv (a minute of two CPUs each). What is built is only read afterwards.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / f"built-{name}"
+    with open(shared / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".done").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            (root / ".done").write_text("")
+    return root
 
 
 def source_files() -> list[str]:

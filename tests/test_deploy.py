@@ -22,14 +22,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from install import clean_env, fresh_venv
+from install import built_once, clean_env, fresh_venv
 from ledger_checks import ledger
 from runs import REPO, only_run_dir
 
 from dbsurge.embedded import free_port
-
-#: one worker of the parallel run makes the image's install (a module fixture), not each one that runs a test here
-pytestmark = pytest.mark.xdist_group("image")
 
 COMPOSE = REPO / "docker-compose.yml"
 K8S = REPO / "deploy" / "k8s"
@@ -142,14 +139,17 @@ def test_k8s_manifests_validate_and_match_compose():
         assert worker["args"][worker["args"].index("--master-host") + 1] == "dbsurge-master"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def image_install(tmp_path_factory) -> Path:
     """What docker/Dockerfile copies to /src, ``pip install .``-ed (non-editable) into a venv of its own.
 
     The venv is made from the base interpreter and its commands run with a clean environment
     (tests/install.py): the repository's editable finder cannot serve a module the image lacks.
     """
-    root = tmp_path_factory.mktemp("image")
+    return built_once(tmp_path_factory, "image", _image_install)
+
+
+def _image_install(root: Path) -> None:
     src = root / "src"
     src.mkdir()
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
@@ -162,7 +162,7 @@ def image_install(tmp_path_factory) -> Path:
             (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, target)
     (spec,) = re.findall(r"^RUN pip install --no-cache-dir '?(\.[^' ]*)'?", dockerfile, re.MULTILINE)
     assert "WORKDIR /src" in dockerfile and (src / "locustfiles" / "orders.py").is_file()
-    return fresh_venv(root / "venv", f"{src}{spec[1:]}").parent.parent  # the image's extras too; root: src/, venv/
+    fresh_venv(root / "venv", f"{src}{spec[1:]}")  # the image's extras too; root: src/, venv/
 
 
 def _service_command(service: dict, root: Path, port: int) -> list[str]:

