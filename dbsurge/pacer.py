@@ -14,8 +14,8 @@ counted as dropped instead of being sent.
 The pacer keeps this worker's part of the run's ledger: every arrival of its share is sent (the
 user records it as ok or failed), dropped, or written off as not sent with a reason when the pacer
 is closed (`close`: the plan ended with slots still untaken, the run was interrupted), or as
-unknown when its operation is still in flight at the end (`write_off_in_flight`). It reports those counts to a
-*sink* (the `Recorder`), which ships them with the measurements.
+unknown when its operation is still in flight at the end (`write_off_in_flight`). It reports those
+counts to a *sink* (the `Recorder`), which ships them with the measurements.
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def _refuse(run: DbSurgeRun, cid: str, why: str, hint: str = TOKEN_HINT) -> None
     with contextlib.suppress(Exception):  # tell the worker why, so it ends with a line instead of idling
         run.environment.runner.send_message("dbsurge:refused", {"reason": why, "hint": hint}, client_id=cid)
     if run.environment.runner.state in ("spawning", "running"):
-        _evict(run, cid)  # before the start, --expect-workers still counts it; `share_plan` evicts it then
+        _evict(run, cid)  # before the start it counts for nothing (`Membership.admitted`); `share_plan` evicts it
 
 
 def _on_refused_message(environment, msg, **_kw):

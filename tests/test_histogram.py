@@ -130,12 +130,14 @@ def test_a_drain_in_parts_is_the_one_drain_merged():
             start = t + rng.randint(0, 3_000_000)
             rec.record(ops[i % 2], i // 1000, t, start, start + rng.randint(50_000, 90_000_000),
                        timeout if i % 97 == 0 else 0, 1 if i % 50 == 0 else 0)
-        rec.count(0, ops[0], "dropped", 3, epoch_s=int(time.time()))
+        rec.count(0, ops[0], "dropped", 3, epoch_s=(base + rec.wall_offset_ns) // 1_000_000_000)
         rec.count(1, ops[1], "not_sent:interrupted", 5)
 
     import time
 
-    whole, parts = Recorder(), Recorder()
+    # both recorders on one fixed clock: filled a moment apart, they must not straddle a second's boundary
+    now_ns, wall_ns = time.perf_counter_ns(), time.time_ns()
+    whole, parts = (Recorder(clock_ns=lambda: now_ns, wall_ns=lambda: wall_ns) for _ in range(2))
     fill(whole, random.Random(4))
     fill(parts, random.Random(4))
     one, many = Aggregator(stage_names=["a", "b", "c"]), Aggregator(stage_names=["a", "b", "c"])

@@ -69,7 +69,7 @@ class Aggregator:
         self.done_by_source: dict[str, Counter] = defaultdict(Counter)
         self.written_off_by_source: dict[str, Counter] = defaultdict(Counter)  # its dropped, not sent, unknown
         # what live workers wrote off as unknown at the end (sent, still in flight), by reason: ``in_flight``
-        # (past the drain) or ``interrupted`` (a second signal); a lost worker's are booked by the ledger
+        # (past the drain) or ``interrupted`` (the run was); a lost worker's are booked by the ledger
         self.unknown_at_end: Counter[str] = Counter()
         self.stage_cells: dict[tuple[str, int], Cell] = defaultdict(Cell)
         self.open_seconds: dict[int, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
