@@ -207,8 +207,9 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
     master = subprocess.Popen(_service_command(services["master"], image_install, port), cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]
+    outs = [log.open("w") for log in logs]
     procs = [subprocess.Popen(_service_command(services["worker"], image_install, port), cwd=tmp_path, env=env,
-                              stdout=log.open("w"), stderr=subprocess.STDOUT) for log in logs]
+                              stdout=f, stderr=subprocess.STDOUT) for f in outs]
     try:
         out, _ = master.communicate(timeout=120)
     except subprocess.TimeoutExpired:  # say what each side was waiting for (the workers' logs too)
@@ -219,6 +220,8 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=10)
+        for f in outs:
+            f.close()
     workers_said = "".join(f"\n--- {log.name}:\n{log.read_text()[-3000:]}" for log in logs)
     assert master.returncode == 0, out[-6000:] + workers_said
     assert "Traceback" not in out, out[-4000:]

@@ -166,11 +166,11 @@ def _another_build(root) -> dict[str, str]:
     another build of the same version. Returns the environment that runs it."""
     import shutil
 
-    pkg = root / "dbsurge"
-    shutil.copytree(REPO / "dbsurge", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    for beside in ("collectors", "locustfiles", "shapes"):
-        shutil.copytree(REPO / beside, pkg / beside, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(pkg / "arrivals.py", "a") as f:
+    from install import ROOTS
+
+    for source, installed in ROOTS.items():  # dbsurge/ first, then the folders that go inside it
+        shutil.copytree(REPO / source, root / installed, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(root / "dbsurge" / "arrivals.py", "a") as f:
         f.write("\n# a hotfix made on one host only\n")
     return {**os.environ, "PYTHONPATH": str(root)}
 
