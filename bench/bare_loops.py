@@ -12,11 +12,19 @@ as the dbsurge workload it stands beside (the same SQL or query, the same keys),
   (as pgbench multiplexes its connections): the floor for a client that keeps 16 lookups in flight,
   as dbsurge's 16 users do. A one-connection loop sleeps in every round trip and pays a wake-up per
   operation, which a 16-user generator mostly does not, so its CPU per operation is no floor for one.
+- ``pq16_open``: the open model on the same stack as dbsurge's users, with nothing of dbsurge: 16
+  connections, one gevent greenlet each, arrivals due every ``1 / --rate`` seconds; a free greenlet
+  takes the next arrival, sleeps until it is due on a timerfd of its own (watched by gevent's loop,
+  as dbsurge's pacer waits), sends the lookup and waits for the answer through the loop. It prints
+  the schedule lag's p99 (how late each lookup started): the ceiling of this loop, found by the
+  same search as dbsurge's, is what gevent + ``psycopg.pq`` can pace in one Python process, the
+  floor for dbsurge's open-model ceiling (bench/rate_search.py).
 - ``pymongo``: YCSB read (``find_one({"_id": key})``, all fields) with uniformly drawn keys.
 - ``pymongo_gevent``: the same loop after gevent's ``monkey.patch_all()`` (what Locust does on
   import): the floor for any gevent-based client of pymongo, such as a Locust user.
 
     python bench/bare_loops.py psycopg --uri postgresql://... --duration 10 --products 100000
+    python bench/bare_loops.py pq16_open --rate 20000 --uri postgresql://... --duration 10
 """
 
 from __future__ import annotations
@@ -148,6 +156,86 @@ def loop_pq16(args) -> int:
     return n
 
 
+def loop_pq16_open(args) -> dict:
+    """The open model on gevent + libpq with nothing else (see the module's docstring): ops, lag p99, CPU."""
+    import ctypes
+    import os
+    import resource
+
+    import gevent
+    from gevent import get_hub
+
+    ns = 1_000_000_000
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+    class Itimerspec(ctypes.Structure):
+        _fields_ = [("it_interval", Timespec), ("it_value", Timespec)]
+
+    conns = [_prepared_pq(args.uri) for _ in range(args.connections)]
+    draw, products, seed = random.random, args.products, args.seed
+    interval_ns = ns / args.rate
+    start_ns = time.perf_counter_ns() + 200_000_000
+    end_ns = start_ns + int(args.duration * ns)
+    lags: list[int] = []
+    state = {"next": 0, "done": 0}
+
+    def user(pgconn) -> None:
+        hub = get_hub()
+        readable = hub.loop.io(pgconn.socket, 1)
+        timer_fd = libc.timerfd_create(1, os.O_NONBLOCK | os.O_CLOEXEC)  # CLOCK_MONOTONIC: perf_counter's clock
+        alarm = hub.loop.io(timer_fd, 1)
+        spec = Itimerspec()
+        spec_ref = ctypes.byref(spec)
+        clock = time.perf_counter_ns
+        while True:
+            k = state["next"]
+            state["next"] = k + 1
+            due = start_ns + int(k * interval_ns)
+            if due >= end_ns:
+                os.close(timer_fd)
+                return
+            if due - clock() > 10_000:  # further than a sleep costs: on the timerfd, through the loop
+                spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(due, ns)
+                libc.timerfd_settime(timer_fd, 1, spec_ref, None)  # TFD_TIMER_ABSTIME
+                hub.wait(alarm)
+                try:
+                    os.read(timer_fd, 8)
+                except BlockingIOError:
+                    pass
+            while clock() < due:
+                pass
+            lags.append(clock() - due)
+            pid = product_id(seed, int(draw() * products))
+            pgconn.send_query_prepared(b"lookup", [pid.bytes], param_formats=[1], result_format=0)
+            while pgconn.flush():
+                hub.wait(hub.loop.io(pgconn.socket, 2))
+            found = False
+            while True:
+                hub.wait(readable)
+                pgconn.consume_input()
+                if not pgconn.is_busy():
+                    break
+            while (r := pgconn.get_result()) is not None:
+                found = found or r.ntuples > 0
+            if not found:
+                raise SystemExit("product not found: is the orders workload loaded?")
+            state["done"] += 1
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    gevent.joinall([gevent.spawn(user, pgconn) for _, pgconn in conns], raise_error=True)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    for conn, _ in conns:
+        conn.close()
+    lags.sort()
+    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] / 1e6 if lags else float("nan")
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"ops": state["done"], "lag_p99_ms": p99, "achieved_tps": state["done"] / args.duration,
+            "cpu_s": cpu_s}
+
+
 def loop_pymongo(args) -> int:
     from pymongo import MongoClient
 
@@ -168,7 +256,7 @@ def loop_pymongo(args) -> int:
     return n
 
 
-LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16,
+LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16, "pq16_open": loop_pq16_open,
          "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
 
 
@@ -185,14 +273,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--products", type=int, default=100_000)
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--connections", type=int, default=16, help="pq16: connections in flight")
+    p.add_argument("--connections", type=int, default=16, help="pq16, pq16_open: connections")
+    p.add_argument("--rate", type=float, default=1000.0, help="pq16_open: arrivals per second")
     p.add_argument("--database", default="dbsurge")
     p.add_argument("--collection", default="usertable")
     p.add_argument("--repo", default=".")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    ops = LOOPS[args.loop](args)
-    print(json.dumps({"ops": ops, "elapsed_s": time.perf_counter() - started}))
+    out = LOOPS[args.loop](args)
+    if not isinstance(out, dict):
+        out = {"ops": out}
+    print(json.dumps({**out, "elapsed_s": time.perf_counter() - started}))
     return 0
 
 

@@ -7,6 +7,11 @@ fails (or halves it, when even ``start`` fails), then bisects between the last p
 failure. A failing rate is run a second time and passes if either run does: other jobs on a
 shared machine only ever add lag. Each run is short, so the answer is a little optimistic for
 hour-long runs, and noisy on a shared machine.
+
+Two references are searched the same way in the same run: pgbench -R (C, libpq; the issue's goal is
+half its rate) and the bare open-model loop of bench/bare_loops.py (``pq16_open``: gevent and
+``psycopg.pq`` with nothing of dbsurge), which says what the stack dbsurge's users run on can pace
+in one process, and so how much of the gap to pgbench -R is dbsurge's own.
 """
 
 from __future__ import annotations
@@ -89,6 +94,22 @@ def pgbench_trial(env: Env, rate: float, seconds: int) -> Trial:
     return Trial(rate, len(lags) / seconds, p99, 0, failures, m.cpu_s)
 
 
+def bare_trial(env: Env, rate: float, seconds: int) -> Trial:
+    """One run of bench/bare_loops.py's ``pq16_open`` at ``rate`` (the same lookups and connections as dbsurge's)."""
+    import json
+    from pathlib import Path
+
+    loops = Path(__file__).resolve().parent / "bare_loops.py"
+    cmd = [sys.executable, str(loops), "pq16_open", "--rate", f"{rate:g}", "--uri", env.pg_uri, "--duration",
+           str(seconds), "--products", str(env.products), "--connections", str(env.users)]
+    m = run_measured(cmd, cwd=str(env.workdir))
+    if m.returncode != 0:
+        raise RuntimeError(f"the bare open loop at {rate:g} exited with {m.returncode}:\n"
+                           f"{(m.stdout + m.stderr)[-2000:]}")
+    out = json.loads(m.stdout.strip().splitlines()[-1])
+    return Trial(rate, float(out["achieved_tps"]), float(out["lag_p99_ms"]), 0, 0, m.cpu_s)
+
+
 def _f(text: str | None) -> float:
     try:
         return float(text) if text not in (None, "") else 0.0
@@ -97,21 +118,29 @@ def _f(text: str | None) -> float:
 
 
 def search(env: Env, processes: int, *, start: float = 1000.0, seconds: int = 10, bisect_steps: int = 3,
-           ceiling: float = 128_000.0, retries: int = 1, pythonpath: str | None = None, pgbench: bool = False,
+           ceiling: float = 128_000.0, retries: int = 1, pythonpath: str | None = None, reference: str | None = None,
            log=print) -> tuple[Trial | None, list[Trial]]:
-    """The best passing trial (None if even ``start`` fails) and every trial run (``pgbench``: of pgbench -R).
+    """The best passing trial (None if even ``start`` fails) and every trial run.
 
-    A failing rate is run again up to ``retries`` times; it passes if any run passes.
+    ``reference``: None searches dbsurge with ``processes`` worker processes; ``"pgbench"`` searches
+    pgbench -R, ``"bare"`` the bare open-model loop (`bare_trial`). A failing rate is run again up to
+    ``retries`` times; it passes if any run passes.
     """
+    if reference not in (None, "pgbench", "bare"):
+        raise ValueError(f"unknown reference {reference!r}")
     trials: list[Trial] = []
-    who = "pgbench -R" if pgbench else f"{processes} process(es)"
+    who = {"pgbench": "pgbench -R", "bare": "bare loop"}.get(reference or "", f"{processes} process(es)")
 
     def run(rate: float) -> Trial:
         # Other jobs on the machine can only add lag, never remove it: a failed rate gets a second
         # chance, and a pass in either run counts.
         for _attempt in range(1 + retries):
-            t = pgbench_trial(env, rate, seconds) if pgbench else \
-                trial(env, rate, processes, seconds, pythonpath=pythonpath)
+            if reference == "pgbench":
+                t = pgbench_trial(env, rate, seconds)
+            elif reference == "bare":
+                t = bare_trial(env, rate, seconds)
+            else:
+                t = trial(env, rate, processes, seconds, pythonpath=pythonpath)
             trials.append(t)
             log(f"  {who} rate {rate:8.0f}: achieved {t.achieved_tps:8.0f}  lag p99 "
                 f"{t.lag_p99_ms:7.3f} ms  dropped {t.dropped:6d}  {'pass' if t.passed else 'FAIL'}")

@@ -159,9 +159,11 @@ def measure(args: argparse.Namespace) -> dict:
 
             log(f"2. highest sustained arrival rate, {args.rate_seconds} s runs")
             raw["rates"] = {}
-            best, trials = search(env, 1, seconds=args.rate_seconds, bisect_steps=1 if args.quick else 3,
-                                  pgbench=True, log=log)  # the reference, in the same run
-            raw["rates"]["pgbench/1"] = {"best": asdict(best) if best else None, "trials": [asdict(t) for t in trials]}
+            for reference in ("pgbench", "bare"):  # the references, in the same run
+                best, trials = search(env, 1, seconds=args.rate_seconds, bisect_steps=1 if args.quick else 3,
+                                      reference=reference, log=log)
+                raw["rates"][f"{reference}/1"] = {"best": asdict(best) if best else None,
+                                                  "trials": [asdict(t) for t in trials]}
             for label, path in engines.items():
                 for procs in (1, 2):
                     if label:

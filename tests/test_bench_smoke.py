@@ -71,6 +71,16 @@ def test_quick_run_writes_tables_with_numbers(tmp_path: Path, bench_db: str) -> 
         assert s["ops_long"] > s["ops_short"] > 0 and s["cpu_long"] > 0
     assert data["recorder"]["this"]["record_us"] > 0
 
+    # the open model's floor (bench/rate_search.py's second reference): the bare loop paces the lookups
+    # on the tables the run loaded, and reports every one with its schedule lag
+    loop = subprocess.run([sys.executable, str(REPO / "bench" / "bare_loops.py"), "pq16_open", "--uri", bench_db,
+                           "--rate", "400", "--duration", "1.5", "--products", "2000", "--connections", "4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert loop.returncode == 0, loop.stdout[-2000:] + loop.stderr[-2000:]
+    out = json.loads(loop.stdout.strip().splitlines()[-1])
+    assert out["ops"] == 600 and out["achieved_tps"] == 400
+    assert 0 <= out["lag_p99_ms"] < 1000 and out["cpu_s"] > 0
+
 
 def test_ratios_are_paired_within_a_repetition() -> None:
     def sample(client: str, rep: int, ops: int, cpu: float) -> Sample:
@@ -107,3 +117,21 @@ def test_recorder_cost_and_memory_slope_helpers() -> None:
     master, workers = _split_roles(samples)
     assert master == [(0.0, 100), (1.0, 110), (2.0, 120)]
     assert workers == [(1.0, 110), (2.0, 115)]
+
+
+def test_the_rate_table_sets_dbsurge_against_both_references() -> None:
+    from bench.rate_search import Trial
+    from bench.report import rates_section
+
+    def best(rate: float) -> tuple[Trial, list[Trial]]:
+        t = Trial(rate, rate, 0.5, 0, 0, 1.0)
+        return t, [t, Trial(rate * 2, rate * 2, 3.0, 0, 0, 1.0)]
+
+    text = rates_section({("pgbench", 1): best(24000), ("bare", 1): best(20000), ("", 1): best(8000),
+                          ("", 2): best(10000)}, 10)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "pgbench -R, -j 1 (the reference)", "bare open loop: gevent + psycopg.pq, 1 process (the stack's floor)",
+        "1 (no separate master)", "2"]
+    assert "1 process: 0.33x pgbench -R, 0.40x the bare loop" in text
+    assert "2 processes: 0.42x pgbench -R, 0.50x the bare loop (0.21x pgbench -R per process)" in text
