@@ -314,6 +314,8 @@ class Segment:
         slope = 0.0 if self.end_s == math.inf else (self.end_tps - self.start_tps) / (self.end_s - self.start_s)
         if slope == 0.0:
             return self.start_s + (k / a if a > 0 else math.inf)
+        if k <= 0:  # the segment's first arrival (0/0 below when a ramp starts from 0 TPS)
+            return self.start_s
         # solve a*dt + slope/2*dt^2 = k for the positive root, in a form stable for small slopes
         disc = a * a + 2.0 * slope * k
         return self.start_s + 2.0 * k / (a + math.sqrt(max(disc, 0.0)))

@@ -36,6 +36,19 @@ def _pacer(schedule, **kw):
     return Pacer(schedule, start_epoch_ns=0, clock_ns=clock, wall_ns=clock, **kw), clock
 
 
+@pytest.mark.parametrize("text", ["2s@ramp(0tps..100tps)", "1s@0tps,2s@ramp(0tps..100tps),1s@50tps"])
+def test_a_plan_that_ramps_up_from_zero_gives_every_slot(text):
+    # the first arrival of a ramp from 0 TPS sits where the rate is 0: its time was 0/0 (ZeroDivisionError)
+    schedule = Schedule.from_plan(StagePlan.parse(text))
+    p, _ = _pacer(schedule)
+    slots = _all_slots(p)
+    assert len(slots) == round(schedule.total()) and [s.number for s in slots] == list(range(len(slots)))
+    start = 1e9 if text.startswith("1s@0tps") else 0
+    assert slots[0].intended_ns == start and slots[0].stage == (1 if start else 0)
+    times = [s.intended_ns for s in slots]
+    assert times == sorted(times) and len(set(times)) == len(times)
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_uniform_shares_add_up_to_the_plan(workers):
     plan = StagePlan.parse("2s@20%,2s@200%,2s@100%,2s@5%", 200)
