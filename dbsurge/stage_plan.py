@@ -336,6 +336,11 @@ class Schedule:
         self.plan = plan
         self._ends = [s.end_s for s in segments]
         self._stage_starts: list[float] | None = None
+        # the pacer asks for the next arrival's time and stage once per operation, and arrivals come in
+        # order: the last answer's segment (positions [lo, hi)) and stage span are kept, and a position
+        # inside them is answered without a search (a schedule never changes: a live change is a new one)
+        self._last_segment: tuple[float, float, Segment] | None = None
+        self._last_stage: tuple[float, float, int] | None = None
 
     @classmethod
     def from_plan(cls, plan: StagePlan, scale: float = 1.0) -> Schedule:
@@ -375,6 +380,11 @@ class Schedule:
 
     def time_of(self, n: float) -> float:
         """When the n-th arrival (counting from 0) is due; inf when the plan ends before it."""
+        last = self._last_segment
+        if last is not None and last[0] <= n < last[1]:
+            seg = last[2]
+            t = seg.time_of(n)
+            return t if t < seg.end_s else math.inf
         # binary search over segments by arrivals_before
         lo, hi = 0, len(self.segments) - 1
         while lo < hi:
@@ -385,8 +395,12 @@ class Schedule:
                 hi = mid - 1
         # skip segments that deliver no arrivals (rate 0) forward
         for seg in self.segments[lo:]:
-            if math.isfinite(seg.end_s) and seg.arrivals_before + seg.arrivals_until(seg.end_s) <= n:
+            finite = math.isfinite(seg.end_s)
+            if finite and seg.arrivals_before + seg.arrivals_until(seg.end_s) <= n:
                 continue
+            # every position in [arrivals_before, its last) would come to this segment by the search above
+            self._last_segment = (seg.arrivals_before,
+                                  seg.arrivals_before + seg.arrivals_until(seg.end_s) if finite else math.inf, seg)
             t = seg.time_of(n)
             return t if t < seg.end_s else math.inf
         return math.inf
@@ -413,10 +427,16 @@ class Schedule:
 
     def stage_of(self, position: float) -> int:
         """The stage of the arrival at ``position`` (see `stage_starts`)."""
+        last = self._last_stage
+        if last is not None and last[0] <= position < last[1]:
+            return last[2]
         starts = self._stage_starts
         if starts is None:
             starts = self._stage_starts = self.stage_starts()
-        return max(0, min(bisect_right(starts, position) - 1, len(starts) - 2))
+        i = bisect_right(starts, position) - 1
+        if 0 <= i <= len(starts) - 2:  # starts[i] <= position < starts[i + 1]: stage i
+            self._last_stage = (starts[i], starts[i + 1], i)
+        return max(0, min(i, len(starts) - 2))
 
     def changed(self, at_s: float, *, rate_tps: float | None = None, scale: float | None = None) -> Schedule:  # noqa: C901 - the two kinds of change share the segment walk
         """A new schedule: this one up to ``at_s``, then a fixed rate or this plan scaled by a factor."""

@@ -75,3 +75,23 @@ def test_constant_open_ended():
     s = Schedule.from_plan(StagePlan.constant(100))
     assert s.time_of(1000) == pytest.approx(10.0)
     assert s.end_s == math.inf
+
+
+@pytest.mark.parametrize("text", ["5s@100tps,5s@0tps,5s@ramp(100tps..300tps),5s@0tps,5s@ramp(50tps..0tps),3s@40tps",
+                                  "2s@ramp(0tps..100tps),1s@10tps", "10s@200tps"])
+def test_the_kept_segment_and_stage_answer_as_the_search_does(text):
+    # Schedule keeps the last answer's segment and stage span (the pacer asks once per operation, in
+    # order); any position, in any order, after any live change, gets the answer of a search from scratch
+    import random
+
+    base = Schedule.from_plan(StagePlan.parse(text))
+    total = base.total()
+    rng = random.Random(7)
+    edges = list(base.stage_starts()) + [seg.arrivals_before for seg in base.segments]
+    points = sorted([rng.uniform(-1, total + 5) for _ in range(3000)] + edges + [float(k) for k in range(int(total) + 2)])
+    for schedule in (base, base.changed(2.5, scale=1.7), base.changed(7.5, rate_tps=55.0), base.changed(1.0, rate_tps=0)):
+        for order in (points, points[::-1], rng.sample(points, len(points))):
+            for e in order:
+                kept = (schedule.time_of(e), schedule.stage_of(e))
+                schedule._last_segment = schedule._last_stage = None
+                assert kept == (schedule.time_of(e), schedule.stage_of(e)), (text, e)
