@@ -238,7 +238,13 @@ _GEVENT_SCRIPT = textwrap.dedent(
     target = open_target(server.uri, {"op_timeout": "1s"})
     session = target.connect()
     lookup = session.lookup("select %s::int + 1")
-    out = {"fast_path": type(lookup).__name__, "first": lookup((1,))}
+    # prepared when made (at connect), not at the first call; one that cannot be prepared changes nothing
+    prepared = lambda: sorted(r[0] for r in session._conn.execute("select name from pg_prepared_statements"))
+    out = {"prepared_at_connect": prepared()}
+    bad = session.lookup("select * from no_such_table where id = %s")
+    later = session.lookup("select %s::int * 10", prepare_now=False)
+    out["prepared_after_bad"] = prepared()
+    out.update({"fast_path": type(lookup).__name__, "first": lookup((1,))})
 
     def attempt(name, fn, *args):
         started = time.monotonic()
@@ -265,6 +271,8 @@ _GEVENT_SCRIPT = textwrap.dedent(
     attempt("resumed_transaction", session.run_transaction, lambda conn: conn.execute("select 6").fetchone()[0])
     attempt("slow_lookup", session.lookup("select pg_sleep(%s)"), (5,))
     attempt("after_slow", lookup, (7,))
+    attempt("bad_first_call", bad, (1,))
+    attempt("later_first_call", later, (3,))
     out["reconnects"] = session.reconnects
     session.close()
     print(json.dumps(out))
@@ -279,6 +287,9 @@ def test_paused_postgres_under_gevent_fast_path(pg_server):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["fast_path"] == "PreparedLookup" and out["first"] == [2], out
+    assert len(out["prepared_at_connect"]) == 1 and out["prepared_at_connect"][0].startswith("_dbsurge_"), out
+    assert out["prepared_after_bad"] == out["prepared_at_connect"], out  # the bad one failed, the later one waits
+    assert out["bad_first_call"]["error"] == "UndefinedTable" and out["later_first_call"]["value"] == [30], out
     assert out["paused_lookup"]["kind"] == "timeout" and 0.9 < out["paused_lookup"]["s"] < 2.0, out
     assert out["ticks_while_paused"] >= 10, out  # the wait did not block the hub
     assert out["paused_reconnect"]["kind"] == "connect" and out["paused_reconnect"]["s"] < 2.0, out

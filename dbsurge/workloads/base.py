@@ -233,15 +233,15 @@ def pg_executor(session: Any) -> Callable[..., Any]:
     return conn_execute
 
 
-def pg_lookup(session: Any, sql: str) -> Callable[[Any], Any]:
+def pg_lookup(session: Any, sql: str, *, prepare_now: bool = True) -> Callable[[Any], Any]:
     """``lookup(params) -> first row or None`` for one read-only statement on a PostgreSQL session.
 
-    The session's fast path (`PostgresSession.lookup`: prepared once, run through libpq) when it
-    has one, else ``execute(sql, params, prepare=True).fetchone()``.
+    The session's fast path (`PostgresSession.lookup`: prepared once, run through libpq; at once
+    unless ``prepare_now`` is false) when it has one, else ``execute(sql, params, prepare=True).fetchone()``.
     """
     lookup = getattr(session, "lookup", None)
     if lookup is not None:
-        return lookup(sql)
+        return lookup(sql, prepare_now=prepare_now)
     execute = pg_executor(session)
     return lambda params: execute(sql, params, prepare=True).fetchone()
 

@@ -134,8 +134,8 @@ def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
     next_key, value, field_index = c.next_key, c.value, c.field_index
     read_all, write_all = c.read_all, c.write_all
     execute = pg_executor(session)
-    read_all_lookup = pg_lookup(session, read_all_sql)
-    read_field_lookup = [pg_lookup(session, sql) for sql in read_field_sql]
+    read_all_lookup = pg_lookup(session, read_all_sql, prepare_now=read_all)  # prepared at connect: the ones used
+    read_field_lookup = [pg_lookup(session, sql, prepare_now=not read_all) for sql in read_field_sql]
 
     def read_key(key: str) -> object:
         lookup = read_all_lookup if read_all else read_field_lookup[field_index()]
