@@ -130,7 +130,7 @@ def rates_section(results: dict[tuple[str, int], tuple], seconds: int) -> str:
     return ("## 2. Highest sustained arrival rate (product lookups, open model)\n\n"
             f"`dbsurge run --shape constant --rate R --duration {seconds}s --max-lag 100ms`; a rate passes when the "
             "run's lag p99 (ALL row of summary.csv) is under 1 ms with no dropped slots and no failures. "
-            "Doubling from 1,000 TPS (halving if that fails), then bisecting; a failed rate is run once more and "
+            "Doubling from 4,000 TPS (halving if that fails), then bisecting; a failed rate is run once more and "
             "passes if either run does. Two references are searched the same way in the same run: pgbench -R "
             "(`-S -M prepared -j 1`, the same connections, its per-transaction log's schedule lag; the goal is at "
             "least 0.5x its rate with one process), and the bare open loop (`bench/bare_loops.py pq16_open`: the "
