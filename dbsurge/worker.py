@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from typing import Any
 
 from .errors import UserError, clip
@@ -113,6 +114,10 @@ def worker_command(argv: list[str], environ: dict[str, str] | None = None, *, se
     env = dict(os.environ if environ is None else environ)
     for name, ref in secrets.items():
         env[name] = fetch_secret(ref, session=session, endpoint_url=args.endpoint_url)
+    # Locust writes the locustfile it downloads from the master (-f -) to $TMPDIR/<its name> and imports
+    # it from there: workers sharing a temporary folder (several on one host) could import each other's
+    # half-written copy ("No User class found!"). Each gets a folder of its own (0700, under TMPDIR).
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="dbsurge-worker-", dir=env.get("TMPDIR") or None)
     cmd = [sys.executable, "-m", "locust", "-f", "-", "--worker", "--master-host", args.master_host,
            "--master-port", str(args.master_port)]
     if args.processes:

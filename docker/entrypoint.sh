@@ -1,9 +1,13 @@
 #!/bin/sh
-# dbsurge's image entrypoint: `locust ARGS`, after two fix-ups of the environment.
+# dbsurge's image entrypoint: `locust ARGS`, after three fix-ups of the environment.
 #  1. DBSURGE_X_FILE=/run/secrets/... sets DBSURGE_X from that file: Docker Compose and Kubernetes
 #     secrets arrive as files, so the join token and the target's password stay out of `docker inspect`.
 #  2. An empty DBSURGE_* or LOCUST_* variable (docker-compose.yml's `${RATE:-}` when RATE is not set)
 #     is removed: Locust would take "" as the option's value and reject it.
+#  3. A worker gets a temporary folder of its own: Locust writes the locustfile a worker downloads
+#     from its master (`-f -`) to $TMPDIR/<the file's name> and imports it from there, so workers that
+#     share a temporary folder (several on one host or in one container) could import each other's
+#     half-written copy and stop at "No User class found!".
 set -eu
 for name in $(env | sed -n 's/^\(DBSURGE_[A-Z0-9_]*\)_FILE=.*/\1/p'); do
   eval "file=\${${name}_FILE}"
@@ -16,4 +20,10 @@ done
 for name in $(env | sed -n 's/^\(\(DBSURGE\|LOCUST\)_[A-Z0-9_]*\)=$/\1/p'); do
   unset "$name"
 done
+case " $* " in
+  *" --worker "*)
+    TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/dbsurge-worker.XXXXXX")
+    export TMPDIR
+    ;;
+esac
 exec locust "$@"

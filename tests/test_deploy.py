@@ -103,6 +103,30 @@ def _pod_spec(doc: dict) -> dict:
     return doc["spec"]["template"]["spec"]
 
 
+def test_the_entrypoint_gives_each_worker_a_temporary_folder_of_its_own(tmp_path):
+    # Locust writes the locustfile a worker downloads (-f -) to $TMPDIR/<name> and imports it: two workers
+    # on one temporary folder imported each other's half-written copy ("No User class found!", a compose
+    # test with two workers on this host). `locust` here is a stand-in that says what it was given.
+    bin_dir, shared = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    shared.mkdir()
+    stand_in = bin_dir / "locust"
+    stand_in.write_text('#!/bin/sh\necho "$TMPDIR"\n')
+    stand_in.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(shared)}
+
+    def tmpdir_of(*args: str) -> Path:
+        done = subprocess.run([str(REPO / "docker" / "entrypoint.sh"), *args], env=env, capture_output=True,
+                              text=True, check=True, timeout=30)
+        return Path(done.stdout.strip())
+
+    worker = ["-f", "-", "--worker", "--master-host", "master", "--master-port", "5557"]
+    first, second = tmpdir_of(*worker), tmpdir_of(*worker)
+    assert first != second and {first.parent, second.parent} == {shared}
+    assert all(d.is_dir() and d.stat().st_mode & 0o077 == 0 for d in (first, second))
+    assert tmpdir_of("-f", "/src/locustfiles/orders.py", "--master") == shared  # the master keeps its own
+
+
 def test_k8s_manifests_validate_and_match_compose():
     every = sorted(K8S.rglob("*.yaml"))
     proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", *map(str, every)], check=False,

@@ -11,6 +11,7 @@ import json
 import subprocess
 import zipfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pytest
@@ -206,6 +207,12 @@ def test_worker_reads_its_secrets_from_ssm_and_secrets_manager(moto_url, monkeyp
     assert parse_secret_ref(arn)[0] == "secretsmanager"
     cmd, env = worker_command(["--master-host", "10.0.0.5", "--join-token-secret", TOKEN_ARN, "--secret-env",
                                f"DBSURGE_TARGET={arn}", "--endpoint-url", moto_url, "--loglevel", "WARNING"], {})
+    private = Path(env.pop("TMPDIR"))  # the folder Locust downloads the locustfile to: this worker's alone
+    assert private.is_dir() and private.name.startswith("dbsurge-worker-") and private.stat().st_mode & 0o077 == 0
+    again = Path(worker_command(["--master-host", "10.0.0.5"], {})[1]["TMPDIR"])
+    assert again != private
+    private.rmdir()
+    again.rmdir()
     assert env == {"DBSURGE_JOIN_TOKEN": "tok-123", "DBSURGE_TARGET": "postgresql://app:pw@db:5432/app"}
     assert cmd[1:] == ["-m", "locust", "-f", "-", "--worker", "--master-host", "10.0.0.5", "--master-port", "5557",
                        "--loglevel", "WARNING"]
