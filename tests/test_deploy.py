@@ -208,7 +208,8 @@ def _image_env(services: dict, tmp_path: Path, token: Path, image: Path) -> dict
     env = {k: str(v).replace("/work/results", str(tmp_path / "results")).replace("/run/secrets/join_token",
                                                                                  str(token))
            for k, v in services["master"]["environment"].items()}
-    return clean_env(image / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"])
+    # the container's /tmp too: each worker's own temporary folder (docker/entrypoint.sh) lands under tmp_path
+    return clean_env(image / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"], TMPDIR=str(tmp_path))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -274,7 +275,8 @@ def test_k8s_headless_jobs_run_for_real(tmp_path, pg_uri, image_install):
            "DBSURGE_RESULTS_DIR": str(tmp_path / "results"), "DBSURGE_OPERATION": "product_lookup",
            "DBSURGE_NO_DB_SAMPLER": "true", "DBSURGE_WORKLOAD_OPTION": "[products=2000]",
            "DBSURGE_JOIN_TOKEN": "k8s-token", "DBSURGE_TARGET": pg_uri}
-    env = clean_env(image_install / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"])
+    env = clean_env(image_install / "venv" / "bin", **env, DBSURGE_HOME=os.environ["DBSURGE_HOME"],
+                    TMPDIR=str(tmp_path))  # the container's /tmp: the worker's temporary folder lands here
     port = free_port()
     (master,) = _pod_spec(jobs[("Job", "dbsurge-master")])["containers"]
     (worker,) = _pod_spec(jobs[("Job", "dbsurge-worker")])["containers"]
