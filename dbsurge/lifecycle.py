@@ -20,7 +20,7 @@ from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
 from .option_names import config_files_in_use
-from .pacer import let_the_pacer_run
+from .pacer import Breather
 from .run_state import DRAIN_PART, DbSurgeRun, dbsurge_user_classes
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
@@ -137,9 +137,9 @@ def _master_loop(run: DbSurgeRun) -> None:
     """Once a second: drain a local run's recorder, flush the timeline through the run directory.
 
     In a local run this loop shares its process with the pacer and the users, so it lets them run
-    between its steps (`let_the_pacer_run`): a second's drain, merge, rows and files took 5-20 ms
-    in one stretch, and every slot due in that stretch started late by what was left of it (at
-    500 TPS the lag p99 was 2 ms, all of it in that one pause a second).
+    between its steps, for three times each step (`Breather`): a second's drain, merge, rows and
+    files took 5-20 ms in one stretch, and every slot due in that stretch started late by what was
+    left of it (at 500 TPS the lag p99 was 2 ms, all of it in that one pause a second).
 
     Nothing that fails here stops the loop (`DbSurgeRun.note_problem`); measurement goes on.
     """
@@ -152,16 +152,17 @@ def _master_loop(run: DbSurgeRun) -> None:
         with run.timeline_lock:  # a drained payload or a flushed second is never dropped half way by the end
             if run.finished:
                 return
+            breathe = Breather()
             if run.role == "local" and run.closing is None:
                 for payload in run.recorder.drain_in_parts(DRAIN_PART):
-                    let_the_pacer_run()
+                    breathe()
                     run.merge_payload(payload, source="local")
-                    let_the_pacer_run()
-                run.feed_locust_stats(let_the_pacer_run)
+                    breathe()
+                run.feed_locust_stats(breathe)
             try:
-                flush = run.aggregator.flush(between_seconds=let_the_pacer_run)
-                let_the_pacer_run()
-                run.rundir.write_flush(flush)
+                flush = run.aggregator.flush(between_seconds=breathe)
+                breathe()
+                run.rundir.write_flush(flush, pause=breathe)
             except Exception as e:
                 run.note_problem("writing the timeline", e)
                 continue

@@ -305,7 +305,7 @@ class DbSurgeRun:
 
 #: How often a worker turns its recorder's operations into payloads ahead of its once-a-second report.
 PRE_DRAIN_S = 0.25
-#: Operations per part of a drain made between the pacer's turns (`Recorder.drain_in_parts`): about 0.3 ms of work.
+#: Operations per part of a drain made between the users' turns (`Recorder.drain_in_parts`): 0.2-0.6 ms of work.
 DRAIN_PART = 400
 
 
@@ -315,23 +315,24 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
     A worker's report (Locust's ``report_to_master``) drained a whole second at once: 1-2 ms of numpy
     at 5,000 operations a second, a pause of every user of the process, and every slot due in it
     late. Here the same work is done four times a second in parts of `DRAIN_PART` operations, with
-    the pacer let run between them (`let_the_pacer_run`); the report ships the parts made so far
+    the users let run between them for three times each part (`Breather`); the report ships the parts made so far
     and drains only the rest (`DbSurgeRun.take_drained`). Merged on the master, the parts are the
     payload one drain would have made: nothing is sampled or dropped.
     """
-    from .pacer import let_the_pacer_run
+    from .pacer import Breather
 
     while True:
         gevent.sleep(PRE_DRAIN_S)
         with run.drain_lock:
             # a generator: it takes the buffer and the ledger's counts at its first part, the loop's first step
             parts = run.recorder.drain_in_parts(DRAIN_PART)
+            breathe = Breather()
             try:
                 for payload in parts:
                     if _holds_something(payload):
                         run.drained.append(payload)
-                    let_the_pacer_run()
-                run.feed_locust_stats(let_the_pacer_run)
+                    breathe()
+                run.feed_locust_stats(breathe)
             except Exception as e:  # a bug here must not stop the worker's measurements: the report drains
                 run.note_problem("making the report's payloads ahead", e)
             finally:  # killed or failed between two parts: the parts the loop did not take, at once

@@ -148,18 +148,25 @@ class RunDirectory:
         self._timeline.writerows(rows)
         self._timeline_file.flush()
 
-    def write_flush(self, flush) -> None:
-        """Write what `Aggregator.flush` gave back: timeline rows, interval-log lines, the open seconds, events."""
+    def write_flush(self, flush, pause=None) -> None:
+        """Write what `Aggregator.flush` gave back: timeline rows, interval-log lines, the open seconds, events.
+
+        ``pause()``, when given, is called between the files (a local run lets its pacer run there: the
+        four files of one second took 0.75-1.1 ms in one piece at 16,000 TPS)."""
+        pause = pause or (lambda: None)
         for kind, message, worker in flush.failures:
             self.event("failure", failure_kind=kind, message=message, worker=worker)
         if flush.rows:
             self.timeline_rows(flush.rows)
+            pause()
         for op, sec, max_ms, encoded in flush.intervals:
             self.hlog_interval(op, sec, 1.0, max_ms, encoded, flush.base_s or sec)
         if flush.worker_rows:
+            pause()
             self._append_csv("workers.csv", WORKER_COLUMNS, flush.worker_rows)
         for worker, rec in flush.logs:
             self.event("worker_log", worker=worker, **rec)
+        pause()
         open_path = self.path / "timeline.open.csv"
         if flush.open_rows is None:
             open_path.unlink(missing_ok=True)

@@ -185,7 +185,34 @@ def test_a_flush_that_lets_the_pacer_run_writes_the_rows_of_one_that_does_not():
     b = paused.flush(final=True, between_seconds=lambda: pauses.append(1))
     assert a.rows and (a.rows, a.worker_rows, a.intervals) == (b.rows, b.worker_rows, b.intervals)
     seconds = len({row["time_utc"] for row in a.rows})
-    assert seconds >= 3 and len(pauses) == seconds * (1 + 2 * 2)  # each second; each operation's rows, histogram
+    # after each second; within it, after each operation's rows and histogram, and after the ALL row
+    assert seconds >= 3 and len(pauses) == seconds * (1 + 2 * 2 + 1)
+
+
+def test_a_second_of_one_operation_has_the_all_row_a_merged_cell_gives():
+    """A second of one operation reads its ALL row from that operation's cell (no merged copy is made): the
+    row is the one a cell holding everything of the second gives, with the second's target."""
+    from dbsurge.measure.aggregator import ALL, Aggregator
+    from dbsurge.measure.cells import Cell
+
+    rec, rng = Recorder(), random.Random(11)
+    op = rec.op_id("read")
+    base = rec.clock_ns()
+    for i in range(3_000):
+        t = base + i * 1_000_000
+        kind = rec.kind_id("timeout") if i % 97 == 0 else 0
+        rec.record(op, 0, t, t + rng.randint(0, 900_000), t + rng.randint(1_000_000, 40_000_000), kind, i % 3)
+    agg = Aggregator(stage_names=["a"])
+    agg.merge(rec.drain())
+    expected = {}
+    for sec, cells in agg.open_seconds.items():
+        total = Cell()
+        for cell in cells.values():
+            total.add(cell)
+        expected[sec] = Aggregator._timeline_row(sec, agg._stage_name_at(sec), ALL, agg.target_tps_at(sec), total)
+    rows = [r for r in agg.flush(final=True).rows if r["operation"] == ALL]
+    assert len(rows) == len(expected) >= 3 and any(r["failures"] for r in rows)
+    assert rows == [expected[sec] for sec in sorted(expected)]
 
 
 def test_a_worker_second_reads_the_percentiles_a_full_cell_reads():

@@ -317,6 +317,40 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
     assert steps_until_woken(lambda: gevent.sleep(0)) >= 20
 
 
+def test_a_breather_gives_the_users_three_times_the_piece_before_it(monkeypatch):
+    """`Breather` (between the pieces of a local run's once-a-second work and of a worker's drains) sleeps three
+    times the piece since its last call, never less than `let_the_pacer_run` and never more than MAX_BREATH_S,
+    and the users run meanwhile: the work takes at most a quarter of the process while it lasts."""
+    import time
+
+    import gevent
+
+    from dbsurge.pacer import BACKGROUND_SHARE, MAX_BREATH_S, YIELD_S, Breather
+
+    sleep = gevent.sleep
+    asked: list[float] = []
+    monkeypatch.setattr(gevent, "sleep", lambda seconds=0: (asked.append(seconds), sleep(seconds))[1])
+    ticks: list[int] = []
+    user = gevent.spawn(lambda: [(sleep(0.0002), ticks.append(1)) for _ in range(100_000)])
+    sleep(0)
+
+    def piece_then_breath(piece_s: float, breathe: Breather) -> tuple[float, int]:
+        busy_until = time.perf_counter() + piece_s
+        while time.perf_counter() < busy_until:  # a piece of work: no yield
+            pass
+        before = len(ticks)
+        breathe()
+        return asked[-1], len(ticks) - before
+
+    assert (1 - BACKGROUND_SHARE) / BACKGROUND_SHARE == 3.0
+    breathe = Breather()
+    breath, ran = piece_then_breath(0.002, breathe)
+    assert 0.006 <= breath <= MAX_BREATH_S and ran >= 3  # the users ran for 6 ms or more after a 2 ms piece
+    assert piece_then_breath(0.0, breathe)[0] == YIELD_S  # no piece since: the shortest pause, a turn through the loop
+    assert piece_then_breath(0.02, Breather())[0] == MAX_BREATH_S  # a long piece: the longest breath, not 60 ms
+    user.kill()
+
+
 def test_what_a_process_made_before_time_zero_is_frozen():
     """`freeze_what_lives_for_the_run` (again, 0.3 s before time zero: `make_pacer`) takes what setting up
     made out of the cycle collector's sight: otherwise a full collection walks it during the load, a pause

@@ -137,8 +137,15 @@ class Recorder:
         self._dropped_secs.clear()
         self.loop_lag_us = {}
         step = part_size or len(buf) or 1
-        for i in range(0, max(len(buf), 1), step):
-            yield self._measured(buf[i:i + step], payload)
+        while True:
+            # each part leaves the buffer as it is measured, and its records are freed with it: freed all at
+            # once at the end, a second's 16,000 records took 0.5-0.8 ms in one piece (a microbenchmark, alone)
+            part = buf[:step]
+            del buf[:step]
+            yield self._measured(part, payload)
+            del part
+            if not buf:
+                return
             payload = {"ops": payload["ops"], "stages": [], "intervals": [], "ledger": [], "dropped_secs": [],
                        "errors": {}, "loop_lag_us": [], "logs": [], "connects": {}}
 
