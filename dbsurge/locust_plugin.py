@@ -70,6 +70,9 @@ if "locust.main" in sys.modules:  # loaded by Locust's main (not imported by a t
     stopping.own_signals()
     if locust_child.parent_gone():  # `dbsurge run` died while this process was starting: never load
         os._exit(EXIT_SIGNAL[15])
+    from .worker import remove_own_tmpdir_at_exit
+
+    remove_own_tmpdir_at_exit()  # a worker's private temporary folder (`dbsurge worker`, the image's entrypoint)
 
 
 @events.init_command_line_parser.add_listener

@@ -118,6 +118,8 @@ def worker_command(argv: list[str], environ: dict[str, str] | None = None, *, se
     # it from there: workers sharing a temporary folder (several on one host) could import each other's
     # half-written copy ("No User class found!"). Each gets a folder of its own (0700, under TMPDIR).
     env["TMPDIR"] = tempfile.mkdtemp(prefix="dbsurge-worker-", dir=env.get("TMPDIR") or None)
+    # removed when the worker exits (`remove_own_tmpdir`): exec keeps this process's id
+    env[TMPDIR_ENV], env[TMPDIR_PID_ENV] = env["TMPDIR"], str(os.getpid())
     cmd = [sys.executable, "-m", "locust", "-f", "-", "--worker", "--master-host", args.master_host,
            "--master-port", str(args.master_port)]
     if args.processes:
@@ -131,3 +133,32 @@ def worker_main(argv: list[str]) -> int:
     sys.stdout.flush()
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached
+
+
+#: The private temporary folder a worker was given (`worker_command`, docker/entrypoint.sh), and the id of the
+#: process that owns it: the worker that removes it when it exits (`remove_own_tmpdir`).
+TMPDIR_ENV, TMPDIR_PID_ENV = "DBSURGE_WORKER_TMPDIR", "DBSURGE_WORKER_TMPDIR_PID"
+
+
+def remove_own_tmpdir_at_exit() -> None:
+    """In a worker: remove the temporary folder `worker_command` or the image's entrypoint made for it, at exit.
+
+    Each worker start made one (the locustfile it downloads lands there), and nothing removed it: one
+    folder per start on a Spot host. Only the process the folder was made for removes it, and only at
+    its exit: the workers `--processes` forks from it inherit the handler, and must leave the folder
+    to their parent. A worker killed outright (SIGKILL) leaves it behind.
+    """
+    import atexit
+
+    folder, owner = os.environ.get(TMPDIR_ENV), os.environ.get(TMPDIR_PID_ENV)
+    if folder and owner and os.environ.get("TMPDIR") == folder:
+        atexit.register(remove_own_tmpdir, folder, owner)
+
+
+def remove_own_tmpdir(folder: str, owner: str) -> None:
+    """Remove ``folder`` when this is the process it was made for and the name is a worker's folder."""
+    import shutil
+
+    name = os.path.basename(os.path.normpath(folder))
+    if str(os.getpid()) == owner and name.startswith(("dbsurge-worker-", "dbsurge-worker.")):
+        shutil.rmtree(folder, ignore_errors=True)

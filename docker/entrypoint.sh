@@ -7,7 +7,7 @@
 #  3. A worker gets a temporary folder of its own: Locust writes the locustfile a worker downloads
 #     from its master (`-f -`) to $TMPDIR/<the file's name> and imports it from there, so workers that
 #     share a temporary folder (several on one host or in one container) could import each other's
-#     half-written copy and stop at "No User class found!".
+#     half-written copy and stop at "No User class found!". The worker removes it when it exits.
 set -eu
 for name in $(env | sed -n 's/^\(DBSURGE_[A-Z0-9_]*\)_FILE=.*/\1/p'); do
   eval "file=\${${name}_FILE}"
@@ -23,7 +23,10 @@ done
 case " $* " in
   *" --worker "*)
     TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/dbsurge-worker.XXXXXX")
-    export TMPDIR
+    # the worker (this process, once exec'd: $$) removes it when it exits (dbsurge.worker.remove_own_tmpdir)
+    DBSURGE_WORKER_TMPDIR=$TMPDIR
+    DBSURGE_WORKER_TMPDIR_PID=$$
+    export TMPDIR DBSURGE_WORKER_TMPDIR DBSURGE_WORKER_TMPDIR_PID
     ;;
 esac
 exec locust "$@"

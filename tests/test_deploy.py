@@ -237,6 +237,8 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
                               stdout=f, stderr=subprocess.STDOUT) for f in outs]
     try:
         out, _ = master.communicate(timeout=120)
+        for p in procs:  # the master's quit ends them: let them exit as they would in their containers
+            p.wait(timeout=30)
     except subprocess.TimeoutExpired:  # say what each side was waiting for (the workers' logs too)
         master.kill()
         out = master.communicate()[0]
@@ -249,6 +251,9 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
             f.close()
     workers_said = "".join(f"\n--- {log.name}:\n{log.read_text()[-3000:]}" for log in logs)
     assert master.returncode == 0, out[-6000:] + workers_said
+    # each worker's own temporary folder (docker/entrypoint.sh) went with it
+    assert [p.returncode for p in procs] == [0] * workers, workers_said
+    assert not list(tmp_path.glob("dbsurge-worker.*")), sorted(tmp_path.iterdir())
     assert "Traceback" not in out, out[-4000:]
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)

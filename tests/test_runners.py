@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
+import sys
+import textwrap
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -209,6 +212,8 @@ def test_worker_reads_its_secrets_from_ssm_and_secrets_manager(moto_url, monkeyp
                                f"DBSURGE_TARGET={arn}", "--endpoint-url", moto_url, "--loglevel", "WARNING"], {})
     private = Path(env.pop("TMPDIR"))  # the folder Locust downloads the locustfile to: this worker's alone
     assert private.is_dir() and private.name.startswith("dbsurge-worker-") and private.stat().st_mode & 0o077 == 0
+    # named, with its owner (this process: exec keeps its id), for the worker to remove at its exit
+    assert (env.pop("DBSURGE_WORKER_TMPDIR"), env.pop("DBSURGE_WORKER_TMPDIR_PID")) == (str(private), str(os.getpid()))
     again = Path(worker_command(["--master-host", "10.0.0.5"], {})[1]["TMPDIR"])
     assert again != private
     private.rmdir()
@@ -217,6 +222,38 @@ def test_worker_reads_its_secrets_from_ssm_and_secrets_manager(moto_url, monkeyp
     assert cmd[1:] == ["-m", "locust", "-f", "-", "--worker", "--master-host", "10.0.0.5", "--master-port", "5557",
                        "--loglevel", "WARNING"]
     assert "tok-123" not in " ".join(cmd)
+
+
+def test_a_worker_removes_its_own_temporary_folder_at_exit_and_its_forks_leave_it(tmp_path):
+    """A worker's private temporary folder (`dbsurge worker`, the image's entrypoint) goes when the worker exits.
+    A process forked from it (Locust's ``--processes``) leaves it when it exits; a folder the worker was not
+    given, or one whose name is not a worker's, is never removed."""
+    script = textwrap.dedent("""
+        import os, sys, time
+        from dbsurge.worker import remove_own_tmpdir_at_exit
+        remove_own_tmpdir_at_exit()
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # a forked worker process exits normally: its atexit handlers run
+        os.waitpid(child, 0)
+        print(os.path.isdir(os.environ["TMPDIR"]), flush=True)  # still there after the fork's exit
+    """)
+
+    def worker(folder: Path, owner: str = "$$", given: Path | None = None) -> str:
+        folder.mkdir()
+        env = {**os.environ, "TMPDIR": str(folder), "DBSURGE_WORKER_TMPDIR": str(given or folder)}
+        # the shell's $$ is the process id python runs with after exec, as in the entrypoint
+        return subprocess.run(["sh", "-c", f'DBSURGE_WORKER_TMPDIR_PID={owner} exec "$0" -c "$1"', sys.executable,
+                               script], env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+    own = tmp_path / "dbsurge-worker.abc123"
+    assert worker(own) == "True\n" and not own.exists()
+    other = tmp_path / "dbsurge-worker-other"
+    assert worker(other, owner="1") == "True\n" and other.is_dir()  # not this process's folder
+    not_given = tmp_path / "dbsurge-worker-x"
+    assert worker(not_given, given=tmp_path / "elsewhere") == "True\n" and not_given.is_dir()
+    plain = tmp_path / "results"
+    assert worker(plain) == "True\n" and plain.is_dir()  # not a worker's folder by its name
 
 
 def _user_data(ec2, run_id: str) -> str:
