@@ -67,22 +67,33 @@ class _Entry:
 
     def add(self, index: np.ndarray, resp_us: np.ndarray, end_wall_ns: np.ndarray) -> None:
         """Operations by bucket index (`bucket_index`), response time (µs) and completion time (wall ns)."""
-        counts = np.bincount(index)  # as long as the highest bucket present, not all of them
+        self.add_summary(_summary(index, resp_us, end_wall_ns))
+
+    def add_summary(self, summary: tuple) -> None:
+        """Add what `_summary` made of some operations (one summary may go to an operation's entry and the total)."""
+        counts, per_second, n, sum_us, low, high, last_ns = summary
         self.counts[:counts.size] += counts
-        last_ns = int(end_wall_ns.max())
-        first_s, last_s = int(end_wall_ns.min()) // 1_000_000_000, last_ns // 1_000_000_000
-        if first_s == last_s:  # the usual part: one second
-            self.per_second[first_s] = self.per_second.get(first_s, 0) + int(resp_us.size)
-        else:
-            secs = end_wall_ns // 1_000_000_000
-            for sec, n in zip(*(a.tolist() for a in np.unique(secs, return_counts=True))):
-                self.per_second[sec] = self.per_second.get(sec, 0) + n
-        low, high = int(resp_us.min()), int(resp_us.max())
+        for sec, k in per_second:
+            self.per_second[sec] = self.per_second.get(sec, 0) + k
         self.min_us = low if self.min_us is None else min(self.min_us, low)
         self.max_us = max(self.max_us, high)
-        self.n += int(resp_us.size)
-        self.sum_us += int(resp_us.sum())
+        self.n += n
+        self.sum_us += sum_us
         self.last_ns = max(self.last_ns, last_ns)
+
+
+def _summary(index: np.ndarray, resp_us: np.ndarray, end_wall_ns: np.ndarray) -> tuple:
+    """(counts by bucket, [(second, count)], n, sum µs, min µs, max µs, last completion ns) of some operations."""
+    counts = np.bincount(index)  # as long as the highest bucket present, not all of them
+    last_ns = int(end_wall_ns.max())
+    first_s, last_s = int(end_wall_ns.min()) // 1_000_000_000, last_ns // 1_000_000_000
+    if first_s == last_s:  # the usual part: one second
+        per_second = [(first_s, int(resp_us.size))]
+    else:
+        secs = end_wall_ns // 1_000_000_000
+        per_second = list(zip(*(a.tolist() for a in np.unique(secs, return_counts=True))))
+    return (counts, per_second, int(resp_us.size), int(resp_us.sum()), int(resp_us.min()), int(resp_us.max()),
+            last_ns)
 
 
 def bucket_index(resp_us: np.ndarray) -> np.ndarray:
@@ -113,9 +124,13 @@ class LocustStatsFeed:
         if not op.size:
             return
         index = bucket_index(resp_us)
-        ops = np.unique(op).tolist()
-        for o in ops:
-            sel = op == o if len(ops) > 1 else slice(None)
+        if bool((op == op[0]).all()):  # the usual drain: one operation, whose summary is the total's too
+            whole = _summary(index, resp_us, end_wall_ns)
+            self._entries.setdefault(int(op[0]), _Entry()).add_summary(whole)
+            self._entries.setdefault(None, _Entry()).add_summary(whole)
+            return
+        for o in np.unique(op).tolist():
+            sel = op == o
             self._entries.setdefault(o, _Entry()).add(index[sel], resp_us[sel], end_wall_ns[sel])
         self._entries.setdefault(None, _Entry()).add(index, resp_us, end_wall_ns)
 

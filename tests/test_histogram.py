@@ -160,6 +160,50 @@ def test_a_drain_in_parts_is_the_one_drain_merged():
     assert list(Recorder().drain_in_parts(400))[0]["stages"] == []  # nothing recorded: one empty part
 
 
+def test_a_part_of_one_operation_stage_and_second_ships_its_one_cell_for_both_groupings():
+    """The usual part (one operation, one stage, one second) is grouped once: its stage row and its second's
+    row carry the cell of every value in it, as dense histograms of the same values give it. A part across
+    a second's boundary is grouped per second, and its seconds add up to the stage's cell."""
+    from dbsurge.measure.cells import Cell
+
+    def values(rec: Recorder, seconds: int) -> tuple[Recorder, list[int], list[int], list[int]]:
+        rng, resp, serv, lag = random.Random(seconds), [], [], []
+        # the recorder's seconds are wall seconds: start its clock where a second begins
+        wall0 = (rec.clock_ns() + rec.wall_offset_ns) // 1_000_000_000 * 1_000_000_000 + 1_000_000_000
+        base = wall0 - rec.wall_offset_ns
+        for i in range(1_200):
+            t = base + i * (seconds * 1_000_000_000 // 1_300)
+            start = t + rng.randint(0, 2_000_000)
+            end = start + rng.randint(50_000, 30_000_000)
+            rec.record(0, 0, t, start, end, rec.kind_id("timeout") if i % 101 == 0 else 0, i % 2)
+            if i % 101:
+                resp.append((end - t) // 1000)
+                serv.append((end - start) // 1000)
+            lag.append((start - t) // 1000)
+        return rec, resp, serv, lag
+
+    rec, resp, serv, lag = values(Recorder(), 1)
+    (payload,) = list(rec.drain_in_parts(None))
+    (stage_row,), (second_row,) = payload["stages"], payload["intervals"]
+    assert stage_row[:2] == [0, 0] and second_row[1] == 0 and second_row[2] == stage_row[2]
+    for wire, expected in ((stage_row[2][0], resp), (stage_row[2][1], serv), (stage_row[2][2], lag)):
+        dense = Histogram()
+        dense.record_many(expected)
+        assert Histogram.from_wire(wire).percentiles([50, 99, 100]) == dense.percentiles([50, 99, 100])
+        assert Histogram.from_wire(wire).count == len(expected)
+    assert stage_row[2][4] == len(resp) and stage_row[2][6] == {"timeout": 1_200 - len(resp)}
+
+    rec, resp, _, _ = values(Recorder(), 3)  # three seconds in one part
+    (payload,) = list(rec.drain_in_parts(None))
+    assert len(payload["intervals"]) == 3
+    stage, seconds = Cell(), Cell()
+    stage.add_wire(payload["stages"][0][2])
+    for _, _, wire in payload["intervals"]:
+        seconds.add_wire(wire)
+    assert (seconds.ok, seconds.retries, dict(seconds.failed)) == (stage.ok, stage.retries, dict(stage.failed))
+    assert seconds.response.percentiles([50, 99, 100]) == stage.response.percentiles([50, 99, 100])
+
+
 def test_a_drain_in_parts_lets_go_of_each_part_as_it_goes():
     """Each part leaves the drain's buffer when it is measured, so its records are freed a part at a time:
     freed all at once when the drain ended, a second's records were one piece of 0.5-0.8 ms."""

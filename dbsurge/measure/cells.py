@@ -10,7 +10,7 @@ the merged p99 is the p99 of every sample from every worker, to the histogram's 
 `cell_stats` turns a cell into the figures of every table (timeline.csv, stages.csv, the web panel).
 
     >>> import numpy as np
-    >>> rows = group_wire(np.array([[0, 0], [1, 1]]), np.array([True, False]), np.array([0, 1]), ["", "timeout"],
+    >>> rows = group_wire(np.array([[0, 1], [0, 1]]), np.array([True, False]), np.array([0, 1]), ["", "timeout"],
     ...                   np.array([900, 5000]), np.array([800, 5000]), np.array([100, 0]), np.array([0, 0]))
     >>> c = Cell(); c.add_wire(rows[0][2]); (c.ok, dict(c.failed))
     (1, {})
@@ -180,8 +180,11 @@ def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, r
     # one 1-D key per row (the second key, an operation or stage index, is small) sorts much
     # faster than np.unique over columns
     combined = keys[0] * _KEY_SPAN + keys[1]
-    uniq, inverse = np.unique(combined, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    if combined.size and bool((combined == combined[0]).all()):  # the usual part: one key, nothing to sort
+        uniq, inverse = combined[:1], None
+    else:
+        uniq, inverse = np.unique(combined, return_inverse=True)
+        inverse = inverse.reshape(-1)
     all_ok = bool(okm.all())
     rows = []
     for g in range(uniq.size):
