@@ -482,6 +482,15 @@ def _signalled(signum, _frame):
     raise Signalled(signum)
 
 
+def _quiet_when_signalled(unraisable) -> None:
+    """`sys.unraisablehook`: a `Signalled` raised where Python cannot raise it (a signal that lands in a
+    callback, such as the import system's module-lock callback during a start-up import) is dropped
+    without its traceback: `EARLY_SIGNALS` has it, and the command still ends in its one line."""
+    if isinstance(unraisable.exc_value, Signalled):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def _stopped_line(command: str, signum: int) -> tuple[str, int]:
     import signal
 
@@ -506,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         locust_child.PENDING_SIGNALS = EARLY_SIGNALS  # a Locust child is never started after one
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _signalled)
+        sys.unraisablehook = _quiet_when_signalled
     try:
         if EARLY_SIGNALS:
             raise Signalled(EARLY_SIGNALS[0])

@@ -36,6 +36,8 @@ INTERNAL_ENV = frozenset({
     "DBSURGE_MAX_PROCESSES", "DBSURGE_MAX_HOST_USERS", "DBSURGE_MAX_STAGES", "DBSURGE_MAX_ARRIVALS",
     "DBSURGE_MAX_CONNECTIONS",
     "DBSURGE_END_WITH_PLAN", "DBSURGE_PARENT_PID", "DBSURGE_RUN_DIRS", "DBSURGE_RUNNER_VENV",
+    # a worker's own temporary folder and its owner (dbsurge.worker, docker/entrypoint.sh)
+    "DBSURGE_WORKER_TMPDIR", "DBSURGE_WORKER_TMPDIR_PID",
 })
 #: Prefixes of variables for the test suite and benchmarks only.
 INTERNAL_PREFIXES = ("DBSURGE_TEST_", "DBSURGE_BENCH_")

@@ -121,6 +121,35 @@ def test_a_signal_at_any_moment_ends_in_one_verdict(tmp_path, pg_uri, sig, expec
         assert f"INTERRUPTED ({name})" in out, out[-2000:]
 
 
+def test_a_signal_that_lands_in_a_callback_ends_the_command_without_a_traceback():
+    """A signal during the command's start-up can land in a callback where Python cannot raise (the import
+    system's module-lock callback: CI, 2026-12-05, SIGINT at 0.2 s): it is recorded, the command ends in its
+    one line, and Python's "Exception ignored ... Traceback" for it is not printed."""
+    script = (
+        "import sys, weakref\n"
+        "sys.argv = ['dbsurge', '--version']\n"
+        "from dbsurge.cli import EARLY_SIGNALS, Signalled, main\n"
+        "main()\n"
+        "class Held: pass\n"
+        "held = Held()\n"
+        "def callback(_):\n"
+        "    EARLY_SIGNALS.append(2)\n"
+        "    raise Signalled(2)  # what the handler raises, inside a callback\n"
+        "ref = weakref.ref(held, callback)\n"
+        "del held\n"
+        "def other(_):\n"
+        "    raise ValueError('not a signal')\n"
+        "held = Held()\n"
+        "ref2 = weakref.ref(held, other)\n"
+        "del held\n"
+        "print('recorded', EARLY_SIGNALS, flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "recorded [2]" in out.stdout, out
+    assert "Signalled" not in out.stderr, out.stderr  # dropped: the command ends by EARLY_SIGNALS
+    assert "ValueError: not a signal" in out.stderr  # anything else is still reported
+
+
 def test_a_signal_after_the_plan_ended_interrupts_nothing(tmp_path, pg_uri):
     """SIGINT while the results of a delivered plan are written: not INTERRUPTED, exit by the verdict (0)."""
     proc = _start(_args(pg_uri, 50, 3, "--operation", "product_lookup"), tmp_path)
