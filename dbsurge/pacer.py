@@ -546,19 +546,8 @@ def _first_of_share(index: int, count: int, from_number: int) -> int:
     return from_number + ((index - from_number) % count)
 
 
-#: How long `let_the_pacer_run` waits: a timer, so that the wait goes through a poll of the event loop.
+#: The shortest pause `Breather` makes: a timer, so that the wait goes through a poll of the event loop.
 YIELD_S = 0.00005
-
-
-def let_the_pacer_run() -> None:
-    """Yield to every greenlet whose wake-up is due, through one poll of the event loop.
-
-    `gevent.sleep(0)` is not enough: gevent runs the callbacks it schedules back to back for up to
-    its switch interval (5 ms) before it polls, and a pacer's alarm is an fd that only a poll sees.
-    A timer is checked after the poll. (`gevent.idle` polls too, but waits until nothing else is
-    pending, which a process saturated by its users may not be for a long time.)
-    """
-    gevent.sleep(YIELD_S)
 
 
 #: The share of a process's time that its background work (a local run's once-a-second merge, a worker's
@@ -573,13 +562,19 @@ class Breather:
 
     A process that paces its users near its ceiling has little time to spare: at 16,000 TPS in one
     process the users took 88% of a core. Its once-a-second work (a second's drain in 40 parts, their
-    merges, the rows and files) is 25-30 ms of pieces of up to 0.6 ms; with only `let_the_pacer_run`
+    merges, the rows and files) is 25-30 ms of pieces of up to 0.6 ms; with only one turn of the loop
     (50 µs) between them, it ran in a burst that took most of the process for 40 ms, the users fell
     behind and every slot due meanwhile went out late (a per-second lag p99 of 1.3-5 ms). Each call
     lets the users run for three times the piece that came before it (the work takes at most
     `BACKGROUND_SHARE` of the process while it lasts, spread over 100-200 ms instead of 40): in three
     alternating runs at 16,000 TPS the median second's lag p99 went from 1.2-3.3 ms to 0.7-0.9 ms
     (bench/findings.md, "stop 36"). The first piece counts from the breather's creation.
+
+    Every pause is a timer (at least `YIELD_S`), never `gevent.sleep(0)`: gevent runs the callbacks
+    that sleep(0) schedules back to back for up to its switch interval (5 ms) before it polls, and a
+    pacer's alarm is an fd that only a poll sees. A timer is checked after the poll. (`gevent.idle`
+    polls too, but waits until nothing else is pending, which a process saturated by its users may
+    not be for a long time.)
     """
 
     __slots__ = ("_since",)

@@ -160,5 +160,5 @@ def remove_own_tmpdir(folder: str, owner: str) -> None:
     import shutil
 
     name = os.path.basename(os.path.normpath(folder))
-    if str(os.getpid()) == owner and name.startswith(("dbsurge-worker-", "dbsurge-worker.")):
+    if str(os.getpid()) == owner and name.startswith("dbsurge-worker-"):
         shutil.rmtree(folder, ignore_errors=True)

@@ -124,6 +124,7 @@ def test_the_entrypoint_gives_each_worker_a_temporary_folder_of_its_own(tmp_path
     first, second = tmpdir_of(*worker), tmpdir_of(*worker)
     assert first != second and {first.parent, second.parent} == {shared}
     assert all(d.is_dir() and d.stat().st_mode & 0o077 == 0 for d in (first, second))
+    assert all(d.name.startswith("dbsurge-worker-") for d in (first, second))  # the name the worker removes
     assert tmpdir_of("-f", "/src/locustfiles/orders.py", "--master") == shared  # the master keeps its own
 
 
@@ -256,7 +257,7 @@ def test_compose_services_run_for_real(tmp_path, pg_uri, image_install, shape):
     assert master.returncode == 0, out[-6000:] + workers_said
     # each worker's own temporary folder (docker/entrypoint.sh) went with it
     assert [p.returncode for p in procs] == [0] * workers, workers_said
-    assert not list(tmp_path.glob("dbsurge-worker.*")), sorted(tmp_path.iterdir())
+    assert not list(tmp_path.glob("dbsurge-worker-*")), sorted(tmp_path.iterdir())
     assert "Traceback" not in out, out[-4000:]
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)

@@ -282,7 +282,7 @@ def test_the_ledger_books_a_lost_workers_unreported_operations_as_unknown():
 
 
 def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
-    """`let_the_pacer_run` passes control to a greenlet whose alarm is due (the pacer waiting for a slot),
+    """`Breather` passes control to a greenlet whose alarm is due (the pacer waiting for a slot),
     where `gevent.sleep(0)` would not: gevent runs the callbacks that sleep(0) schedules back to back
     for its 5 ms switch interval before it polls, and the alarm is an fd that only a poll sees.
     So a local run's drain, merge and flush, cut into steps, delay a due slot by one step, not all."""
@@ -290,7 +290,7 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
 
     import gevent
 
-    from dbsurge.pacer import Alarm, let_the_pacer_run
+    from dbsurge.pacer import Alarm, Breather
 
     alarm = Alarm.create()
     if alarm is None:
@@ -312,14 +312,14 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
         return steps
 
     # the alarm is due 2 ms in (10 steps of 0.2 ms at most); a poll after each step sees it within a step or two
-    assert steps_until_woken(let_the_pacer_run) <= 14
+    assert steps_until_woken(Breather()) <= 14
     # sleep(0) keeps the loop in its callbacks: the waiter runs only once a switch interval has passed
     assert steps_until_woken(lambda: gevent.sleep(0)) >= 20
 
 
 def test_a_breather_gives_the_users_three_times_the_piece_before_it(monkeypatch):
     """`Breather` (between the pieces of a local run's once-a-second work and of a worker's drains) sleeps three
-    times the piece since its last call, never less than `let_the_pacer_run` and never more than MAX_BREATH_S,
+    times the piece since its last call, never less than a turn of the loop and never more than MAX_BREATH_S,
     and the users run meanwhile: the work takes at most a quarter of the process while it lasts."""
     import time
 

@@ -246,7 +246,7 @@ def test_a_worker_removes_its_own_temporary_folder_at_exit_and_its_forks_leave_i
         return subprocess.run(["sh", "-c", f'DBSURGE_WORKER_TMPDIR_PID={owner} exec "$0" -c "$1"', sys.executable,
                                script], env=env, capture_output=True, text=True, check=True, timeout=60).stdout
 
-    own = tmp_path / "dbsurge-worker.abc123"
+    own = tmp_path / "dbsurge-worker-abc123"
     assert worker(own) == "True\n" and not own.exists()
     other = tmp_path / "dbsurge-worker-other"
     assert worker(other, owner="1") == "True\n" and other.is_dir()  # not this process's folder
