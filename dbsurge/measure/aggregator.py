@@ -243,8 +243,9 @@ class Aggregator:
         timeline.csv waits ``grace_s`` for late reports; the seconds still open come back as
         provisional ``open_rows`` (timeline.open.csv), so a killed master loses at most the last report.
         ``between_seconds`` is called after each second's rows, and within a second after each
-        operation's rows and histogram (a local run lets its pacer run there: one second of one
-        operation was 2-4 ms in one piece at 8,000 TPS, every slot due meanwhile late).
+        operation's rows and histogram and before the workers' rows (a local run lets its pacer run
+        there: one second of one operation was 2-4 ms in one piece at 8,000 TPS, every slot due
+        meanwhile late).
         """
         now = time.time() if now is None else now
         limit = math.inf if final else now - self.grace_s - 1
@@ -255,6 +256,8 @@ class Aggregator:
             cells = self.open_seconds.pop(sec, {})
             self._open_rows.pop(sec, None)
             out.rows.extend(self._second_rows(sec, cells, intervals=out.intervals, pause=between_seconds))
+            if between_seconds is not None:
+                between_seconds()
             out.worker_rows.extend(self._worker_rows(sec, self.worker_seconds.pop(sec, {})))
             self.last_written = max(self.last_written, sec)
             if between_seconds is not None:

@@ -158,13 +158,15 @@ def _sparse_percentile(parts: list[tuple[np.ndarray, np.ndarray, int]], p: float
     """`Histogram.percentile` of the histogram these sparse parts add up to."""
     if not parts:
         return 0
-    idx = np.concatenate([i for i, _, _ in parts]).astype(np.int64)
+    idx = np.concatenate([i for i, _, _ in parts])
     cnt = np.concatenate([c for _, c, _ in parts])
-    order = np.argsort(idx, kind="stable")
-    idx, cum = idx[order], np.cumsum(cnt[order])
+    # the counts per bucket up to the highest present, summed by a weighted bincount (float64: exact below
+    # 2**53). Sorting every (bucket, count) pair instead took 0.3 ms a percentile for one local second of
+    # 16,000 operations (40 drain parts), two percentiles in one piece the pacer waited for.
+    cum = np.cumsum(np.bincount(idx, weights=cnt))
     target = percentile_rank(p, int(cum[-1]))
     top = highest_equivalent_of(index_of(max(m for _, _, m in parts)))
-    return min(highest_equivalent_of(int(idx[int(np.searchsorted(cum, target))])), top)
+    return min(highest_equivalent_of(int(np.searchsorted(cum, target))), top)
 
 
 def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, retries, index=None) -> list:
