@@ -12,6 +12,10 @@ as the dbsurge workload it stands beside (the same SQL or query, the same keys),
   (as pgbench multiplexes its connections): the floor for a client that keeps 16 lookups in flight,
   as dbsurge's 16 users do. A one-connection loop sleeps in every round trip and pays a wake-up per
   operation, which a 16-user generator mostly does not, so its CPU per operation is no floor for one.
+- ``pq16_gevent``: the same closed loop on dbsurge's stack: one gevent greenlet per connection, each
+  sending its lookup and waiting for the answer through gevent's loop (libev) instead of one epoll
+  loop in plain Python. What dbsurge's 16 users cost beyond it is dbsurge's own; what it costs beyond
+  ``pq16`` is the stack's (greenlet switches, the hub).
 - ``pq16_open``: the open model on the same stack as dbsurge's users, with nothing of dbsurge: 16
   connections, one gevent greenlet each, arrivals due every ``1 / --rate`` seconds; a free greenlet
   takes the next arrival, sleeps until it is due on a timerfd of its own (watched by gevent's loop,
@@ -156,6 +160,46 @@ def loop_pq16(args) -> int:
     return n
 
 
+def _lookup_through_the_loop(hub, readable, pgconn, pid: uuid.UUID) -> None:
+    """One lookup on a greenlet's own connection, waiting for its socket through gevent's loop."""
+    pgconn.send_query_prepared(b"lookup", [pid.bytes], param_formats=[1], result_format=0)
+    while pgconn.flush():
+        hub.wait(hub.loop.io(pgconn.socket, 2))
+    found = False
+    while True:
+        hub.wait(readable)
+        pgconn.consume_input()
+        if not pgconn.is_busy():
+            break
+    while (r := pgconn.get_result()) is not None:
+        found = found or r.ntuples > 0
+    if not found:
+        raise SystemExit("product not found: is the orders workload loaded?")
+
+
+def loop_pq16_gevent(args) -> int:
+    """pq16's closed loop on dbsurge's stack: one gevent greenlet per connection, lookup after lookup."""
+    import gevent
+    from gevent import get_hub
+
+    conns = [_prepared_pq(args.uri) for _ in range(args.connections)]
+    draw, products, seed = random.random, args.products, args.seed
+    deadline = time.perf_counter() + args.duration
+    done = [0]
+
+    def user(pgconn) -> None:
+        hub = get_hub()
+        readable = hub.loop.io(pgconn.socket, 1)
+        while time.perf_counter() < deadline:
+            _lookup_through_the_loop(hub, readable, pgconn, product_id(seed, int(draw() * products)))
+            done[0] += 1
+
+    gevent.joinall([gevent.spawn(user, pgconn) for _, pgconn in conns], raise_error=True)
+    for conn, _ in conns:
+        conn.close()
+    return done[0]
+
+
 def loop_pq16_open(args) -> dict:
     """The open model on gevent + libpq with nothing else (see the module's docstring): ops, lag p99, CPU."""
     import ctypes
@@ -208,20 +252,7 @@ def loop_pq16_open(args) -> dict:
             while clock() < due:
                 pass
             lags.append(clock() - due)
-            pid = product_id(seed, int(draw() * products))
-            pgconn.send_query_prepared(b"lookup", [pid.bytes], param_formats=[1], result_format=0)
-            while pgconn.flush():
-                hub.wait(hub.loop.io(pgconn.socket, 2))
-            found = False
-            while True:
-                hub.wait(readable)
-                pgconn.consume_input()
-                if not pgconn.is_busy():
-                    break
-            while (r := pgconn.get_result()) is not None:
-                found = found or r.ntuples > 0
-            if not found:
-                raise SystemExit("product not found: is the orders workload loaded?")
+            _lookup_through_the_loop(hub, readable, pgconn, product_id(seed, int(draw() * products)))
             state["done"] += 1
 
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -256,7 +287,8 @@ def loop_pymongo(args) -> int:
     return n
 
 
-LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16, "pq16_open": loop_pq16_open,
+LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16, "pq16_gevent": loop_pq16_gevent,
+         "pq16_open": loop_pq16_open,
          "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
 
 
@@ -273,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--products", type=int, default=100_000)
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--connections", type=int, default=16, help="pq16, pq16_open: connections")
+    p.add_argument("--connections", type=int, default=16, help="pq16, pq16_gevent, pq16_open: connections")
     p.add_argument("--rate", type=float, default=1000.0, help="pq16_open: arrivals per second")
     p.add_argument("--database", default="dbsurge")
     p.add_argument("--collection", default="usertable")

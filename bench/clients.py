@@ -177,6 +177,8 @@ CLIENTS: dict[str, Client] = {c.key: c for c in [
            _bare_cmd("pq"), _bare_count),
     Client("bare_pq16", "bare psycopg.pq loop, 16 connections on one thread (epoll)", "postgres", "16 connections",
            _bare_cmd("pq16"), _bare_count),
+    Client("bare_pq16_gevent", "bare psycopg.pq loop, 16 connections, a gevent greenlet each", "postgres",
+           "16 connections", _bare_cmd("pq16_gevent"), _bare_count),
     Client("dbsurge_ycsb", "dbsurge YCSB read (MongoDB wire), 1 process", "mongo", "16 users",
            _dbsurge_cmd("ycsb", "read", 1), _dbsurge_count),
     Client("bare_pymongo", "bare pymongo loop (YCSB read)", "mongo", "1 connection",

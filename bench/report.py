@@ -77,6 +77,10 @@ def goals_section(samples: list[Sample], labels: dict[str, tuple[str, str]], lon
             if "bare_pq16" in groups:
                 rows.append([f"client CPU/op ≤ 1.2x the bare psycopg.pq loop on 16 connections ({procs}){tag}",
                              "≤ 1.2x", spread(paired_ratio(samples, key, "bare_pq16", "cpu_us_marginal"), 2, "x")])
+            if "bare_pq16_gevent" in groups:
+                ratio = paired_ratio(samples, key, "bare_pq16_gevent", "cpu_us_marginal")
+                rows.append([f"(reference) client CPU/op vs the 16-connection loop on gevent ({procs}){tag}",
+                             "", spread(ratio, 2, "x")])
         if "dbsurge_ycsb" + at in groups and "bare_pymongo" in groups:
             rows.append([f"YCSB read client CPU/op ≤ 1.1x bare pymongo loop{tag}", "≤ 1.1x",
                          spread(paired_ratio(samples, "dbsurge_ycsb" + at, "bare_pymongo", "cpu_us_marginal"), 2, "x")])

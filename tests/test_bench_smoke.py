@@ -81,6 +81,13 @@ def test_quick_run_writes_tables_with_numbers(tmp_path: Path, bench_db: str) -> 
     assert out["ops"] == 600 and out["achieved_tps"] == 400
     assert 0 <= out["lag_p99_ms"] < 1000 and out["cpu_s"] > 0
 
+    # the closed loop on gevent (a reference for the CPU per operation): it finds the products it looks up
+    loop = subprocess.run([sys.executable, str(REPO / "bench" / "bare_loops.py"), "pq16_gevent", "--uri", bench_db,
+                           "--duration", "1", "--products", "2000", "--connections", "4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert loop.returncode == 0, loop.stdout[-2000:] + loop.stderr[-2000:]
+    assert json.loads(loop.stdout.strip().splitlines()[-1])["ops"] > 100
+
 
 def test_ratios_are_paired_within_a_repetition() -> None:
     def sample(client: str, rep: int, ops: int, cpu: float) -> Sample:
