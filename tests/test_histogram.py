@@ -309,11 +309,11 @@ def test_a_worker_second_reads_the_percentiles_a_full_cell_reads():
     response p99 are those of a full `Cell` fed the same reports, a report at a time."""
     import numpy as np
 
-    from dbsurge.measure.cells import Cell, WorkerSecond
+    from dbsurge.measure.cells import _SORT_PAIRS_BELOW, Cell, WorkerSecond
 
     rng = random.Random(11)
     cell, light = Cell(), WorkerSecond()
-    for _ in range(5):  # five reports of one worker about the same second
+    for _ in range(14):  # reports of one worker about the same second: few pairs (sorted), then many (summed)
         rec = Recorder()
         op, timeout = rec.op_id("op"), rec.kind_id("timeout")
         base = rec.clock_ns()
@@ -328,4 +328,5 @@ def test_a_worker_second_reads_the_percentiles_a_full_cell_reads():
         assert (light.count, light.ok, light.failures) == (cell.count, cell.ok, cell.failures)
         assert light.lag_p99_us() == cell.lag.percentile(99)
         assert light.response_p99_us() == cell.response.percentile(99)
+    assert sum(i.size for i, _, _ in light._response) >= _SORT_PAIRS_BELOW  # both ways were taken
     assert WorkerSecond().lag_p99_us() == 0 and np.int64(cell.lag.count) > 0
