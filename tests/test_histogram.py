@@ -256,8 +256,10 @@ def test_a_flush_that_lets_the_pacer_run_writes_the_rows_of_one_that_does_not():
     def drained() -> dict:
         rec, rng = Recorder(), random.Random(7)
         ops = [rec.op_id("read"), rec.op_id("update")]
-        base = rec.clock_ns()
-        for i in range(3_000):  # 3 seconds, both operations in each
+        # from the start of a wall second: 3 full seconds and the ends spilling into a 4th, both operations in
+        # each (from wherever the clock was, an edge second with one operation had no ALL row to pause after)
+        base = (rec.clock_ns() + rec.wall_offset_ns) // 1_000_000_000 * 1_000_000_000 - rec.wall_offset_ns
+        for i in range(3_000):
             t = base + i * 1_000_000
             rec.record(ops[i % 2], 0, t, t + rng.randint(0, 900_000), t + rng.randint(1_000_000, 40_000_000), 0, 0)
         return rec.drain()

@@ -135,8 +135,8 @@ class Recorder:
         one payload `drain` makes. The parts are taken from the buffer at the call, so operations
         recorded while the caller goes through them wait for the next drain.
         """
-        records = np.frombuffer(self._buf, dtype=np.int64).reshape(-1, RECORD_FIELDS)  # read in place, no copy
-        self._buf = bytearray()
+        buf, self._buf = self._buf, bytearray()  # recording goes on into a new buffer before this one is exported
+        records = np.frombuffer(buf, dtype=np.int64).reshape(-1, RECORD_FIELDS)  # read in place, no copy
         payload: dict = {
             "ops": list(self.operations), "stages": [], "intervals": [],
             "ledger": [[st, op, col, n] for (st, op, col), n in self._ledger.items()],
