@@ -117,7 +117,7 @@ def worker_command(argv: list[str], environ: dict[str, str] | None = None, *, se
     # Locust writes the locustfile it downloads from the master (-f -) to $TMPDIR/<its name> and imports
     # it from there: workers sharing a temporary folder (several on one host) could import each other's
     # half-written copy ("No User class found!"). Each gets a folder of its own (0700, under TMPDIR).
-    env["TMPDIR"] = tempfile.mkdtemp(prefix="dbsurge-worker-", dir=env.get("TMPDIR") or None)
+    env["TMPDIR"] = tempfile.mkdtemp(prefix=TMPDIR_PREFIX, dir=env.get("TMPDIR") or None)
     # removed when the worker exits (`remove_own_tmpdir`): exec keeps this process's id
     env[TMPDIR_ENV], env[TMPDIR_PID_ENV] = env["TMPDIR"], str(os.getpid())
     cmd = [sys.executable, "-m", "locust", "-f", "-", "--worker", "--master-host", args.master_host,
@@ -138,6 +138,8 @@ def worker_main(argv: list[str]) -> int:
 #: The private temporary folder a worker was given (`worker_command`, docker/entrypoint.sh), and the id of the
 #: process that owns it: the worker that removes it when it exits (`remove_own_tmpdir`).
 TMPDIR_ENV, TMPDIR_PID_ENV = "DBSURGE_WORKER_TMPDIR", "DBSURGE_WORKER_TMPDIR_PID"
+#: How a worker's folder is named (docker/entrypoint.sh names its folders the same way): the only name removed.
+TMPDIR_PREFIX = "dbsurge-worker-"
 
 
 def remove_own_tmpdir_at_exit() -> None:
@@ -160,5 +162,5 @@ def remove_own_tmpdir(folder: str, owner: str) -> None:
     import shutil
 
     name = os.path.basename(os.path.normpath(folder))
-    if str(os.getpid()) == owner and name.startswith("dbsurge-worker-"):
+    if str(os.getpid()) == owner and name.startswith(TMPDIR_PREFIX):
         shutil.rmtree(folder, ignore_errors=True)

@@ -34,11 +34,9 @@ NS_PER_US = 1000
 NS_PER_S = 1_000_000_000
 
 #: One operation in the recorder's buffer: operation id, stage, intended start, start, end
-#: (`perf_counter_ns`), failure kind id, retries; seven native int64s, as numpy reads them back.
-RECORD = struct.Struct("=7q")
+#: (`perf_counter_ns`), failure kind id, retries; native int64s, as numpy reads them back.
 RECORD_FIELDS = 7
-
-
+RECORD = struct.Struct(f"={RECORD_FIELDS}q")
 _pack = RECORD.pack
 
 
