@@ -43,6 +43,8 @@ def begin_run(run: DbSurgeRun) -> None:
     run.silent_at_close = set()
     run.sequence = None  # the arrival process may have changed in the start form since the last test
     stopping.install_signal_handlers(run)
+    if run.role == "master":  # before time zero: a worker still saying hello (or proving the token) costs no plan time
+        protocol.await_admissions(run)
     # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
     # a closed-model run starts now.
     delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0

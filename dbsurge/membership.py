@@ -18,6 +18,12 @@ local process (a plain ``locust -f - --worker``) cannot take a share. The master
 where it listens and how to join it (`listening_line`); a worker that has not reached its master
 after 10 s says where it is trying and what to check (`waiting_hint`); a refused worker is told
 why (it prints one line and exits 2), is told to quit, and gets no users.
+
+With or without a token, a worker is a member only once the master has read its hello and found
+its build to be the master's (`dbsurge.protocol.another_build`): without a token, the hello is the
+whole of the admission (`Membership.greet`), so there is no moment in which a worker of another
+build, or a plain Locust worker that never says hello, counts toward ``--expect-workers`` or takes
+a share.
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ def waiting_hint(host: str, port: int) -> str:
 class Membership:
     """The master's record of challenges, proven workers and refused ones.
 
-    With ``token=None`` every worker is a member (a loopback master, or ``--insecure-join``).
+    With ``token=None`` (a loopback master, or ``--insecure-join``) a worker is a member once it says
+    hello with the master's build (`greet`); with a token, once it also proves the token (`answer`).
     """
 
     def __init__(self, token: str | None):
@@ -79,6 +86,15 @@ class Membership:
         self.proven: set[str] = set()
         self.refused: dict[str, str] = {}  # worker id -> why
         self.first_seen: dict[str, float] = {}  # worker id -> monotonic time the master first saw it undecided
+
+    def greet(self, worker_id: str) -> bool:
+        """A worker's hello was read and its build is the master's: True when that makes it a member (no token).
+
+        Without a token there is nothing more to prove; with one, the challenge follows (`challenge`)."""
+        if self.token is not None or worker_id in self.refused:
+            return False
+        self.proven.add(worker_id)
+        return True
 
     def challenge(self, worker_id: str) -> str | None:
         """A new nonce for a worker that just connected (None when no token is required)."""
@@ -93,7 +109,7 @@ class Membership:
         """Check a worker's proof; True when it is now a member."""
         nonce = self.nonces.pop(worker_id, None)
         if self.token is None:
-            return True
+            return worker_id in self.proven  # no proof is asked: its hello decided (`greet`)
         if nonce is None:
             self.refused[worker_id] = "answered no challenge"
         elif not answer:
@@ -108,8 +124,8 @@ class Membership:
 
     def admitted(self, worker_id: str) -> bool:
         """True when the worker may count toward ``--expect-workers`` and take a share (`dbsurge.admission`):
-        it proved the token (when one is required) and was not refused (another dbsurge build, `dbsurge.protocol`)."""
-        return worker_id not in self.refused and (self.token is None or worker_id in self.proven)
+        its hello named the master's build and it proved the token (when one is required), and it was not refused."""
+        return worker_id not in self.refused and worker_id in self.proven
 
     def pending(self, worker_ids: list[str]) -> list[str]:
         return [w for w in worker_ids if w in self.nonces]

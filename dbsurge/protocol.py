@@ -81,9 +81,10 @@ def setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None, 
 
 
 def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
-    """Master at test start: admit the proven workers, measure their clocks, send each its setup."""
+    """Master at test start: admit the proven workers, measure their clocks, send each its setup.
+
+    `await_admissions` ran before time zero was set (`dbsurge.lifecycle.begin_run`)."""
     runner = run.environment.runner
-    _await_proofs(run)
     if run.membership is not None:
         for cid in list(run.membership.refused):
             if cid in runner.clients:
@@ -167,10 +168,11 @@ def number_at(run: DbSurgeRun, elapsed_s: float) -> int:
     return run.arrivals().first_at_or_after(run.schedule.cumulative(max(0.0, elapsed_s)))
 
 
-def _await_proofs(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
-    """Give connected workers a moment to answer their challenge before the plan is shared (10 s: a worker on a
-    loaded host answers late, and refusing it would leave --expect-workers waiting for it)."""
-    if run.membership is None or run.membership.token is None:
+def await_admissions(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
+    """Give connected workers a moment to say hello (and answer their challenge, with a token), then refuse the
+    silent ones (10 s: a worker on a loaded host answers late, and refusing it would leave --expect-workers
+    waiting for it). Called before time zero is set, so the wait costs the plan nothing."""
+    if run.membership is None:
         return
     m = run.membership
 
@@ -182,7 +184,7 @@ def _await_proofs(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
     while undecided() and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for cid in undecided():
-        _refuse(run, cid, "did not answer the join challenge (no dbsurge plugin, or another locustfile)")
+        _refuse(run, cid, _silent_reason(m))
 
 
 #: What a refused worker is told to do (its one line); a build it does not share gets `BUILD_HINT`.
@@ -262,26 +264,25 @@ def _undispatch(runner, nodes: list) -> None:
 
 
 def guard_dispatch(run: DbSurgeRun) -> None:
-    """Master with a join token: Locust dispatches users only to workers that proved it.
+    """Master: Locust dispatches users only to admitted workers (hello read, the token proved if one is asked).
 
     Locust hands users to a worker the moment it connects to a running test (``client_ready``), before
-    it could answer the challenge; a worker of another locustfile crashes on them. Every dispatch
-    (`MasterRunner.start`) first takes undecided and refused workers out of Locust's dispatcher; a worker
-    that proves the token later is put back (`_admit`).
+    its hello is read or it could answer the challenge; a worker of another locustfile crashes on them.
+    Every dispatch (`MasterRunner.start`) first takes undecided and refused workers out of Locust's
+    dispatcher; a worker admitted later is put back (`_admit`).
     """
     runner = run.environment.runner
     original = runner.start
 
     def start(*args, **kwargs):
-        if run.membership.token is not None:
-            _undispatch(runner, [n for n in runner.clients.values() if n.id not in run.membership.proven])
+        _undispatch(runner, [n for n in runner.clients.values() if n.id not in run.membership.proven])
         return original(*args, **kwargs)
 
     runner.start = start
 
 
 def _admit(run: DbSurgeRun, cid: str) -> None:
-    """A worker proved the token during a running test: give it users as Locust would have at connect."""
+    """A worker was admitted during a running test: give it users as Locust would have at connect."""
     runner = run.environment.runner
     dispatcher = getattr(runner, "_users_dispatcher", None)
     node = runner.clients.get(cid)
@@ -292,15 +293,16 @@ def _admit(run: DbSurgeRun, cid: str) -> None:
         runner.start(runner.target_user_count, runner.spawn_rate)
 
 
-#: A connected worker that has not proved the join token after this long is refused (a plain Locust
-#: worker, or one of another locustfile, never answers: it has no dbsurge plugin to).
+#: A connected worker that has not said hello (and proved the join token, when one is asked) after this
+#: long is refused (a plain Locust worker, or one of another locustfile, never answers: it has no dbsurge
+#: plugin to).
 PROOF_WAIT_S = 5.0
 
 
 def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:
     """Master, during the run: refuse every connected worker that is undecided after `PROOF_WAIT_S`."""
     m = run.membership
-    if m is None or m.token is None:
+    if m is None:
         return
     now = time.monotonic() if now is None else now
     for cid in [c.id for c in run.environment.runner.clients.values() if c.state != "missing"]:
@@ -308,7 +310,14 @@ def refuse_silent_workers(run: DbSurgeRun, now: float | None = None) -> None:
             continue
         first = m.first_seen.setdefault(cid, now)
         if now - first >= PROOF_WAIT_S:
-            _refuse(run, cid, "did not answer the join challenge (no dbsurge plugin, or another locustfile)")
+            _refuse(run, cid, _silent_reason(m))
+
+
+def _silent_reason(m) -> str:
+    """Why a worker that stayed undecided is refused."""
+    if m.token is None:
+        return "never said hello (no dbsurge plugin, or another locustfile)"
+    return "did not answer the join challenge (no dbsurge plugin, or another locustfile)"
 
 
 def _has_users(runner, cid: str) -> bool:
@@ -501,6 +510,9 @@ def _on_hello_message(environment, msg, **_kw):
         # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
         for _ in range(3):
             environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=msg.node_id)
+    if run.membership.greet(msg.node_id):  # no token: the hello, with the master's build, admits it
+        _admit(run, msg.node_id)
+        return
     nonce = run.membership.challenge(msg.node_id)
     if nonce is not None:
         environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)

@@ -32,7 +32,11 @@ def test_membership_challenge_and_proof():
     nonce = m.challenge("w1")
     assert m.answer("w1", proof("s3cret-token", nonce, "w1")) and m.members(["w1", "w2"]) == ["w1"]
     assert m.challenge("w1") is None  # proven stays proven across Locust's "ready again"
-    assert Membership(None).members(["a", "b"]) == ["a", "b"]
+    open_door = Membership(None)  # no token: a worker is a member once its hello with our build is read
+    assert open_door.members(["a", "b"]) == [] and open_door.challenge("a") is None
+    assert open_door.greet("a") and open_door.members(["a", "b"]) == ["a"]
+    open_door.refused["b"] = "another dbsurge build"
+    assert not open_door.greet("b") and open_door.members(["a", "b"]) == ["a"]
 
 
 def test_non_loopback_master_needs_a_token(tmp_path, pg_uri):
@@ -79,10 +83,7 @@ def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
     try:
         out, _ = master.communicate(timeout=120)
     finally:
-        for p in (master, local, remote):
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=10)
+        _kill_left(master, local, remote)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
     assert total["planned"] == 360 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
@@ -141,10 +142,7 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
         out, _ = master.communicate(timeout=120)
         rogue_out = [r.communicate(timeout=30)[0] for r in rogues]  # told to quit: they end on their own
     finally:
-        for p in (master, *rogues):
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=10)
+        _kill_left(master, *rogues)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
     assert total["planned"] == 480 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
@@ -159,6 +157,53 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
     assert "workers refused" in out
     assert "join_token" not in json.dumps(meta.get("options", {})).replace('"join_token": "***"', "").replace(
         '"join_token": null', "")
+
+
+def test_a_tokenless_master_counts_a_worker_only_once_it_said_hello(tmp_path, pg_uri):
+    """A loopback master without a token: a plain Locust worker that connects first never says hello, so it
+    neither satisfies --expect-workers nor gets users or a share (before, it was counted the moment it
+    connected, the test started with it alone, and its share went unsent); it is refused, named and told to
+    quit, and the dbsurge worker that comes later carries the whole plan."""
+    (tmp_path / "rogue.py").write_text(ROGUE_LOCUSTFILE)
+    port = str(free_port())
+    common = ["--target", pg_uri, "--operation", "product_lookup", "--workload-option", "products=300",
+              "--no-db-sampler"]
+    env = {k: v for k, v in os.environ.items() if k != "DBSURGE_JOIN_TOKEN"}
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers", "1",
+         "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--rate", "40", "-t", "3s",
+         "--results-dir", str(tmp_path / "results"), *common],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    rogue = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(tmp_path / "rogue.py"), "--worker",
+                              "--master-port", port], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=env)
+    own = None
+    try:
+        time.sleep(3)  # the rogue is connected (and, before, counted) well before a dbsurge worker comes
+        own = subprocess.Popen([sys.executable, "-m", "locust", "-f", FILES, "--worker", "--master-port", port,
+                                *common], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        out, _ = master.communicate(timeout=120)
+        rogue_out, _ = rogue.communicate(timeout=30)  # told to quit: it ends on its own
+    finally:
+        _kill_left(master, rogue, own)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 120 and total["ok"] == 120, (total, out[-3000:])
+    meta = json.loads((run / "run.json").read_text())
+    refused = meta["results"]["refused_workers"]
+    assert len(refused) == 1 and "never said hello" in next(iter(refused.values())), (refused, out[-3000:])
+    assert not set(refused) & set(meta["results"]["operations_per_worker"])
+    assert len(meta["results"]["operations_per_worker"]) == 1
+    assert "KeyError" not in rogue_out and "Traceback" not in rogue_out, rogue_out[-2000:]
+    assert master.returncode == 0 and "workers refused" in out, out[-3000:]
+
+
+def _kill_left(*procs) -> None:
+    """Kill whichever of a test's processes (None: never started) is still running, and reap it."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
 
 
 def _another_build(root) -> dict[str, str]:
@@ -205,10 +250,7 @@ def test_a_worker_of_another_build_is_refused(tmp_path, pg_uri):
                                env=env)
         out, _ = master.communicate(timeout=120)
     finally:
-        for p in (master, other, own):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+        _kill_left(master, other, own)
     lines = [x for x in other_out.splitlines() if x.startswith("dbsurge:")]
     assert other.returncode == 2 and len(lines) == 1, other_out[-3000:]
     assert f"another dbsurge build: the worker runs 0.1.0 build {other_build}" in lines[0], lines
