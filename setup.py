@@ -10,14 +10,16 @@ source is package data: a new module or a new data file ships without an edit he
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
-#: installed package prefix -> folder in the source tree
-ROOTS = {"dbsurge": "dbsurge", "dbsurge.locustfiles": "locustfiles", "dbsurge.shapes": "shapes",
-         "dbsurge.collectors": "collectors"}
+#: installed package prefix -> folder in the source tree (the folders beside the engine: dbsurge/layout.py,
+#: read by path: building the wheel imports nothing of dbsurge)
+ROOTS = {"dbsurge": "dbsurge",
+         **{f"dbsurge.{folder}": folder for folder in runpy.run_path(str(HERE / "dbsurge" / "layout.py"))["BESIDE"]}}
 SKIP = {"__pycache__"}
 
 

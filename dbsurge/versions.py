@@ -18,6 +18,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from .layout import BESIDE
+
 #: run.json key -> distribution name
 PACKAGES = {"locust": "locust", "gevent": "gevent", "psycopg": "psycopg", "pymongo": "pymongo"}
 
@@ -48,10 +50,7 @@ def build() -> str:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if rel.parts[0] not in _BESIDE:
+        if rel.parts[0] not in BESIDE:
             digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
-
-#: Packages a wheel installs inside ``dbsurge`` from folders beside it in a checkout (setup.py's ROOTS).
-_BESIDE = {"locustfiles", "shapes", "collectors"}

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from runs import REPO
 
-#: the installed package prefix of each source root (setup.py's ROOTS)
-ROOTS = {"dbsurge": "dbsurge", "locustfiles": "dbsurge/locustfiles", "shapes": "dbsurge/shapes",
-         "collectors": "dbsurge/collectors"}
+from dbsurge.layout import BESIDE
+
+#: each source root -> where a wheel installs it (setup.py's ROOTS, from the same list)
+ROOTS = {"dbsurge": "dbsurge", **{folder: f"dbsurge/{folder}" for folder in BESIDE}}
 INSTALL_TIMEOUT = 600
 
 
