@@ -27,6 +27,7 @@ from ledger_checks import ledger
 from runs import REPO, only_run_dir
 
 from dbsurge.embedded import free_port
+from dbsurge.worker import TMPDIR_PREFIX
 
 COMPOSE = REPO / "docker-compose.yml"
 K8S = REPO / "deploy" / "k8s"
@@ -124,7 +125,8 @@ def test_the_entrypoint_gives_each_worker_a_temporary_folder_of_its_own(tmp_path
     first, second = tmpdir_of(*worker), tmpdir_of(*worker)
     assert first != second and {first.parent, second.parent} == {shared}
     assert all(d.is_dir() and d.stat().st_mode & 0o077 == 0 for d in (first, second))
-    assert all(d.name.startswith("dbsurge-worker-") for d in (first, second))  # the name the worker removes
+    # the shell writes the prefix by hand: it must be the one the worker checks before removing the folder
+    assert all(d.name.startswith(TMPDIR_PREFIX) for d in (first, second))
     assert tmpdir_of("-f", "/src/locustfiles/orders.py", "--master") == shared  # the master keeps its own
 
 
