@@ -21,7 +21,7 @@ from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
 from .option_names import config_files_in_use
 from .pacer import Breather
-from .run_state import DRAIN_PART, DbSurgeRun, dbsurge_user_classes
+from .run_state import DbSurgeRun, dbsurge_user_classes, drain_recorder
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
 from .versions import versions
@@ -156,11 +156,11 @@ def _master_loop(run: DbSurgeRun) -> None:
                 return
             breathe = Breather()
             if run.role == "local" and run.closing is None:
-                for payload in run.recorder.drain_in_parts(DRAIN_PART):
-                    breathe()
+                def merge(payload: dict) -> None:
+                    breathe()  # between the part's drain and its merge too
                     run.merge_payload(payload, source="local")
-                    breathe()
-                run.feed_locust_stats(breathe)
+
+                drain_recorder(run, merge, breathe)
             try:
                 flush = run.aggregator.flush(between_seconds=breathe)
                 breathe()

@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gevent
@@ -321,22 +322,36 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
     """
     from .pacer import Breather
 
+    def keep(payload: dict) -> None:
+        if _holds_something(payload):
+            run.drained.append(payload)
+
     while True:
         gevent.sleep(PRE_DRAIN_S)
         with run.drain_lock:
-            # a generator: it takes the buffer and the ledger's counts at its first part, the loop's first step
-            parts = run.recorder.drain_in_parts(DRAIN_PART)
-            breathe = Breather()
-            try:
-                for payload in parts:
-                    if _holds_something(payload):
-                        run.drained.append(payload)
-                    breathe()
-                run.feed_locust_stats(breathe)
-            except Exception as e:  # a bug here must not stop the worker's measurements: the report drains
-                run.note_problem("making the report's payloads ahead", e)
-            finally:  # killed or failed between two parts: the parts the loop did not take, at once
-                run.drained.extend(p for p in parts if _holds_something(p))
+            drain_recorder(run, keep, Breather())
+
+
+def drain_recorder(run: DbSurgeRun, take: Callable[[dict], None], breathe: Callable[[], None]) -> None:
+    """The recorder's operations so far, part by part (`DRAIN_PART`), each handed to ``take``, the users let
+    run after each (``breathe``); then Locust's tables get them. A worker's `pre_drain_loop` and a local
+    run's once-a-second loop (`dbsurge.lifecycle`) both drain this way.
+
+    A failure is noted (`DbSurgeRun.note_problem`), never raised: measurement goes on. Killed or failed
+    between two parts, the parts not taken yet are handed over at once.
+    """
+    # a generator: it takes the buffer and the ledger's counts at its first part, the loop's first step
+    parts = run.recorder.drain_in_parts(DRAIN_PART)
+    try:
+        for payload in parts:
+            take(payload)
+            breathe()
+        run.feed_locust_stats(breathe)
+    except Exception as e:  # a bug here must not stop the measurements
+        run.note_problem("draining the recorder", e)
+    finally:
+        for payload in parts:
+            take(payload)
 
 
 def _holds_something(payload: dict) -> bool:

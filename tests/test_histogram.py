@@ -160,6 +160,67 @@ def test_a_drain_in_parts_is_the_one_drain_merged():
     assert list(Recorder().drain_in_parts(400))[0]["stages"] == []  # nothing recorded: one empty part
 
 
+_DRAIN_KILLED = """
+import gevent
+from dbsurge.measure.aggregator import Aggregator
+from dbsurge.measure.recorder import Recorder
+from dbsurge.run_state import drain_recorder
+
+
+class Run:  # what drain_recorder uses of a DbSurgeRun
+    def __init__(self):
+        self.recorder, self.problems = Recorder(), []
+
+    def note_problem(self, what, e):
+        self.problems.append(what)
+
+    def feed_locust_stats(self, pause):
+        raise RuntimeError("a bug in the tables")
+
+
+def filled(n):
+    run = Run()
+    op, base = run.recorder.op_id("read"), run.recorder.clock_ns()
+    for i in range(n):
+        run.recorder.record(op, 0, base + i * 1000, base + i * 1000, base + i * 1000 + 50_000, 0, 0)
+    return run
+
+
+run, taken, breaths = filled(1_000), [], []
+
+def breathe():
+    breaths.append(1)
+    if len(breaths) == 1:
+        gevent.sleep(10)  # killed here, after the first part
+
+loop = gevent.spawn(drain_recorder, run, taken.append, breathe)
+gevent.sleep(0.05)
+loop.kill(block=True)
+merged = Aggregator(stage_names=["a"])
+for payload in taken:
+    merged.merge(payload)
+print(len(taken), sum(cell.count for cell in merged.stage_cells.values()))
+run, taken = filled(1), []
+drain_recorder(run, taken.append, lambda: None)
+print(len(taken), run.problems)
+"""
+
+
+def test_a_drain_killed_between_its_parts_still_hands_over_every_part():
+    """`drain_recorder` (a worker's drains ahead of its report, a local run's drain each second): killed while
+    the users run between two parts, it hands over the parts not taken yet at once (the local run's loop
+    lost them before); a failure in Locust's tables is noted and loses no measurement. In a child process:
+    the drain imports Locust, which monkey-patches."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _DRAIN_KILLED], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    killed, problem = out.stdout.splitlines()
+    assert killed == "3 1000", out.stdout  # 1,000 operations in parts of 400: every part, every operation
+    assert problem == "1 ['draining the recorder']", out.stdout
+
+
 def test_a_part_of_one_operation_stage_and_second_ships_its_one_cell_for_both_groupings():
     """The usual part (one operation, one stage, one second) is grouped once: its stage row and its second's
     row carry the cell of every value in it, as dense histograms of the same values give it. A part across
