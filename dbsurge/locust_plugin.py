@@ -247,8 +247,11 @@ def _on_report(run: DbSurgeRun, client_id, data, **_kw):
 
 
 def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):
+    """Master: a worker's report into the aggregator; then the loop runs once (see `stopping.on_final_message`:
+    Locust reads waiting messages back to back, and reports sent in the same moment would make one stall)."""
     if run.aggregator is not None and "dbsurge" in data:
         run.merge_payloads(data["dbsurge"], source=client_id)
+        gevent.sleep(0)
 
 
 def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):

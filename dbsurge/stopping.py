@@ -101,9 +101,15 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
 
 
 def on_final_message(environment, msg, **_kw) -> None:
-    """Master (or local): a worker's final account."""
+    """Master (or local): a worker's final account.
+
+    Locust's master reads its workers' messages one after another without yielding while more are
+    waiting, and at the end every worker sends its account at once: 200 merges back to back were a
+    stall of the master's loop of 35-60 ms. Each account lets the loop run once after its merge.
+    """
     run = environment.dbsurge
     run.merge_payloads(msg.data["payload"], source=msg.node_id)
+    gevent.sleep(0)
     if msg.data.get("in_flight"):
         run.safe_event("in_flight_at_end", worker=msg.node_id, count=msg.data["in_flight"],
                        oldest_s=round(msg.data.get("oldest_s", 0.0), 3), reason=msg.data.get("reason"))
