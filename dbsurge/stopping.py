@@ -105,11 +105,11 @@ def on_final_message(environment, msg, **_kw) -> None:
 
     Locust's master reads its workers' messages one after another without yielding while more are
     waiting, and at the end every worker sends its account at once: 200 merges back to back were a
-    stall of the master's loop of 35-60 ms. Each account lets the loop run once after its merge.
+    stall of the master's loop of 35-60 ms. Each account lets the loop run once, after its merge and
+    its bookkeeping (a yield before them could let the close's deadline pass for a worker that answered).
     """
     run = environment.dbsurge
     run.merge_payloads(msg.data["payload"], source=msg.node_id)
-    gevent.sleep(0)
     if msg.data.get("in_flight"):
         run.safe_event("in_flight_at_end", worker=msg.node_id, count=msg.data["in_flight"],
                        oldest_s=round(msg.data.get("oldest_s", 0.0), 3), reason=msg.data.get("reason"))
@@ -121,6 +121,7 @@ def on_final_message(environment, msg, **_kw) -> None:
         if msg.node_id not in run.lost_workers:
             run.lease_end.pop(msg.node_id, None)
         run.safe_event("worker_final_late", worker=msg.node_id)
+    gevent.sleep(0)
 
 
 # -- the worker's side (and a local run's) --------------------------------------------------------------
