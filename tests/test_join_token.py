@@ -84,10 +84,8 @@ def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
         out, _ = master.communicate(timeout=120)
     finally:
         _kill_left(master, local, remote)
-    run = only_run_dir(tmp_path / "results")
-    total = ledger(run)
+    run, total, meta = _the_run(tmp_path / "results")
     assert total["planned"] == 360 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
-    meta = json.loads((run / "run.json").read_text())
     per_worker = meta["results"]["operations_per_worker"]
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     if ns_worker_has_token:
@@ -143,10 +141,8 @@ def test_processes_master_refuses_local_workers_without_its_token(tmp_path, pg_u
         rogue_out = [r.communicate(timeout=30)[0] for r in rogues]  # told to quit: they end on their own
     finally:
         _kill_left(master, *rogues)
-    run = only_run_dir(tmp_path / "results")
-    total = ledger(run)
+    run, total, meta = _the_run(tmp_path / "results")
     assert total["planned"] == 480 and total["not_sent_unaccounted"] == 0, (total, out[-3000:])
-    meta = json.loads((run / "run.json").read_text())
     refused = meta["results"]["refused_workers"]
     assert len(refused) == 2, (refused, out[-3000:])
     assert any("did not answer the join challenge" in why for why in refused.values()), refused
@@ -186,16 +182,20 @@ def test_a_tokenless_master_counts_a_worker_only_once_it_said_hello(tmp_path, pg
         rogue_out, _ = rogue.communicate(timeout=30)  # told to quit: it ends on its own
     finally:
         _kill_left(master, rogue, own)
-    run = only_run_dir(tmp_path / "results")
-    total = ledger(run)
+    run, total, meta = _the_run(tmp_path / "results")
     assert total["planned"] == 120 and total["ok"] == 120, (total, out[-3000:])
-    meta = json.loads((run / "run.json").read_text())
     refused = meta["results"]["refused_workers"]
     assert len(refused) == 1 and "never said hello" in next(iter(refused.values())), (refused, out[-3000:])
     assert not set(refused) & set(meta["results"]["operations_per_worker"])
     assert len(meta["results"]["operations_per_worker"]) == 1
     assert "KeyError" not in rogue_out and "Traceback" not in rogue_out, rogue_out[-2000:]
     assert master.returncode == 0 and "workers refused" in out, out[-3000:]
+
+
+def _the_run(results):
+    """The one run directory under ``results``: (its path, its ledger's ALL row, its run.json)."""
+    run = only_run_dir(results)
+    return run, ledger(run), json.loads((run / "run.json").read_text())
 
 
 def _kill_left(*procs) -> None:
@@ -255,10 +255,8 @@ def test_a_worker_of_another_build_is_refused(tmp_path, pg_uri):
     assert other.returncode == 2 and len(lines) == 1, other_out[-3000:]
     assert f"another dbsurge build: the worker runs 0.1.0 build {other_build}" in lines[0], lines
     assert "install the master's dbsurge on this host" in lines[0] and "Traceback" not in other_out
-    run = only_run_dir(tmp_path / "results")
-    total = ledger(run)
+    run, total, meta = _the_run(tmp_path / "results")
     assert total["planned"] == 160 and total["ok"] == 160, (total, out[-3000:])  # the master's build sent it all
-    meta = json.loads((run / "run.json").read_text())
     refused = meta["results"]["refused_workers"]
     assert len(refused) == 1 and "another dbsurge build" in next(iter(refused.values())), meta["results"]
     assert not set(refused) & set(meta["results"]["operations_per_worker"])
