@@ -498,6 +498,10 @@ def _stopped_line(command: str, signum: int) -> tuple[str, int]:
 
     code = EXIT_SIGNAL.get(signum, 128 + signum)
     name = signal.Signals(signum).name
+    began = getattr(sys.modules.get("dbsurge.scenarios.scenario_run"), "BEGUN", None)
+    if command == "scenario" and began:
+        return (f"dbsurge: {name}: the scenario was interrupted after its load began; what it measured is in "
+                f"{began[-1]} (exit {code})"), code
     if command in ("run", "scenario"):
         return f"dbsurge: {name} before the load started: nothing was sent (exit {code})", code
     return f"dbsurge: {name}: stopped (exit {code})", code

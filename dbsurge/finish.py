@@ -235,6 +235,10 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
             or target_short:
         code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
+    if code == 0 and int(total.get("failures") or 0) and not opts.check:
+        # Locust's convention: any failure sets --exit-code-on-error (default 1), unless --check thresholds
+        # judged the failures and passed. A database that died mid-run must not exit 0.
+        code = failure_exit_code(opts)
     if incomplete or (dropped and tool_behind):
         code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
     if run.exit_code_override is not None:
@@ -242,6 +246,13 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({c for c, _ in lag}))
     verdict.text = _verdict(run, code, total, incomplete)
     return verdict
+
+
+def failure_exit_code(opts) -> int:
+    """The exit code of a run whose operations failed with no --check to judge them: Locust's
+    ``--exit-code-on-error`` (default 1), which dbsurge's Locust child parses like Locust does."""
+    code = getattr(opts, "exit_code_on_error", 1)
+    return 1 if code is None else int(code)
 
 
 def stages_not_reached(run) -> list[str]:
@@ -396,10 +407,14 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
             }.get(code, f"exit {code}")
     if run.interrupted is not None and code == run.exit_code_override:
         head = f"INTERRUPTED ({run.interrupted[0]}) at t = {run.interrupted[1]:.1f} s"
-    if code == 0 and int(total.get("failures") or 0):
-        judged = "every --check passed" if run.options.check else "no --check judged them"
-        head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {total.get('failures')} operations failed "
+    failures = int(total.get("failures") or 0)
+    if failures and code == 0:
+        judged = "every --check passed" if run.options.check else "--exit-code-on-error 0"
+        head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {failures} operations failed "
                 f"({judged})")
+    elif failures and not run.options.check and code == failure_exit_code(run.options) and not incomplete:
+        head = (f"FAILED: every arrival accounted for, {failures} operations failed and no --check allowed them "
+                f"(--exit-code-on-error {code})")
     if run.stop_reason:
         head = f"STOPPED: {run.stop_reason}"
     if planned in ("", None):

@@ -36,7 +36,7 @@ def begin_run(run: DbSurgeRun) -> None:
     run.finished = False
     run.changes = []
     run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
-    run.signals, run.exit_code_override, run.stop_reason, run.until_position = 0, None, None, None
+    run.signals, run.raw_signals, run.exit_code_override, run.stop_reason, run.until_position = 0, 0, None, None, None
     run.finish_state, run.report_path = None, None
     run.unreported_reason, run.disk_full = None, False
     run.lease_end, run.joining, run.offered_to = {}, None, {}  # a second test from the web UI starts afresh

@@ -23,6 +23,7 @@ The child tells the parent its run directories through the file named in ``DBSUR
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -149,6 +150,25 @@ def ending(code: int, forwarded: list[int], cut_short: list[int], dirs: list[Pat
     unfinished = [d for d in dirs if not run_dir_finalised(d)]
     if code >= 0 and not unfinished:
         return code  # the child said everything itself
+    if code > 0 and forwarded and not cut_short and dirs:
+        # Signals asked the run to stop and it ended by itself, a second one before it finalised run.json:
+        # finish from what is there without the report (which `dbsurge report` builds): a second signal
+        # must end the command in about a second, whatever the size of the plan.
+        name = signal.Signals(forwarded[-1]).name
+        for d in unfinished:
+            finalise_run_dir(d, f"{name} again: the run ended before it finalised run.json", head="INTERRUPTED",
+                             report=False)
+        return code
+    if code > 0 and not forwarded and unfinished:
+        # The child ended by itself and printed its verdict, but could not finalise run.json (a results
+        # directory that went unwritable): finish what can be finished, keep its verdict and exit code.
+        for d in unfinished:
+            verdict = finalise_run_dir(d, f"the run ended (exit {code}) before it could finalise run.json",
+                                       head="INCOMPLETE")
+            if "could not be finalised" in verdict:
+                _say(f"dbsurge: run.json could not be finalised in {d}: the directory cannot be written; "
+                     "the verdict above stands")
+        return code
     signame = signal.Signals(-code).name if code < 0 else None
     if forwarded and (cut_short or not dirs):
         name = signal.Signals(forwarded[0]).name
@@ -187,10 +207,19 @@ def run_dir_finalised(path: Path) -> bool:
     return isinstance(meta, dict) and meta.get("exit_code") is not None and bool(meta.get("ended_utc"))
 
 
-def remove_temp_files(path: Path) -> None:
-    for f in path.glob("*"):
-        if f.name.endswith(TEMP_SUFFIXES) and f.is_file():
-            f.unlink(missing_ok=True)
+def remove_temp_files(path: Path) -> bool:
+    """Remove the run directory's temporary files; False if some could not be removed (a read-only directory)."""
+    removed = True
+    try:
+        for f in path.glob("*"):
+            if f.name.endswith(TEMP_SUFFIXES) and f.is_file():
+                try:
+                    f.unlink(missing_ok=True)
+                except OSError:
+                    removed = False
+    except OSError:
+        return False
+    return removed
 
 
 def _last_second(path: Path) -> tuple[str | None, float | None]:
@@ -211,7 +240,7 @@ def _last_second(path: Path) -> tuple[str | None, float | None]:
     return None, None
 
 
-def finalise_run_dir(path: Path, why: str) -> str:
+def finalise_run_dir(path: Path, why: str, head: str = "KILLED", *, report: bool = True) -> str:
     """End a run directory whose process died: run.json, summary.md from what was measured, no temp files.
 
     The ledger cannot be closed here (the workers' last reports died with the master), so the run
@@ -236,7 +265,7 @@ def finalise_run_dir(path: Path, why: str) -> str:
 
         t0 = datetime.fromisoformat(str(started)).timestamp()
         at = f" at t = {max(0.0, last_s + 1 - t0):.1f} s"
-    verdict = (f"KILLED: {why}{at}; its ledger was not closed: summary.md holds what was measured until then "
+    verdict = (f"{head}: {why}{at}; its ledger was not closed: summary.md holds what was measured until then "
                f"(exit {EXIT_INCOMPLETE})")
     meta.update(ended_utc=last_utc or utc_iso(time.time()), complete=False, exit_code=EXIT_INCOMPLETE,
                 stop_reason=why, verdict=verdict)
@@ -247,14 +276,22 @@ def finalise_run_dir(path: Path, why: str) -> str:
         with open(path / "events.jsonl", "a") as f:
             f.write(json.dumps({"time_utc": utc_iso(time.time()), "kind": "run_end", "exit_code": EXIT_INCOMPLETE,
                                 "stop_reason": why}) + "\n")
-    except OSError:
-        pass
-    _summary_from_what_was_measured(path, verdict)
+    except OSError as exc:
+        # a directory that cannot be written (full, read-only, permissions taken away): say so, keep the verdict
+        verdict += f"; run.json could not be finalised in {path} ({exc.strerror or type(exc).__name__})"
+        remove_temp_files(path)
+        return verdict
+    _summary_from_what_was_measured(path, verdict, report=report)
     remove_temp_files(path)
     return verdict
 
 
-def _summary_from_what_was_measured(path: Path, verdict: str) -> None:
+def _summary_from_what_was_measured(path: Path, verdict: str, *, report: bool = True) -> None:
+    if not report:  # a hurried ending: the verdict alone; `dbsurge report` builds the rest from the files
+        with contextlib.suppress(OSError):
+            (path / "summary.md").write_text(f"# dbsurge run {path.name}\n\n**{verdict}**\n\n"
+                                             f"`dbsurge report {path}` builds the tables and report.html.\n")
+        return
     try:
         from .collectors.report import build_report
 

@@ -8,6 +8,7 @@ helpers that keep measurement going when something fails (`note_problem`, `safe_
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -34,6 +35,12 @@ from .rundir import RunDirectory
 from .stage_plan import Schedule, StagePlan, parse_duration
 
 log = logging.getLogger("dbsurge")
+
+#: Errors writing the run directory that stop the run: the results can no longer be recorded (a full disk or
+#: quota, a read-only or failing file system, write permission taken away, a file grown past its limit, a
+#: stale network mount). Measuring on without recording would be load nobody can account for.
+RESULTS_WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EPERM, errno.EACCES,
+                                  errno.EFBIG, errno.ESTALE})
 
 
 @dataclass
@@ -115,6 +122,7 @@ class DbSurgeRun:
         self.silent_at_close: set[str] = set()  # workers whose final account missed the close's deadline
         self.interrupted: tuple[str, float] | None = None  # (signal name, elapsed s)
         self.signals = 0
+        self.raw_signals = 0  # as the signal handler counts them (`stopping._handler`), before any greenlet runs
         self.exit_code_override: int | None = None
         self.stop_reason: str | None = None
         self.until_position: float | None = None
@@ -155,9 +163,7 @@ class DbSurgeRun:
         A results disk that is full (or gone read-only) stops the run instead: measuring on
         without recording would be load nobody can account for.
         """
-        import errno
-
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+        if isinstance(exc, OSError) and exc.errno in RESULTS_WRITE_FAULTS:
             self.disk_full = True
             if self.closing is None and self.role != "worker":
                 gevent.spawn(stopping.stop_for, self, "interrupted",

@@ -10,6 +10,7 @@ the columns.
 from __future__ import annotations
 
 import csv
+import contextlib
 import json
 import os
 import secrets
@@ -129,7 +130,9 @@ class RunDirectory:
             (self.path / RESERVE_NAME).unlink(missing_ok=True)
 
     def release_reserve(self) -> None:
-        (self.path / RESERVE_NAME).unlink(missing_ok=True)
+        """Give the reserved space back (nothing to do on a directory that cannot be written any more)."""
+        with contextlib.suppress(OSError):
+            (self.path / RESERVE_NAME).unlink(missing_ok=True)
 
     # -- events.jsonl -------------------------------------------------------------------------------
 

@@ -196,8 +196,8 @@ _RUN = None
 #: The process that took the signals (`own_signals`); a ``--processes`` worker forked from it inherits
 #: the handlers and leaves the one line to it.
 _OWNER_PID: int | None = None
-#: How long a second signal waits for files already being written before it exits.
-HURRY_WRITE_S = 2.0
+#: How long a second signal waits for files already being written before it exits (within `SECOND_SIGNAL_S`).
+HURRY_WRITE_S = 0.8
 
 
 def attach(run) -> None:
@@ -255,7 +255,60 @@ def _handler(signum, _frame):
     if run is None or run.role == "worker" or run.aggregator is None:
         _before_any_load(run, signum)
         return
+    run.raw_signals = run.raw_signals + 1
+    if run.raw_signals > 1:
+        # The second signal is honoured here, in the handler, not only in a greenlet: work that holds the
+        # event loop (a report's plots, the tables of a plan of thousands of stages) would keep a greenlet
+        # from running for as long as it lasts. What is written stays; the report can be built later.
+        _exit_within(run, signum, SECOND_SIGNAL_S)
+        if run.finish_state in ("report", "done"):
+            _exit_now(run, signum)
     gevent.spawn(_on_signal, run, signum)
+
+
+#: A second SIGINT or SIGTERM ends the process within this many seconds, whatever holds the event loop.
+SECOND_SIGNAL_S = 1.0
+
+
+def _exit_code_after(run, signum: int) -> int:
+    code = run.exit_code if run.exit_code is not None else run.exit_code_override
+    return EXIT_SIGNAL.get(signum, 128 + signum) if code is None else code
+
+
+def _exit_now(run, signum: int) -> None:
+    """The tables and run.json are written (only the report was being built): end the process at once."""
+    if run.rundir is not None:
+        _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now; report.html not built "
+             f"(`dbsurge report {run.rundir.path}` builds it)")
+        from .locust_child import remove_temp_files
+
+        remove_temp_files(run.rundir.path)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(_exit_code_after(run, signum))
+
+
+def _exit_within(run, signum: int, seconds: float) -> None:
+    """A native thread (not a greenlet: the loop may be held) that ends the process after ``seconds``."""
+    from gevent import monkey
+
+    start_thread = monkey.get_original("_thread", "start_new_thread")
+    sleep = monkey.get_original("time", "sleep")
+
+    def deadline() -> None:
+        sleep(seconds)
+        _say(f"dbsurge: {signal.Signals(signum).name} again: the results were not all written within "
+             f"{seconds:g} s; exiting with what is on disk")
+        if run.rundir is not None:
+            from .locust_child import remove_temp_files
+
+            remove_temp_files(run.rundir.path)
+        os._exit(_exit_code_after(run, signum))
+
+    start_thread(deadline, ())
 
 
 def _before_any_load(run, signum: int) -> None:

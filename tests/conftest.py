@@ -164,6 +164,7 @@ SERIAL_TESTS = {
     "test_endings": {
         "test_a_signal_after_the_plan_ended_interrupts_nothing",  # a signal 150 ms after the plan's end
         "test_a_sigterm_with_a_long_plan_is_honoured_promptly",
+        "test_a_second_sigterm_ends_the_process_within_a_second_or_two",
         "test_dbsurge_run_killed_stops_the_load",  # orders counted in 2.5 s windows
     },
     "test_engine_runs": {"test_spike_plan_rates_within_one_percent"},

@@ -247,14 +247,14 @@ def test_a_throttled_run_books_throttling_in_its_own_ledger_column(tmp_path: Pat
     proc = dbsurge("run", "--workload", "ycsb", "--target", throttled.uri, "--shape", "constant", "--rate", "60",
                    "--duration", "3s", "--workload-option", "recordcount=200", "--target-option", "throttle_retries=1",
                    "--quiet", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
-    assert proc.returncode == 0, explain(proc)  # delivered with failures, no --check: exit 0
+    assert proc.returncode == 1, explain(proc)  # failures and no --check: Locust's --exit-code-on-error (1)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
     assert total["planned"] == 180
     assert total["failed_throttled"] > 0 and total["failed_throttled"] == total["failures"]
     all_row = _summary(run)["ALL"]
     assert int(all_row["retries"]) > 0 and f"throttled={total['failed_throttled']}" in all_row["failed_detail"]
-    assert "failed throttled" in proc.stdout and "DELIVERED WITH FAILURES" in proc.stdout
+    assert "failed throttled" in proc.stdout and "FAILED: every arrival accounted for" in proc.stdout
     # the failed operations have their own response-time histogram
     assert float(all_row["failed_p99_ms"]) > 0
 

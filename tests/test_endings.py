@@ -184,6 +184,30 @@ def test_a_sigterm_with_a_long_plan_is_honoured_promptly(tmp_path, pg_uri):
     assert "stages not reached" in out and len(meta["results"]["stages_not_reached"]) > 9900
 
 
+def test_a_second_sigterm_ends_the_process_within_a_second_or_two(tmp_path, pg_uri):
+    """A plan of 10,000 stages, SIGTERM at 3 s, SIGTERM again while it writes its tables: the process ends within
+    the second signal's deadline (it went on for 5 s and then built the report), exit 143, no traceback, no
+    temporary file, and run.json finalised by someone (the run itself, or `dbsurge run` from what is there)."""
+    stages = ",".join(["1s@20tps"] * 10000)
+    proc = _start(["--workload", "orders", "--target", pg_uri, "--shape", "stages", "--stages", stages, "--quiet",
+                   "--workload-option", "products=300", "--no-db-sampler", "--operation", "product_lookup",
+                   "--results-dir", "results"], tmp_path, env={"DBSURGE_MAX_STAGES": "10000"})
+    run, t0 = _time_zero(tmp_path, timeout=90)
+    time.sleep(max(0.0, t0 + 3.0 - time.time()))
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.4)
+    again = time.time()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = _finish(proc, tmp_path, timeout=60)
+    assert time.time() - again < 4.0, f"a second SIGTERM took {time.time() - again:.1f} s\n{err[-2000:]}"
+    _no_traceback(out, err)
+    assert code == 143, (out, err)
+    assert "again" in err, err
+    meta = read_json(run / "run.json")
+    assert meta.get("ended_utc") and meta.get("exit_code") in (143, 3), meta.get("exit_code")
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
+
+
 # -- the Locust child killed, dbsurge run killed ----------------------------------------------------------------
 
 

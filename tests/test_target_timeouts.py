@@ -363,3 +363,71 @@ def test_the_operation_bound_is_per_operation_not_per_user(tmp_path, pg_uri):
     total = ledger(only_run_dir(tmp_path / "results"))
     assert int(total["planned"]) == 12_500 and int(total["failed_timeout"]) == 0, total
     assert int(total["ok"]) == 12_500, total
+
+
+# ---- a rollback and the prepared lookup --------------------------------------------------------------------------
+
+def _fresh_database(pg_uri: str, name: str) -> str:
+    """A new empty database on the session's server (dropped first if an earlier run left it); its URI."""
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(f"drop database if exists {name} with (force)")
+        conn.execute(f"create database {name}")
+    return pg_uri.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _per_operation(run_dir) -> dict[str, dict]:
+    from runs import read_csv
+
+    return {r["operation"]: r for r in read_csv(run_dir / "summary.csv")}
+
+
+def test_a_lock_past_the_op_timeout_fails_only_what_it_held(tmp_path, pg_uri):
+    """A 3 s ACCESS EXCLUSIVE lock on `orders` mid-run: order creations time out and roll back; lookups go on.
+
+    psycopg's rollback sends DEALLOCATE ALL once it has prepared a statement of its own, which dropped
+    the lookup dbsurge prepared through libpq: every product_lookup after the first rollback failed
+    ``server:26000`` until the run ended (365 of them in the issue's run), and the run exited 0.
+    Lookups do not touch `orders`: the lock must cost them nothing."""
+    uri = _fresh_database(pg_uri, "lock_rollback")
+    locker_started = []
+
+    def hold_lock():
+        time.sleep(5)
+        with psycopg.connect(uri) as conn:
+            conn.execute("lock table orders in access exclusive mode")
+            locker_started.append(time.monotonic())
+            time.sleep(3)
+            conn.rollback()
+
+    import threading
+
+    locker = threading.Thread(target=hold_lock, daemon=True)
+    locker.start()
+    done = dbsurge("run", "--workload", "orders", "--target", uri, "--shape", "constant", "--rate", "100",
+                   "--duration", "12s", "--quiet", "--workload-option", "products=200", "--no-db-sampler",
+                   "--target-option", "op_timeout=1s", "--results-dir", "results", cwd=tmp_path, timeout=180)
+    locker.join(timeout=30)
+    assert locker_started, "the lock was never taken"
+    run_dir = only_run_dir(tmp_path / "results")
+    total = ledger(run_dir)
+    ops = _per_operation(run_dir)
+    assert int(ops["product_lookup"]["failures"]) == 0, ops["product_lookup"]
+    assert int(ops["order_create"]["failed_timeout"]) > 0, ops["order_create"]  # the lock did hold them
+    assert int(total["failed_server"]) == 0, total
+    assert total["failures"] == total["failed_timeout"], total
+    assert done.returncode != 0, explain(done)  # failures happened: Locust's convention, not "fine"
+
+
+def test_a_serializable_run_books_only_real_conflicts(tmp_path, pg_uri):
+    """Serializable isolation: conflicts are retried (40001) and rolled back; no lookup may fail for it."""
+    uri = _fresh_database(pg_uri, "serializable_rollback")
+    done = dbsurge("run", "--workload", "orders", "--target", uri, "--shape", "constant", "--rate", "150",
+                   "--duration", "8s", "--quiet", "--workload-option", "products=20", "--no-db-sampler",
+                   "--target-option", "isolation=serializable", "--results-dir", "results", cwd=tmp_path,
+                   timeout=180)
+    run_dir = only_run_dir(tmp_path / "results")
+    total = ledger(run_dir)
+    ops = _per_operation(run_dir)
+    assert int(ops["product_lookup"]["failures"]) == 0, (ops["product_lookup"], explain(done))
+    assert int(total["failed_server"]) == 0, total
+    assert total["failures"] == total["failed_occ"], total  # only conflicts that outlived their retries

@@ -36,7 +36,7 @@ from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
 from dbsurge.scenarios.files import read_meta
-from dbsurge.scenarios.report import Report, show_report
+from dbsurge.scenarios.report import Report, say, show_report
 from dbsurge.scenarios.scenario_run import ScenarioRun
 
 
@@ -120,9 +120,32 @@ class Scenario:
     def _in_process(self, setup: Setup) -> int:
         assert self.phases is not None
         with ScenarioRun(self.name, setup.args, setup.settings) as run:
-            results = self.phases(run, setup)
+            try:
+                results = self.phases(run, setup)
+            except BaseException as exc:
+                self._after_signal(run, exc)
+                raise
             run.finish(self.report, results=results)
         return 0
+
+    def _after_signal(self, run: ScenarioRun, exc: BaseException) -> None:
+        """SIGINT or SIGTERM once the load began: mark run.json interrupted and show what was measured.
+
+        A killed ycsb-load said "nothing was sent" while its inserts.csv held 16,000 inserts."""
+        import signal
+
+        from dbsurge.errors import EXIT_SIGNAL
+
+        signum = getattr(exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
+        if signum is None or run.rundir is None:
+            return
+        code = EXIT_SIGNAL.get(signum, 128 + signum)
+        try:
+            run.interrupted(signum, code)
+            show_report(run.path, self.report(run.path), self.name)
+        except Exception as e:  # noqa: BLE001 - the raw files are on disk: `dbsurge report` can try again
+            say(f"dbsurge: the tables of what was measured could not be built ({type(e).__name__}: {e}); "
+                f"`dbsurge report {run.path}` tries again")
 
     def _through_engine(self, setup: Setup) -> int:
         from dbsurge.embedded import resolve_embedded

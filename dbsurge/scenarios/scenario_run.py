@@ -33,6 +33,11 @@ __all__ = ["ScenarioRun", "apply_defaults", "ensure_loaded", "floats", "iter_row
            "read_meta", "read_rows", "say"]
 
 
+#: The run directories of this process's scenarios whose load began (`ScenarioRun.begin`): a signal after that
+#: point must not say "nothing was sent" (`dbsurge.cli`).
+BEGUN: list[Path] = []
+
+
 class ScenarioRun:
     """One run of an in-process scenario: the target, the run directory, the raw rows and the end.
 
@@ -113,6 +118,7 @@ class ScenarioRun:
             cloudwatch=list(getattr(self.args, "cloudwatch", None) or []), versions=versions(), **fields,
         )
         self.rundir.event("run_start", at=self.started_s, scenario=self.scenario)
+        BEGUN.append(self.rundir.path)
         return self.rundir
 
     def _embedded_meta(self) -> dict | None:
@@ -166,6 +172,21 @@ class ScenarioRun:
         report = report_of_run(self.path)
         self.meta(results=_jsonable({**(results or {}), "table": report.tables[0].csv_rows if report.tables else []}))
         return show_report(self.path, report, self.scenario)
+
+    def interrupted(self, signum: int, code: int) -> None:
+        """A signal stopped the scenario after its load began: close the raw files, mark run.json interrupted."""
+        import signal
+
+        with self._lock:
+            for f, _ in self._raw_files.values():
+                f.close()
+            self._raw_files.clear()
+        ended = time.time()
+        name = signal.Signals(signum).name
+        self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3), complete=False,
+                  exit_code=code, interrupted={"signal": name, "by": name,
+                                               "at_s": round(ended - (self.started_s or ended), 3)})
+        self.event("run_end", at=ended, exit_code=code, interrupted=name)
 
     def close(self) -> None:
         for f, _ in self._raw_files.values():

@@ -41,7 +41,7 @@ from psycopg import IsolationLevel
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
-from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
 
 from dbsurge.errors import TargetError, clip
 from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret, uri_secrets, userinfo_span
@@ -588,6 +588,13 @@ class PreparedLookup:
                 tx = self.tx
                 self.pgconn.send_query_prepared(self.name, tx.dump_sequence(params, self.formats))
                 result = self._results()
+                if result.status == ExecStatus.FATAL_ERROR and self._forgotten(result):
+                    # psycopg's rollback sent DEALLOCATE ALL (see `_forgotten`): prepare again, send again,
+                    # within the same deadline. The server did nothing wrong, so nothing is booked on it.
+                    self._setup(conn)
+                    tx = self.tx  # a new one, without loaders: `loaders_set` is false again
+                    self.pgconn.send_query_prepared(self.name, tx.dump_sequence(params, self.formats))
+                    result = self._results()
             except BaseException:
                 self._close_midway(conn)
                 raise
@@ -603,6 +610,20 @@ class PreparedLookup:
         tx.set_pgresult(result, set_loaders=not self.loaders_set)
         self.loaders_set = True
         return tx.load_row(0, tuple)
+
+    def _forgotten(self, result: Any) -> bool:
+        """True when the server no longer knows this statement (SQLSTATE 26000) and the connection is idle.
+
+        psycopg prepares statements of its own once one has run ``prepare_threshold`` times, and when a
+        transaction of the session rolls back (a timeout, a deadlock, a serialization failure retried,
+        any error in `run_transaction`) it sends ``DEALLOCATE ALL`` to drop them: that drops this
+        statement too, which psycopg does not know of. Without this check every later lookup of the
+        connection failed with 26000 until it reconnected, booked as the database's failures.
+        """
+        if result.error_field(DiagnosticField.SQLSTATE) != b"26000":
+            return False
+        pgconn = self.pgconn
+        return pgconn.status == ConnStatus.OK and pgconn.transaction_status == TransactionStatus.IDLE
 
     def _close_midway(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = None
