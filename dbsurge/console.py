@@ -199,8 +199,11 @@ class Progress:
     def line(self, rows: list[dict]) -> str:
         last = rows[-1]
         seconds = len(rows)
-        achieved = sum(_num(r.get("achieved_tps")) for r in rows) / seconds
-        targets = [_num(r.get("target_tps")) for r in rows if r.get("target_tps") not in (None, "")]
+        # The second in which time zero falls is only partly in the run: its rates are that part's share
+        # (a 20 TPS stage read "18.3/18.3 TPS" at its first line). Rates come from whole seconds when any.
+        whole = [r for r in rows if (self._offset(r) or 0.0) >= -1e-6] or rows
+        achieved = sum(_num(r.get("achieved_tps")) for r in whole) / len(whole)
+        targets = [_num(r.get("target_tps")) for r in whole if r.get("target_tps") not in (None, "")]
         failed = sum(int(_num(r.get("failures"))) for r in rows)
         dropped = sum(int(_num(r.get("dropped"))) for r in rows)
         self.failed_so_far += failed

@@ -119,13 +119,23 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
         row = [st, fmt_rate(total.get("target_tps")), fmt_num(total.get("achieved_tps"), 1)]
         for op in ops:
             r = by_op.get(op)
-            row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r else "-")
-        row += [fmt_ms(total.get("service_p99_ms")), fmt_pct(total.get("failure_rate")),
-                fmt_ms(total.get("lag_p99_ms")), fmt_num(total.get("dropped"), 0)]
+            row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r and _measured(r) else "-")
+        # a stage nothing ran in (never reached: a Stop, a signal) has no latency, not a latency of 0
+        measured = _measured(total)
+        row += [fmt_ms(total.get("service_p99_ms")) if measured else "-", fmt_pct(total.get("failure_rate")),
+                fmt_ms(total.get("lag_p99_ms")) if measured else "-", fmt_num(total.get("dropped"), 0)]
         if capacity is not None:
             row.append(capacity.get(st, ""))
         rows.append(row)
     return headers, rows
+
+
+def _measured(row: dict) -> bool:
+    """Whether any operation of the row completed (its percentiles mean something)."""
+    try:
+        return float(row.get("count") or 0) > 0
+    except (TypeError, ValueError):
+        return True
 
 
 def _clock(utc: str | None) -> str:

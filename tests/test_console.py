@@ -98,6 +98,15 @@ def test_console_quiet_and_verbose(tmp_path, pg_uri):
     assert verbose.stdout.count("Operations (") == 1
 
 
+def test_the_partial_first_second_does_not_lower_the_first_lines_rates():
+    """Time zero 0.6 s into a second: that second holds 40% of a second's arrivals. The first line of a 20 TPS
+    stage read "18.3/18.3 TPS"; its rates come from whole seconds."""
+    progress = Progress(START + 0.6, ["20tps", "40tps"], every_s=3600)
+    progress.add([_row(0, "20tps", 8, 8, 1.0), _row(1, "20tps", 20, 20, 1.0), _row(2, "20tps", 19, 20, 1.0)])
+    [line] = progress.add([_row(3, "40tps", 40, 40, 1.0)])
+    assert "stage 1/2 20tps: 19.5/20.0 TPS" in line and line.endswith("(last 3 s)"), line
+
+
 def test_a_second_across_a_stage_boundary_is_named_by_both_stages():
     # stages at 0 s and 2.3 s: the second from 2 s to 3 s is 30% of the 20% stage and 70% of the 200% one
     progress = Progress(START, ["20%", "200%"], every_s=3600, stage_starts=[0.0, 2.3])
@@ -134,3 +143,18 @@ def test_an_override_shows_its_own_rate_in_the_stage_and_progress_lines():
                       "0 dropped (last 1 s)")]
     [line] = progress.finish([])
     assert line.startswith("t=26s stage 2/3 200% under override 1: plan x2: 400.0/400.0 TPS"), line
+
+
+def test_a_stage_never_reached_shows_no_latency():
+    """A Stop before the last stage: its row had 0.000 ms latencies, as if measured; now a dash."""
+    from dbsurge.tables import stage_table
+
+    def row(stage, op, count, p):
+        return {"stage": stage, "operation": op, "target_tps": "100", "achieved_tps": "100" if count else "0",
+                "count": str(count), "p95_ms": p, "p99_ms": p, "service_p99_ms": p, "failure_rate": "0",
+                "lag_p99_ms": p, "dropped": "0"}
+
+    _headers, rows = stage_table([row("100tps", "ALL", 500, "2.5"), row("100tps", "read", 500, "2.5"),
+                                  row("200tps", "ALL", 0, "0"), row("200tps", "read", 0, "0")])
+    assert "2.500" in rows[0][3] and rows[0][4] == "2.500"
+    assert rows[1][3] == "-" and rows[1][4] == "-" and rows[1][6] == "-", rows[1]
