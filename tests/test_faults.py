@@ -133,7 +133,9 @@ def test_users_that_cannot_connect_fail_each_slot_with_backoff(tmp_path, own_pg)
     # as `disconnect`, then every slot is a `connect` failure (retried with backoff)
     assert total["failed_connect"] + total["failed_disconnect"] + total["ok"] + total["not_sent"] == 400
     assert total["failed_connect"] > 300, total
-    assert code == 0, (out, err)  # delivered and accounted for; no check was asked
+    # accounted for, but a database gone is no pass: failures with no --check exit 1 (Locust's --exit-code-on-error)
+    assert code == 1, (out, err)
+    assert "FAILED: every arrival accounted for" in out
     assert "connect=" in out
 
 
