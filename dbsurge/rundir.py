@@ -53,7 +53,8 @@ WORKER_COLUMNS = ["time_utc", "worker", "host", "assigned", "sent", "ok", "faile
 #: reported), and not_sent by reason (not_sent_*); over_plan counts
 #: operations sent beyond the plan (a bug or a partition).
 STAGE_COLUMNS = [
-    "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "planned", "count",
+    "stage", "operation", "start_utc", "end_utc", "duration_s", "target_tps", "achieved_tps", "delivered_tps", "planned",
+    "count",
     "ok", "failures", "failure_rate", "retries", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms",
     "service_p50_ms", "service_p95_ms", "service_p99_ms", "lag_p99_ms", "lag_max_ms", "loop_lag_max_ms",
     "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "unknown", "not_sent",

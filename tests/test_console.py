@@ -156,5 +156,5 @@ def test_a_stage_never_reached_shows_no_latency():
 
     _headers, rows = stage_table([row("100tps", "ALL", 500, "2.5"), row("100tps", "read", 500, "2.5"),
                                   row("200tps", "ALL", 0, "0"), row("200tps", "read", 0, "0")])
-    assert "2.500" in rows[0][3] and rows[0][4] == "2.500"
-    assert rows[1][3] == "-" and rows[1][4] == "-" and rows[1][6] == "-", rows[1]
+    assert "2.500" in rows[0][4] and rows[0][5] == "2.500"
+    assert rows[1][4] == "-" and rows[1][5] == "-" and rows[1][7] == "-", rows[1]
