@@ -346,7 +346,9 @@ def test_a_breather_gives_the_users_three_times_the_piece_before_it(monkeypatch)
     breathe = Breather()
     breath, ran = piece_then_breath(0.002, breathe)
     assert 0.006 <= breath <= MAX_BREATH_S and ran >= 3  # the users ran for 6 ms or more after a 2 ms piece
-    assert piece_then_breath(0.0, breathe)[0] == YIELD_S  # no piece since: the shortest pause, a turn through the loop
+    # no piece since: about the shortest pause, a turn through the loop (three times the few microseconds the
+    # call itself took, on a loaded machine: never compared exactly, 5.4e-05 != 5e-05 failed a run)
+    assert YIELD_S <= piece_then_breath(0.0, breathe)[0] < 0.001
     assert piece_then_breath(0.02, Breather())[0] == MAX_BREATH_S  # a long piece: the longest breath, not 60 ms
     user.kill()
 
