@@ -347,3 +347,28 @@ def test_check_connections_unit():
     check_connections(100, 200, 100, "t")
     with pytest.raises(UserError, match="lower --users to 99"):
         check_connections(100, 200, 101, "t")
+
+
+# -- stdout closed by its reader (`dbsurge --help | head -3`) -------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["report", "--help"], ["scenario", "--help"],
+                                  ["rerun", "--help"], ["--version"],
+                                  ["report", str(REPO / "tests" / "fixtures" / "run_low_rate"), "--help"]])
+def test_a_closed_pipe_is_one_line(tmp_path, args):
+    """The reader is gone before the first write (the read end closed): every write raises EPIPE, as when `head`
+    has read its lines. One line and exit 141 (the shell's code for SIGPIPE), never a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "dbsurge.cli", *args], cwd=tmp_path, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == ["dbsurge: stdout was closed before the output was written (broken pipe)"], proc.stderr
+    assert proc.returncode == 141
