@@ -519,18 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if EARLY_SIGNALS:
             raise Signalled(EARLY_SIGNALS[0])
-        if from_command_line and not isinstance(sys.stdout, _PipeWatch):
-            sys.stdout = _PipeWatch(sys.stdout)
-        try:
-            code = _command(argv, from_command_line)
-        except SystemExit as e:  # argparse's --help and usage errors
-            if not isinstance(e.code, (int, type(None))):
-                raise
-            code = e.code or 0
-        sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's exit
-        if isinstance(sys.stdout, _PipeWatch) and sys.stdout.broken:
-            return _broken_pipe()  # a write failed and a library (argparse's help) swallowed its error
-        return code
+        return _watching_stdout(argv, from_command_line)
     except BrokenPipeError:
         return _broken_pipe()
     except UserError as e:
@@ -593,6 +582,22 @@ def _broken_pipe() -> int:
     except OSError:  # stderr went into the same closed pipe
         pass
     return EXIT_BROKEN_PIPE
+
+
+def _watching_stdout(argv: list[str], from_command_line: bool) -> int:
+    """`_command`, with a write to a closed stdout found even where a library swallowed it (`_PipeWatch`)."""
+    if from_command_line and not isinstance(sys.stdout, _PipeWatch):
+        sys.stdout = _PipeWatch(sys.stdout)
+    try:
+        code = _command(argv, from_command_line)
+    except SystemExit as e:  # argparse's --help and usage errors: their output is flushed below
+        if not isinstance(e.code, (int, type(None))):
+            raise
+        code = e.code or 0
+    sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's exit
+    if isinstance(sys.stdout, _PipeWatch) and sys.stdout.broken:
+        return _broken_pipe()  # a write failed and a library (argparse's help) swallowed its error
+    return code
 
 
 def _command(argv: list[str], from_command_line: bool) -> int:
