@@ -40,6 +40,7 @@ from typing import Any
 
 from .errors import UserError, clip
 from .rundir import SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+from .size_limits import FileRefused, read_bounded
 
 #: Larger files than this are not what a run writes (a year at one line a second is ~300 MB of timeline).
 MAX_FILE_BYTES = 2 * 1024**3
@@ -107,11 +108,9 @@ def _dig(obj: Any, *keys: str) -> Any:
 def read_text(path: Path) -> str:
     """`path` as UTF-8 text without NUL bytes, else `DamagedRun` naming where the first bad byte is."""
     try:
-        if not path.is_file():
-            raise _damaged(path, "it is not a file")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise _damaged(path, f"it is larger than {MAX_FILE_BYTES} bytes")
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_FILE_BYTES)  # /dev/zero and a FIFO have st_size 0: no bound
+    except FileRefused as e:
+        raise _damaged(path, f"it {e.reason}") from None
     except OSError as e:
         raise UserError(f"{clip(path, 160)} cannot be read: {e.strerror or type(e).__name__}") from None
     nul = data.find(b"\0")

@@ -372,3 +372,41 @@ def test_a_closed_pipe_is_one_line(tmp_path, args):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == ["dbsurge: stdout was closed before the output was written (broken pipe)"], proc.stderr
     assert proc.returncode == 141
+
+
+# -- files that are not regular files: st_size is 0 for both /dev/zero (endless) and a FIFO (blocks) ---------------
+
+@pytest.mark.parametrize("kind, words", [("/dev/zero", "is a character device, not a regular file"),
+                                         ("fifo", "is a FIFO (named pipe), not a regular file"),
+                                         ("directory", "is a directory, not a regular file"),
+                                         ("link to /dev/zero", "is a character device, not a regular file")])
+def test_config_file_must_be_a_regular_file(tmp_path, kind, words):
+    """`--config /dev/zero` used to read until MemoryError, a FIFO to wait forever for a writer: one line now."""
+    import os
+
+    conf = tmp_path / "my.conf"
+    if kind == "/dev/zero":
+        conf = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(conf)
+    elif kind == "directory":
+        conf.mkdir()
+    else:
+        conf.symlink_to("/dev/zero")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--config", str(conf), "--duration", "2s",
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+    assert f"config file {conf}" in proc.stderr
+
+
+def test_read_bounded_reads_at_most_its_limit(tmp_path):
+    """A file larger than the bound is refused after reading limit + 1 bytes; one at the bound is read."""
+    from dbsurge.size_limits import FileRefused, read_bounded
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 100)
+    assert read_bounded(f, 100) == b"x" * 100
+    with pytest.raises(FileRefused, match="larger than 99 bytes"):
+        read_bounded(f, 99)
+    with pytest.raises(FileRefused, match="character device"):
+        read_bounded("/dev/zero", 10**12)  # refused before any read: no bound is large enough for it

@@ -317,3 +317,22 @@ def test_generated_damage_is_refused_or_read(tmp_path_factory, name, how, where,
     read_stages(run)
     read_timeline(run)
     read_events(run)
+
+
+@pytest.mark.parametrize("name", ["run.json", "events.jsonl", "stages.csv"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_file_that_is_not_a_regular_file_is_refused(name, kind, pristine, tmp_path, capsys):
+    """A FIFO (its open waits for a writer) or a link to /dev/zero (endless) in place of a run's file: st_size is
+    0 for both, so a size check let them through to a hang or a MemoryError. One line naming the file now."""
+    import os
+
+    run = tmp_path / "damaged"
+    shutil.copytree(pristine, run)
+    (run / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(run / name)
+    else:
+        (run / name).symlink_to("/dev/zero")
+    for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"]):
+        line = _one_line(capsys, main(argv), f"{run / name}")
+        assert "not a regular file" in line, line
