@@ -410,3 +410,13 @@ def test_read_bounded_reads_at_most_its_limit(tmp_path):
         read_bounded(f, 99)
     with pytest.raises(FileRefused, match="character device"):
         read_bounded("/dev/zero", 10**12)  # refused before any read: no bound is large enough for it
+
+
+@pytest.mark.parametrize("host", ["a..b", "a" * 64])
+@pytest.mark.parametrize("command", ["run", "load"])
+def test_bad_host_label_is_one_line(tmp_path, command, host):
+    """`postgresql://postgres@a..b:5432/postgres` was a UnicodeError traceback from `run` and `load`."""
+    args = ["--duration", "2s"] if command == "run" else []
+    proc = dbsurge(command, "--workload", "orders", "--target", f"postgresql://postgres@{host}:5432/postgres", *args,
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"host '{host}'", tmp_path / "results")
