@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError
+from dbsurge.json_input import load_json
 
 CLOUDWATCH_COLUMNS = ["time_utc", "preset", "id", "metric", "stat", "value"]
 CLOUDWATCH_KEY = ["time_utc", "preset", "id", "metric", "stat"]
@@ -136,7 +137,7 @@ def open_run(run_dir: str | Path) -> RunInfo:
     if not meta_path.is_file():
         raise UserError(f"{path} is not a run directory (no run.json)")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = load_json(meta_path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{meta_path} cannot be read: {exc}") from None
     if not isinstance(meta, dict):
@@ -262,7 +263,7 @@ def read_events(run_dir: Path) -> list[dict]:
     events = []
     for line in path.read_text().splitlines():
         try:
-            item = json.loads(line)
+            item = load_json(line)
         except ValueError:
             continue
         if isinstance(item, dict):

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError, clip
+from .json_input import load_json
 from .rundir import SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
 from .size_limits import FileRefused, read_bounded
 
@@ -214,9 +215,9 @@ def check_run_json(path: Path) -> dict:
     if not text.strip():
         raise _damaged(path, "it is empty")
     try:
-        meta = json.loads(text)
+        meta = load_json(text)
     except ValueError as e:
-        raise _damaged(path, f"it is not JSON ({clip(e, 80)}): cut short?") from None
+        raise _damaged(path, f"it is not JSON ({clip(e, 80)})" + ("" if "nested" in str(e) else ": cut short?")) from None
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
@@ -302,7 +303,7 @@ def check_events(path: Path) -> int:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = load_json(line)
         except ValueError:
             raise _damaged(path, f"line {n} is not JSON: '{clip(line, 30)}'") from None
         if not isinstance(event, dict):

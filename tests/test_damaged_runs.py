@@ -136,6 +136,10 @@ for label, data in (("empty", b""), ("blank", b"  \n"), ("a list", b"[]\n"), ("a
                     ("a NUL", b'{"run_id": "a\x00b"}'), ("two objects", b"{}\n{}\n")):
     CASES[f"run.json {label}"] = ("run.json", write("run.json", data))
 CASES["run.json a 0xff byte"] = ("run.json", insert("run.json", b"\xff", 0.3))
+# nested deeper than the interpreter recurses (a RecursionError, not a ValueError), or than any run.json is
+CASES["run.json [ x 100000"] = ("run.json", write("run.json", b"[" * 100_000))
+CASES["run.json { x 100000"] = ("run.json", write("run.json", b'{"a":' * 100_000))
+CASES["run.json a value nested 100 deep"] = ("run.json", meta_set("options.x", json.loads("[" * 100 + "]" * 100)))
 for key, value in (("run_id", 5), ("started_utc", "yesterday"), ("started_utc", [2026]), ("ended_utc", "abc"),
                    ("ended_utc", True), ("command", 5), ("workload", 5), ("target", 5), ("target", ["x"]),
                    ("workload_options", []), ("operations", "product_lookup"), ("operations", [["a"]]),
@@ -190,6 +194,9 @@ CASES["events.jsonl a number"] = ("events.jsonl", rows("events.jsonl", lambda ls
 CASES["events.jsonl kind=5"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, '{"kind": 5}']))
 CASES["events.jsonl time=abc"] = ("events.jsonl", rows("events.jsonl",
                                                       lambda ls: [*ls, '{"kind": "x", "time_utc": "abc"}']))
+CASES["events.jsonl [ x 100000"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, "[" * 100_000]))
+CASES["events.jsonl an event nested 100 deep"] = ("events.jsonl", rows("events.jsonl", lambda ls: [
+    *ls, '{"kind": "x", "detail": ' + "[" * 100 + "]" * 100 + "}"]))
 CASES["events.jsonl binary"] = ("events.jsonl", write("events.jsonl", BINARY))
 CASES["events.jsonl a 0xff byte"] = ("events.jsonl", insert("events.jsonl", b"\xff", 0.5))
 
@@ -255,7 +262,7 @@ def test_the_intact_run_is_read(pristine, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case", ["run.json cut at 50%", "stages.csv cut at 60%", "stages.csv ok=abc",
+@pytest.mark.parametrize("case", ["run.json cut at 50%", "run.json [ x 100000", "stages.csv cut at 60%", "stages.csv ok=abc",
                                   "events.jsonl junk line", "intervals.hlog junk line", "timeline.csv binary"])
 @pytest.mark.parametrize("command", ["report", "cost", "rerun", "compare"])
 def test_real_processes_exit_2_with_one_line(case, command, pristine, tmp_path):
