@@ -68,6 +68,11 @@ class DamagedRun(UserError):
     """A run directory's file that cannot be read as what dbsurge wrote."""
 
 
+def damaged(path: Path, what: str) -> DamagedRun:
+    """The one line for a damaged file of a run directory, for the readers that find the damage themselves."""
+    return _damaged(path, what)
+
+
 def _damaged(path: Path, what: str) -> DamagedRun:
     return DamagedRun(f"{clip(path, 160)} is damaged: {what}; nothing was read or written (restore the file, "
                       f"or run again)")
@@ -89,6 +94,8 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
         check_events(path / "events.jsonl")
     if (path / "intervals.hlog").exists():
         check_hlog(path / "intervals.hlog")
+    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
+        check_metrics_csv(csv_file)
     if meta is not None and meta.get("kind") == "repetitions":
         for item in _dig(meta, "repetitions", "runs") or []:
             child = path / str(item.get("run_dir")) if isinstance(item, dict) else None
@@ -196,6 +203,10 @@ _STAGE_KEYS = {"name": (_STR, "a name"), "start_s": (_is_number, "a number"), "d
                "end_utc": (_is_time, "an ISO 8601 time")}
 _PLAN_KEYS = {"text": (_STR, "a plan"), "baseline_tps": (_is_number, "a number"),
               "duration_s": (_is_number, "a number"), "stages": (_list_of(_DICT), "a list of stages")}
+_WHOLE = (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number")
+#: The options `dbsurge rerun` turns back into a command line (Locust's parsed values: numbers, not text).
+_OPTION_KEYS = {"max_users": _WHOLE, "num_users": _WHOLE, "processes": _WHOLE,
+                "run_time": (_is_number, "a number of seconds")}
 _RESULT_KEYS = {**{k: (_is_count, "a count") for k in ("planned_operations", "operations", "ok", "failures",
                                                         "dropped", "not_sent", "over_plan")},
                 "failed_by_kind": (_DICT, "an object"), "not_sent_by_reason": (_DICT, "an object"),
@@ -221,18 +232,25 @@ def check_run_json(path: Path) -> dict:
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
+    _check_parts(path, meta)
+    return meta
+
+
+def _check_parts(path: Path, meta: dict) -> None:
+    """The plan, its stages, the options rerun reads and the results, each by its own keys."""
     plan = meta.get("plan")
     if isinstance(plan, dict):
         _check_keys(path, plan, _PLAN_KEYS, "plan.")
         for i, stage in enumerate(plan.get("stages") or []):
             _check_keys(path, stage, _STAGE_KEYS, f"plan.stages[{i}].")
+    if isinstance(meta.get("options"), dict):
+        _check_keys(path, meta["options"], _OPTION_KEYS, "options.")
     if isinstance(meta.get("results"), dict):
         _check_keys(path, meta["results"], _RESULT_KEYS, "results.")
         for key in ("failed_by_kind", "not_sent_by_reason"):
             for name, value in (meta["results"].get(key) or {}).items():
                 if not _is_count(value):
                     raise _damaged(path, f"results.{key}.{clip(name, 30)} is {clip(value, 30)}, not a count")
-    return meta
 
 
 # -- CSV ----------------------------------------------------------------------------------------------------------
@@ -288,6 +306,28 @@ def _cell_problem(column: str, cell: str) -> str | None:
         if value < 0 or value != int(value):
             return "a count (a whole number of 0 or more)"
     return None
+
+
+def check_metrics_csv(path: Path) -> int:
+    """A collector's CSV under ``metrics/`` (a sampler's, CloudWatch's, the runners'): text, rows as long as the
+    header, and every ``*_utc`` cell an ISO 8601 time (the readers parse them all, and the report and cost plot
+    and bill by them). Their other columns differ by collector and are not checked. Returns the rows."""
+    text = read_text(path)
+    if not text.strip():
+        return 0  # an empty metrics file is "nothing sampled", as the readers take it
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise _damaged(path, f"it is not CSV ({clip(e, 60)})") from None
+    header, body = rows[0], rows[1:]
+    times = [i for i, column in enumerate(header) if column.endswith("_utc")]
+    for n, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
+        for i in times:
+            if row[i] and not _is_time(row[i]):
+                raise _damaged(path, f"line {n}, column {header[i]}: '{clip(row[i], 30)}' is not an ISO 8601 time")
+    return len(body)
 
 
 # -- events.jsonl and intervals.hlog ------------------------------------------------------------------------------

@@ -153,7 +153,9 @@ for key, value in (("run_id", 5), ("started_utc", "yesterday"), ("started_utc", 
                    ("results", "OK"), ("results.planned_operations", "abc"), ("results.ok", -1),
                    ("results.failures", 1.5), ("results.dropped", "0"), ("results.not_sent", []),
                    ("results.failed_by_kind", "x"), ("results.failed_by_kind", {"timeout": "many"}),
-                   ("results.not_sent_by_reason", {"interrupted": -3}), ("results.verdict", 0)):
+                   ("results.not_sent_by_reason", {"interrupted": -3}), ("results.verdict", 0),
+                   ("options.max_users", "abc"), ("options.max_users", 2.5), ("options.num_users", "8"),
+                   ("options.run_time", "abc"), ("options.processes", "2")):
     CASES[f"run.json {key}={json.dumps(value)}"] = ("run.json", meta_set(key, value))
 
 # the CSV files: cut short, emptied, not text, wrong cells, wrong headers
@@ -185,6 +187,14 @@ for column in ("time_utc", "count", "p99_ms", "achieved_tps", "failures", "dropp
     CASES[f"timeline.csv {column}=abc"] = ("timeline.csv", cell("timeline.csv", column, "abc"))
 for column in ("time_utc", "sent", "ok", "assigned"):
     CASES[f"workers.csv {column}=abc"] = ("workers.csv", cell("workers.csv", column, "abc"))
+
+# a collector's metrics (the embedded PostgreSQL's sampler)
+CASES["metrics/pg_stat_database.csv time_utc=not-a-time"] = (
+    "metrics/pg_stat_database.csv", cell("metrics/pg_stat_database.csv", "time_utc", "not-a-time"))
+CASES["metrics/pg_stat_database.csv a row too short"] = ("metrics/pg_stat_database.csv", rows(
+    "metrics/pg_stat_database.csv", lambda ls: [*ls[:1], ls[1].rsplit(",", 1)[0], *ls[2:]]))
+CASES["metrics/pg_stat_database.csv binary"] = ("metrics/pg_stat_database.csv",
+                                                write("metrics/pg_stat_database.csv", BINARY))
 
 # events.jsonl
 CASES["events.jsonl junk line"] = ("events.jsonl", insert("events.jsonl", b"this is not json\n", 0.0))
@@ -343,3 +353,59 @@ def test_a_file_that_is_not_a_regular_file_is_refused(name, kind, pristine, tmp_
     for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"]):
         line = _one_line(capsys, main(argv), f"{run / name}")
         assert "not a regular file" in line, line
+
+
+def test_a_metrics_reader_names_a_bad_time_itself(pristine, tmp_path):
+    """The metrics reader, without `check_run_dir` in front of it: a cell that is not a time is the same one line
+    (pandas' DateParseError was a traceback from `report` and `cost`)."""
+    from dbsurge.collectors.rundata import read_sampler
+
+    from dbsurge.errors import UserError
+
+    run = tmp_path / "damaged"
+    shutil.copytree(pristine, run)
+    cell("metrics/pg_stat_database.csv", "time_utc", "not-a-time", line=2)(run)
+    with pytest.raises(UserError) as e:
+        read_sampler(run, "pg_stat_database.csv")
+    assert str(e.value).startswith(f"{run / 'metrics' / 'pg_stat_database.csv'} is damaged: line 3, column time_utc: "
+                                   f"'not-a-time' is not an ISO 8601 time"), e.value
+
+
+@pytest.fixture
+def read_only_copy(pristine):
+    """A copy of the pristine run on a read-only file system (EROFS: root cannot write there either)."""
+    import subprocess
+
+    import faults
+
+    reason = faults.tmpfs_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with faults.mount_tmpfs("64m") as mount:
+        run = mount / "run"
+        shutil.copytree(pristine, run)
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True, text=True,
+                                 check=False)
+        if remount.returncode != 0:
+            pytest.skip(f"cannot remount a tmpfs read-only here: {remount.stderr.strip()}")
+        try:
+            yield run
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("command", ["report", "cost", "report2"])
+def test_a_read_only_run_directory_is_one_line(command, read_only_copy, pristine, capsys):
+    """`dbsurge report` on a read-only run directory was an OSError traceback after the work: one line naming
+    the directory now, before anything is built, and a non-zero exit."""
+    before = _snapshot(read_only_copy)
+    argv = {"report": ["report", str(read_only_copy)], "cost": ["cost", str(read_only_copy)],
+            "report2": ["report", str(pristine), str(read_only_copy)]}[command]
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, (code, captured.err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("dbsurge: cannot write "), captured.err
+    assert f"into {read_only_copy}: Read-only file system" in lines[0], lines[0]
+    assert "Verdict" not in captured.out
+    assert _snapshot(read_only_copy) == before
