@@ -295,7 +295,7 @@ def append_event(run_dir: Path, event: dict, clock: Callable[[], float] = time.t
 def update_run_json(run_dir: Path, **fields: Any) -> None:
     """Rewrite ``run.json`` atomically with some top-level fields changed."""
     path = Path(run_dir) / "run.json"
-    meta = json.loads(path.read_text())
+    meta = load_json(path.read_text())
     meta.update(fields)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")

@@ -227,6 +227,9 @@ def finalise_run_dir(path: Path, why: str) -> str:
         meta = load_json((path / "run.json").read_text())
         if not isinstance(meta, dict):
             meta = {}
+        from .rundir import RUN_SCHEMA
+
+        meta = {"schema": meta.get("schema", RUN_SCHEMA), **meta}
     except (OSError, ValueError):
         meta = {}
     last_utc, last_s = _last_second(path)

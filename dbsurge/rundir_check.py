@@ -40,7 +40,7 @@ from typing import Any
 
 from .errors import UserError, clip
 from .json_input import load_json
-from .rundir import SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+from .rundir import RUN_SCHEMA, SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
 from .size_limits import FileRefused, read_bounded
 
 #: Larger files than this are not what a run writes (a year at one line a second is ~300 MB of timeline).
@@ -169,6 +169,7 @@ _STR = _one_of(str)
 _DICT = _one_of(dict)
 #: run.json's keys as dbsurge writes them (a None value stands for "not known" anywhere): key -> (check, what)
 RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "schema": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a schema number of 1 or more"),
     "run_id": (_STR, "a name"),
     "started_utc": (_is_time, "an ISO 8601 time"),
     "ended_utc": (_is_time, "an ISO 8601 time"),
@@ -232,8 +233,21 @@ def check_run_json(path: Path) -> dict:
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
+    check_schema(path, meta)
     _check_parts(path, meta)
     return meta
+
+
+class NewerRun(UserError):
+    """A run directory written by a newer dbsurge, in a run.json schema this one does not read."""
+
+
+def check_schema(path: Path, meta: dict) -> None:
+    """`NewerRun` for a run.json of a schema above `RUN_SCHEMA`; none is schema 1 (written before the key was)."""
+    schema = meta.get("schema", 1)
+    if isinstance(schema, int) and schema > RUN_SCHEMA:
+        raise NewerRun(f"{clip(path, 160)} is from a newer dbsurge (schema {schema}); this one reads up to "
+                       f"{RUN_SCHEMA}: read it with that dbsurge, or upgrade this one")
 
 
 def _check_parts(path: Path, meta: dict) -> None:
@@ -276,7 +290,43 @@ def check_csv(path: Path, allowed: set[str], required: set[str], *, ledger: bool
             problem = _cell_problem(column, cell)
             if problem:
                 raise _damaged(path, f"line {n}, column {column}: '{clip(cell, 30)}' is not {problem}")
+        if ledger:
+            _check_balance(path, n, dict(zip(header, row)))
     return len(body)
+
+
+class InconsistentRun(DamagedRun):
+    """A run directory whose files each read, but whose ledger does not add up (edited by hand, or mixed up)."""
+
+
+def _check_balance(path: Path, n: int, row: dict[str, str]) -> None:
+    """The ledger the report shows must add up, row by row: planned = ok + failed + dropped + unknown + not sent
+    (- over plan), failed = the failures by kind, not sent = by reason, count = ok + failed. A hand-edited
+    stages.csv read as "Verdict: OK" beside a ledger with arrivals missing from it."""
+    def get(column: str) -> int:
+        return int(float(row.get(column) or 0))
+
+    where = f"line {n} ({clip(row.get('stage') or 'run', 30)}, {clip(row.get('operation') or '', 30)})"
+    sums = [("failures", "the failures by kind", [c for c in row if c.startswith("failed_") and c in _COUNT_COLUMNS]),
+            ("not_sent", "the arrivals not sent by reason", [c for c in row if c.startswith("not_sent_")])]
+    for total, what, parts in sums:
+        if total in row and parts and get(total) != sum(get(c) for c in parts):
+            raise _inconsistent(path, f"{where}: {total} is {get(total)} but {what} add up to "
+                                      f"{sum(get(c) for c in parts)}")
+    if "count" in row and "ok" in row and get("count") != get("ok") + get("failures"):
+        raise _inconsistent(path, f"{where}: count is {get('count')} but ok + failed is {get('ok') + get('failures')}")
+    if row.get("planned", "") != "" and "ok" in row:
+        accounted = (get("ok") + get("failures") + get("dropped") + get("unknown") + get("not_sent")
+                     - get("over_plan"))
+        if get("planned") != accounted:
+            raise _inconsistent(path, f"{where}: planned is {get('planned')} but ok + failed + dropped + unknown + "
+                                      f"not sent is {accounted}")
+
+
+def _inconsistent(path: Path, what: str) -> InconsistentRun:
+    return InconsistentRun(f"{clip(path, 160)} is inconsistent: {what}: the ledger does not balance (edited by "
+                           f"hand?), so no verdict is given; nothing was read or written (restore the file, or run "
+                           f"again)")
 
 
 def _check_header(path: Path, header: list[str], allowed: set[str], required: set[str], ledger: bool) -> None:

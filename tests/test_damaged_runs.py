@@ -409,3 +409,74 @@ def test_a_read_only_run_directory_is_one_line(command, read_only_copy, pristine
     assert f"into {read_only_copy}: Read-only file system" in lines[0], lines[0]
     assert "Verdict" not in captured.out
     assert _snapshot(read_only_copy) == before
+
+
+# -- run.json's schema, and a ledger that does not add up -----------------------------------------------------------
+
+def test_run_json_carries_its_schema(pristine):
+    from dbsurge.rundir import RUN_SCHEMA
+
+    meta = json.loads((pristine / "run.json").read_text())
+    assert meta["schema"] == RUN_SCHEMA and next(iter(meta)) == "schema"
+
+
+@pytest.mark.parametrize("command", ["report", "cost", "rerun", "compare", "collect"])
+def test_a_run_from_a_newer_schema_is_refused_in_one_line(command, pristine, tmp_path, capsys):
+    from dbsurge.rundir import RUN_SCHEMA
+
+    run = tmp_path / "newer"
+    shutil.copytree(pristine, run)
+    meta_set("schema", RUN_SCHEMA + 1)(run)
+    before = _snapshot(tmp_path)
+    argv = {"report": ["report", str(run)], "cost": ["cost", str(run)], "rerun": ["rerun", str(run), "--dry-run"],
+            "compare": ["compare", str(pristine), str(run)], "collect": ["collect", str(run)]}[command]
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, captured.err
+    assert lines[0] == (f"dbsurge: {run / 'run.json'} is from a newer dbsurge (schema {RUN_SCHEMA + 1}); this one "
+                        f"reads up to {RUN_SCHEMA}: read it with that dbsurge, or upgrade this one")
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_run_json_without_schema_still_reads(pristine, tmp_path, capsys):
+    """Run directories written before the schema was: schema 1, read as before."""
+    run = tmp_path / "old"
+    shutil.copytree(pristine, run)
+    meta = json.loads((run / "run.json").read_text())
+    del meta["schema"]
+    (run / "run.json").write_text(json.dumps(meta))
+    assert main(["report", str(run)]) == 0
+    assert main(["rerun", str(run), "--dry-run"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert check_run_dir(FIXTURE) is not None  # the checked-in run of before the schema
+
+
+def _unbalance(name: str, column: str, by: int, operation: str = "ALL") -> Damage:
+    """Add `by` to one count of the first `operation` row of `name`: each file still reads, the ledger is off."""
+    def damage(run: Path) -> None:
+        lines = (run / name).read_text().splitlines()
+        header = lines[0].split(",")
+        i = next(n for n, line in enumerate(lines[1:], start=1) if line.split(",")[header.index("operation")]
+                 == operation)
+        cells = lines[i].split(",")
+        cells[header.index(column)] = str(int(cells[header.index(column)] or 0) + by)
+        lines[i] = ",".join(cells)
+        (run / name).write_text("\n".join(lines) + "\n")
+    return damage
+
+
+@pytest.mark.parametrize("name, column, by, words", [
+    ("stages.csv", "planned", 7, "planned is"), ("stages.csv", "ok", -3, "count is"),
+    ("summary.csv", "planned", -1, "planned is"), ("stages.csv", "dropped", 2, "planned is"),
+    ("stages.csv", "failed_timeout", 1, "failures is"), ("stages.csv", "not_sent_interrupted", 4, "not_sent is"),
+])
+def test_an_unbalanced_ledger_is_no_verdict(name, column, by, words, pristine, tmp_path, capsys):
+    """A ledger edited by hand read as "Verdict: OK": now the run directory is inconsistent, exit 2, no verdict."""
+    run = tmp_path / "unbalanced"
+    shutil.copytree(pristine, run)
+    _unbalance(name, column, by)(run)
+    for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"],
+                 ["compare", str(pristine), str(run)]):
+        line = _one_line(capsys, main(argv), f"{run / name} is inconsistent")
+        assert words in line and "the ledger does not balance" in line, line
