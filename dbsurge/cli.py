@@ -338,6 +338,10 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
+    if args.web:
+        from .validate import check_port_free
+
+        check_port_free(getattr(ns, "web_host", None), getattr(ns, "web_port", None), "--web-port")
 
 
 def load_main(argv: list[str]) -> int:

@@ -420,3 +420,20 @@ def test_bad_host_label_is_one_line(tmp_path, command, host):
     proc = dbsurge(command, "--workload", "orders", "--target", f"postgresql://postgres@{host}:5432/postgres", *args,
                    cwd=tmp_path, timeout=60)
     assert_one_line(proc, f"host '{host}'", tmp_path / "results")
+
+
+@pytest.mark.parametrize("target", [NO_PG, "embedded-postgres"])
+def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
+    """`dbsurge run --web --web-port P` with P taken was ~54 lines of traceback, after the embedded server had
+    started and the data set loaded; now one line before the target, a server or a run directory."""
+    import socket
+
+    from dbsurge.embedded import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "10",
+                       "--duration", "2s", "--web", "--web-port", str(port), cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"--web-port {port}: 127.0.0.1:{port} is already in use", tmp_path / "results")
