@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dbsurge.errors import UserError
+from dbsurge.errors import UserError, clip
 from dbsurge.help_examples import epilog
 from dbsurge.option_names import parser_error
 from dbsurge.rundir_check import check_run_dir, check_run_dirs
@@ -43,6 +43,37 @@ def parse_duration(text: str) -> float:
         raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)")
     value, unit = float(match.group(1)), match.group(2) or "s"
     return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+def check_writable(run_dir: str | Path, what: str) -> None:
+    """`UserError` (one line naming the directory) unless a file can be made in `run_dir`, before anything is built.
+
+    A read-only copy (``chmod a-w``, a read-only mount: EROFS, which even root meets) was a traceback from the
+    first write, after minutes of work, with some files written and others not.
+    """
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=run_dir, prefix=".dbsurge-probe-"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write {what} into {clip(run_dir, 160)}: {e.strerror or type(e).__name__}: copy the "
+                        f"run directory somewhere writable (cp -r) and run the command on the copy") from None
+
+
+def _writing(what: str):
+    """A context that turns an `OSError` while writing (a full disk, a file made read-only) into one line."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except OSError as e:
+            where = f" ({clip(e.filename, 160)})" if e.filename else ""
+            raise UserError(f"cannot write {what}{where}: {e.strerror or type(e).__name__}") from None
+
+    return guard()
 
 
 def _say(text: str) -> None:
@@ -114,26 +145,33 @@ def _concat(existing, fetched):  # type: ignore[no-untyped-def]
 
 def report_main(argv: Sequence[str]) -> int:
     """Write report.html, timeline.png and summary.md (and merged.csv, cost.csv) for a run."""
-    from .report import build_report
-
     parser = _Parser(prog="dbsurge report", description="Build the run's report (several runs: with a comparison).",
                      epilog=epilog("report"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="the run directory, results/<run-id>")
     args = parser.parse_args(list(argv))
     check_run_dirs(args.run_dirs)  # never a report ("Verdict: OK") from a partial read
-    if len(args.run_dirs) > 1:
+    for run_dir in args.run_dirs:
+        check_writable(run_dir, "the report")
+    with _writing("the report"):
+        return _build_reports(args.run_dirs)
+
+
+def _build_reports(run_dirs: list[str]) -> int:
+    from .report import build_report
+
+    if len(run_dirs) > 1:
         from .compare import add_section, open_sides, report_section
 
-        open_sides(args.run_dirs)  # refuse kinds that cannot be compared before writing anything
-        section = report_section(args.run_dirs)
-        for run_dir in args.run_dirs:
+        open_sides(run_dirs)  # refuse kinds that cannot be compared before writing anything
+        section = report_section(run_dirs)
+        for run_dir in run_dirs:
             path = build_report(run_dir) if (Path(run_dir) / "stages.csv").is_file() else None
             if path is None:
                 continue
             add_section(path, section)
-            _say(f"wrote {_report_files(path, f' (with the comparison of {len(args.run_dirs)} runs)')}")
+            _say(f"wrote {_report_files(path, f' (with the comparison of {len(run_dirs)} runs)')}")
         return 0
-    path = build_report(args.run_dirs[0])
+    path = build_report(run_dirs[0])
     _say(f"wrote {_report_files(path)}")
     return 0
 
@@ -146,9 +184,6 @@ def _report_files(report: Path, note: str = "") -> str:
 
 def cost_main(argv: Sequence[str]) -> int:
     """Print (and write cost.csv) the run's cost: total, per stage, operations per dollar."""
-    from .cost import estimate_cost
-    from .report import cost_tables, markdown_table
-
     parser = _Parser(prog="dbsurge cost", description="Estimate what a run cost.", epilog=epilog("cost"),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
@@ -160,6 +195,15 @@ def cost_main(argv: Sequence[str]) -> int:
     parser.add_argument("--io-requests", type=float, help="billed I/O requests during the run")
     args = parser.parse_args(list(argv))
     check_run_dir(args.run_dir)
+    check_writable(args.run_dir, "cost.csv")
+    with _writing("the cost"):
+        return _cost(args)
+
+
+def _cost(args: argparse.Namespace) -> int:
+    from .cost import estimate_cost
+    from .report import cost_tables, markdown_table
+
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests)
     _keep_cost_inputs(Path(args.run_dir), args)

@@ -32,7 +32,6 @@ import argparse
 import base64
 import html
 import io
-import json
 import math
 import statistics
 import sys
@@ -43,7 +42,7 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
-from dbsurge.rundir_check import check_run_dirs
+from dbsurge.rundir_check import check_run_dirs, check_run_json
 
 from .bootstrap import difference_interval, per_second
 
@@ -178,7 +177,7 @@ def _workload_options(side: Side) -> dict[str, Any]:
         sub = side.runs[0] / "runs"
         firsts = sorted(sub.glob("*/run.json")) if sub.is_dir() else []
         if firsts:
-            given = dict(json.loads(firsts[0].read_text()).get("workload_options") or {})
+            given = dict(check_run_json(firsts[0]).get("workload_options") or {})
     workload = m.get("workload")
     name = workload[0] if isinstance(workload, list) and workload else workload or "ycsb"
     try:

@@ -20,7 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from dbsurge.errors import UserError
+from dbsurge.errors import UserError, clip
+from dbsurge.json_input import load_json
+from dbsurge.rundir_check import damaged
 
 CLOUDWATCH_COLUMNS = ["time_utc", "preset", "id", "metric", "stat", "value"]
 CLOUDWATCH_KEY = ["time_utc", "preset", "id", "metric", "stat"]
@@ -136,7 +138,7 @@ def open_run(run_dir: str | Path) -> RunInfo:
     if not meta_path.is_file():
         raise UserError(f"{path} is not a run directory (no run.json)")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = load_json(meta_path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{meta_path} cannot be read: {exc}") from None
     if not isinstance(meta, dict):
@@ -187,12 +189,25 @@ def read_csv(path: Path, time_columns: tuple[str, ...] = ("time_utc",)) -> pd.Da
         frame = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         return None
-    except (pd.errors.ParserError, OSError) as exc:
-        raise UserError(f"{path} cannot be read: {exc}") from None
+    except (pd.errors.ParserError, OSError, ValueError) as exc:  # ValueError: not UTF-8
+        raise UserError(f"{path} cannot be read: {clip(exc, 120)}") from None
     for column in time_columns:
         if column in frame.columns:
-            frame[column] = to_utc(frame[column])
+            frame[column] = _times(path, frame[column])
     return frame
+
+
+def _times(path: Path, column: pd.Series) -> pd.Series:
+    """`to_utc` of a file's column, or the one line `check_run_dir` gives for a cell that is not a time
+    (pandas' DateParseError, a ValueError, was a traceback from ``dbsurge report`` and ``cost``)."""
+    try:
+        return to_utc(column)
+    except (ValueError, TypeError, OverflowError):
+        parsed = pd.to_datetime(column, utc=True, format="ISO8601", errors="coerce")
+        bad = column[parsed.isna() & column.notna()]
+        where = f"line {int(bad.index[0]) + 2}, column {column.name}: '{clip(bad.iloc[0], 30)}'" if len(bad) else \
+            f"column {column.name}: a cell"
+        raise damaged(path, f"{where} is not an ISO 8601 time") from None
 
 
 def read_timeline(run_dir: Path) -> pd.DataFrame | None:
@@ -262,7 +277,7 @@ def read_events(run_dir: Path) -> list[dict]:
     events = []
     for line in path.read_text().splitlines():
         try:
-            item = json.loads(line)
+            item = load_json(line)
         except ValueError:
             continue
         if isinstance(item, dict):
@@ -280,7 +295,7 @@ def append_event(run_dir: Path, event: dict, clock: Callable[[], float] = time.t
 def update_run_json(run_dir: Path, **fields: Any) -> None:
     """Rewrite ``run.json`` atomically with some top-level fields changed."""
     path = Path(run_dir) / "run.json"
-    meta = json.loads(path.read_text())
+    meta = load_json(path.read_text())
     meta.update(fields)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")

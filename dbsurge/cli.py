@@ -338,6 +338,10 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
+    if args.web:
+        from .validate import check_port_free
+
+        check_port_free(getattr(ns, "web_host", None), getattr(ns, "web_port", None), "--web-port")
 
 
 def load_main(argv: list[str]) -> int:
@@ -523,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if EARLY_SIGNALS:
             raise Signalled(EARLY_SIGNALS[0])
-        return _command(argv, from_command_line)
+        return _watching_stdout(argv, from_command_line)
+    except BrokenPipeError:
+        return _broken_pipe()
     except UserError as e:
         sys.stderr.write(f"dbsurge: {e}\n")
         return e.exit_code
@@ -531,6 +537,75 @@ def main(argv: list[str] | None = None) -> int:
         line, code = _stopped_line(name, getattr(e, "signum", 2))
         sys.stderr.write(line + "\n")
         return code
+
+
+#: ``dbsurge ... | head``: the reader closed the pipe; the shell's code for a command ended by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+class _PipeWatch:
+    """sys.stdout that remembers a write to a closed pipe: argparse prints help and usage with ``except
+    OSError: pass`` around its write, so ``dbsurge run --help | head -3`` would otherwise end in silence
+    and exit 0 with its output lost."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self.broken = True
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self.broken = True
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``dbsurge --help | head -3``): one line, not a BrokenPipeError traceback.
+
+    Python ignores SIGPIPE, so every write to the closed pipe raises; stdout is pointed at /dev/null so
+    that the interpreter's own flush at exit cannot raise (and print "Exception ignored") again.
+    """
+    if isinstance(sys.stdout, _PipeWatch):
+        sys.stdout = sys.stdout._stream
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (an embedding caller's stream)
+        pass
+    try:
+        sys.stderr.write("dbsurge: stdout was closed before the output was written (broken pipe)\n")
+        sys.stderr.flush()
+    except OSError:  # stderr went into the same closed pipe
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def _watching_stdout(argv: list[str], from_command_line: bool) -> int:
+    """`_command`, with a write to a closed stdout found even where a library swallowed it (`_PipeWatch`)."""
+    if from_command_line and not isinstance(sys.stdout, _PipeWatch):
+        sys.stdout = _PipeWatch(sys.stdout)
+    try:
+        code = _command(argv, from_command_line)
+    except SystemExit as e:  # argparse's --help and usage errors: their output is flushed below
+        if not isinstance(e.code, (int, type(None))):
+            raise
+        code = e.code or 0
+    sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's exit
+    if isinstance(sys.stdout, _PipeWatch) and sys.stdout.broken:
+        return _broken_pipe()  # a write failed and a library (argparse's help) swallowed its error
+    return code
 
 
 def _command(argv: list[str], from_command_line: bool) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .errors import UserError, clip
+from .size_limits import FileRefused, read_bounded
 
 #: A config file is a few hundred lines of ``name = value``; more than this is not one.
 MAX_CONFIG_BYTES = 10 * 1024 * 1024
@@ -38,12 +39,9 @@ def check_text_file(path: Path) -> None:
     shown = clip(path, 120)
     what = "a config file holds `name = value` lines (e.g. `rate = 80`)"
     try:
-        if path.is_dir():
-            raise UserError(f"config file {shown} is a directory: {what}")
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise UserError(f"config file {shown} is {size} bytes, not a config file: {what}")
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_CONFIG_BYTES)  # /dev/zero and a FIFO have st_size 0: no bound
+    except FileRefused as e:
+        raise UserError(f"config file {shown} {e.reason}: {what}") from None
     except FileNotFoundError:
         raise UserError(f"config file {shown} not found") from None
     except OSError as e:

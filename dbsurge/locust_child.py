@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
+from .json_input import load_json
 
 #: Where the child writes each run directory it makes (one path a line), for the parent to finalise.
 RUN_DIRS_ENV = "DBSURGE_RUN_DIRS"
@@ -201,7 +202,7 @@ def _say(line: str) -> None:
 def run_dir_finalised(path: Path) -> bool:
     """Whether the run's own process ended it (run.json has its end and exit code)."""
     try:
-        meta = json.loads((path / "run.json").read_text())
+        meta = load_json((path / "run.json").read_text())
     except (OSError, ValueError):
         return not path.exists()
     return isinstance(meta, dict) and meta.get("exit_code") is not None and bool(meta.get("ended_utc"))
@@ -252,9 +253,12 @@ def finalise_run_dir(path: Path, why: str, head: str = "KILLED", *, report: bool
 
     remove_temp_files(path)
     try:
-        meta = json.loads((path / "run.json").read_text())
+        meta = load_json((path / "run.json").read_text())
         if not isinstance(meta, dict):
             meta = {}
+        from .rundir import RUN_SCHEMA
+
+        meta = {"schema": meta.get("schema", RUN_SCHEMA), **meta}
     except (OSError, ValueError):
         meta = {}
     last_utc, last_s = _last_second(path)

@@ -72,6 +72,12 @@ SEGMENT_COLUMNS = [
 
 
 
+#: run.json's format. A reader refuses a run.json of a higher schema (a newer dbsurge's, whose keys may mean
+#: something else) in one line; a run.json without ``schema`` (before it was written) is schema 1. Raise it
+#: when a key changes meaning or type, not when one is added.
+RUN_SCHEMA = 1
+
+
 def new_run_id(label: str = "run") -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{label}-{secrets.token_hex(2)}"
@@ -104,8 +110,8 @@ class RunDirectory:
     # -- run.json ---------------------------------------------------------------------------------
 
     def write_meta(self, **fields) -> None:
-        """Update run.json (secrets removed) atomically."""
-        self.meta.update(fields)
+        """Update run.json (secrets removed) atomically; its `RUN_SCHEMA` first, for every reader."""
+        self.meta = {"schema": self.meta.get("schema", RUN_SCHEMA), **self.meta, **fields}
         self._replace("run.json", json.dumps(redact_obj(self.meta), indent=2, default=str) + "\n")
 
     def _replace(self, name: str, text: str) -> Path:

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError, clip
-from .rundir import SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+from .json_input import load_json
+from .rundir import RUN_SCHEMA, SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+from .size_limits import FileRefused, read_bounded
 
 #: Larger files than this are not what a run writes (a year at one line a second is ~300 MB of timeline).
 MAX_FILE_BYTES = 2 * 1024**3
@@ -66,6 +68,11 @@ class DamagedRun(UserError):
     """A run directory's file that cannot be read as what dbsurge wrote."""
 
 
+def damaged(path: Path, what: str) -> DamagedRun:
+    """The one line for a damaged file of a run directory, for the readers that find the damage themselves."""
+    return _damaged(path, what)
+
+
 def _damaged(path: Path, what: str) -> DamagedRun:
     return DamagedRun(f"{clip(path, 160)} is damaged: {what}; nothing was read or written (restore the file, "
                       f"or run again)")
@@ -87,6 +94,8 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
         check_events(path / "events.jsonl")
     if (path / "intervals.hlog").exists():
         check_hlog(path / "intervals.hlog")
+    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
+        check_metrics_csv(csv_file)
     if meta is not None and meta.get("kind") == "repetitions":
         for item in _dig(meta, "repetitions", "runs") or []:
             child = path / str(item.get("run_dir")) if isinstance(item, dict) else None
@@ -107,11 +116,9 @@ def _dig(obj: Any, *keys: str) -> Any:
 def read_text(path: Path) -> str:
     """`path` as UTF-8 text without NUL bytes, else `DamagedRun` naming where the first bad byte is."""
     try:
-        if not path.is_file():
-            raise _damaged(path, "it is not a file")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise _damaged(path, f"it is larger than {MAX_FILE_BYTES} bytes")
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_FILE_BYTES)  # /dev/zero and a FIFO have st_size 0: no bound
+    except FileRefused as e:
+        raise _damaged(path, f"it {e.reason}") from None
     except OSError as e:
         raise UserError(f"{clip(path, 160)} cannot be read: {e.strerror or type(e).__name__}") from None
     nul = data.find(b"\0")
@@ -162,6 +169,7 @@ _STR = _one_of(str)
 _DICT = _one_of(dict)
 #: run.json's keys as dbsurge writes them (a None value stands for "not known" anywhere): key -> (check, what)
 RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "schema": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a schema number of 1 or more"),
     "run_id": (_STR, "a name"),
     "started_utc": (_is_time, "an ISO 8601 time"),
     "ended_utc": (_is_time, "an ISO 8601 time"),
@@ -196,6 +204,10 @@ _STAGE_KEYS = {"name": (_STR, "a name"), "start_s": (_is_number, "a number"), "d
                "end_utc": (_is_time, "an ISO 8601 time")}
 _PLAN_KEYS = {"text": (_STR, "a plan"), "baseline_tps": (_is_number, "a number"),
               "duration_s": (_is_number, "a number"), "stages": (_list_of(_DICT), "a list of stages")}
+_WHOLE = (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number")
+#: The options `dbsurge rerun` turns back into a command line (Locust's parsed values: numbers, not text).
+_OPTION_KEYS = {"max_users": _WHOLE, "num_users": _WHOLE, "processes": _WHOLE,
+                "run_time": (_is_number, "a number of seconds")}
 _RESULT_KEYS = {**{k: (_is_count, "a count") for k in ("planned_operations", "operations", "ok", "failures",
                                                         "dropped", "not_sent", "over_plan")},
                 "failed_by_kind": (_DICT, "an object"), "not_sent_by_reason": (_DICT, "an object"),
@@ -215,24 +227,44 @@ def check_run_json(path: Path) -> dict:
     if not text.strip():
         raise _damaged(path, "it is empty")
     try:
-        meta = json.loads(text)
+        meta = load_json(text)
     except ValueError as e:
-        raise _damaged(path, f"it is not JSON ({clip(e, 80)}): cut short?") from None
+        raise _damaged(path, f"it is not JSON ({clip(e, 80)})" + ("" if "nested" in str(e) else ": cut short?")) from None
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
+    check_schema(path, meta)
+    _check_parts(path, meta)
+    return meta
+
+
+class NewerRun(UserError):
+    """A run directory written by a newer dbsurge, in a run.json schema this one does not read."""
+
+
+def check_schema(path: Path, meta: dict) -> None:
+    """`NewerRun` for a run.json of a schema above `RUN_SCHEMA`; none is schema 1 (written before the key was)."""
+    schema = meta.get("schema", 1)
+    if isinstance(schema, int) and schema > RUN_SCHEMA:
+        raise NewerRun(f"{clip(path, 160)} is from a newer dbsurge (schema {schema}); this one reads up to "
+                       f"{RUN_SCHEMA}: read it with that dbsurge, or upgrade this one")
+
+
+def _check_parts(path: Path, meta: dict) -> None:
+    """The plan, its stages, the options rerun reads and the results, each by its own keys."""
     plan = meta.get("plan")
     if isinstance(plan, dict):
         _check_keys(path, plan, _PLAN_KEYS, "plan.")
         for i, stage in enumerate(plan.get("stages") or []):
             _check_keys(path, stage, _STAGE_KEYS, f"plan.stages[{i}].")
+    if isinstance(meta.get("options"), dict):
+        _check_keys(path, meta["options"], _OPTION_KEYS, "options.")
     if isinstance(meta.get("results"), dict):
         _check_keys(path, meta["results"], _RESULT_KEYS, "results.")
         for key in ("failed_by_kind", "not_sent_by_reason"):
             for name, value in (meta["results"].get(key) or {}).items():
                 if not _is_count(value):
                     raise _damaged(path, f"results.{key}.{clip(name, 30)} is {clip(value, 30)}, not a count")
-    return meta
 
 
 # -- CSV ----------------------------------------------------------------------------------------------------------
@@ -258,7 +290,43 @@ def check_csv(path: Path, allowed: set[str], required: set[str], *, ledger: bool
             problem = _cell_problem(column, cell)
             if problem:
                 raise _damaged(path, f"line {n}, column {column}: '{clip(cell, 30)}' is not {problem}")
+        if ledger:
+            _check_balance(path, n, dict(zip(header, row)))
     return len(body)
+
+
+class InconsistentRun(DamagedRun):
+    """A run directory whose files each read, but whose ledger does not add up (edited by hand, or mixed up)."""
+
+
+def _check_balance(path: Path, n: int, row: dict[str, str]) -> None:
+    """The ledger the report shows must add up, row by row: planned = ok + failed + dropped + unknown + not sent
+    (- over plan), failed = the failures by kind, not sent = by reason, count = ok + failed. A hand-edited
+    stages.csv read as "Verdict: OK" beside a ledger with arrivals missing from it."""
+    def get(column: str) -> int:
+        return int(float(row.get(column) or 0))
+
+    where = f"line {n} ({clip(row.get('stage') or 'run', 30)}, {clip(row.get('operation') or '', 30)})"
+    sums = [("failures", "the failures by kind", [c for c in row if c.startswith("failed_") and c in _COUNT_COLUMNS]),
+            ("not_sent", "the arrivals not sent by reason", [c for c in row if c.startswith("not_sent_")])]
+    for total, what, parts in sums:
+        if total in row and parts and get(total) != sum(get(c) for c in parts):
+            raise _inconsistent(path, f"{where}: {total} is {get(total)} but {what} add up to "
+                                      f"{sum(get(c) for c in parts)}")
+    if "count" in row and "ok" in row and get("count") != get("ok") + get("failures"):
+        raise _inconsistent(path, f"{where}: count is {get('count')} but ok + failed is {get('ok') + get('failures')}")
+    if row.get("planned", "") != "" and "ok" in row:
+        accounted = (get("ok") + get("failures") + get("dropped") + get("unknown") + get("not_sent")
+                     - get("over_plan"))
+        if get("planned") != accounted:
+            raise _inconsistent(path, f"{where}: planned is {get('planned')} but ok + failed + dropped + unknown + "
+                                      f"not sent is {accounted}")
+
+
+def _inconsistent(path: Path, what: str) -> InconsistentRun:
+    return InconsistentRun(f"{clip(path, 160)} is inconsistent: {what}: the ledger does not balance (edited by "
+                           f"hand?), so no verdict is given; nothing was read or written (restore the file, or run "
+                           f"again)")
 
 
 def _check_header(path: Path, header: list[str], allowed: set[str], required: set[str], ledger: bool) -> None:
@@ -290,6 +358,28 @@ def _cell_problem(column: str, cell: str) -> str | None:
     return None
 
 
+def check_metrics_csv(path: Path) -> int:
+    """A collector's CSV under ``metrics/`` (a sampler's, CloudWatch's, the runners'): text, rows as long as the
+    header, and every ``*_utc`` cell an ISO 8601 time (the readers parse them all, and the report and cost plot
+    and bill by them). Their other columns differ by collector and are not checked. Returns the rows."""
+    text = read_text(path)
+    if not text.strip():
+        return 0  # an empty metrics file is "nothing sampled", as the readers take it
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise _damaged(path, f"it is not CSV ({clip(e, 60)})") from None
+    header, body = rows[0], rows[1:]
+    times = [i for i, column in enumerate(header) if column.endswith("_utc")]
+    for n, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
+        for i in times:
+            if row[i] and not _is_time(row[i]):
+                raise _damaged(path, f"line {n}, column {header[i]}: '{clip(row[i], 30)}' is not an ISO 8601 time")
+    return len(body)
+
+
 # -- events.jsonl and intervals.hlog ------------------------------------------------------------------------------
 
 
@@ -303,7 +393,7 @@ def check_events(path: Path) -> int:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = load_json(line)
         except ValueError:
             raise _damaged(path, f"line {n} is not JSON: '{clip(line, 30)}'") from None
         if not isinstance(event, dict):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Mapping
 
 from .errors import UserError
@@ -142,3 +143,49 @@ def check_connections(users: int | None, limit: int | None, in_use: int | None, 
         raise UserError(f"up to {users} users would each open a connection, but {target} allows {limit} "
                         f"connections with {in_use or 0} in use: lower --users to {max(free, 0)}, raise the "
                         f"server's limit, or set DBSURGE_MAX_CONNECTIONS={users} to see it refuse them on purpose")
+
+
+# -- files a user names: regular files only, read with a bound --------------------------------------------------
+
+
+class FileRefused(Exception):
+    """A user-named file that is not read: not a regular file, or larger than its bound. `reason` completes
+    "<file> ..." in the caller's one line (``is a FIFO (named pipe), not a regular file``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of regular file `path`, at most `limit` of them, else `FileRefused` (or the `OSError`).
+
+    ``st_size`` is no bound: it is 0 for /dev/zero (which never ends) and for a FIFO (whose open waits
+    for a writer that may never come). The file is opened without blocking, refused unless the opened
+    file is regular (checked on the descriptor: no window to swap the file), and read up to ``limit + 1``
+    bytes, so a file that grows while it is read is still refused, never read whole.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), None)
+            raise FileRefused(f"is {kind}, not a regular file" if kind else "is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1024 * 1024, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise FileRefused(f"is larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

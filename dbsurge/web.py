@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hmac
 import importlib.resources
+import io
 import ipaddress
 import json
 import logging
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit
 from flask import Response, jsonify, request
 
 from .errors import UserError, clip
+from .json_input import load_json
 from .membership import is_loopback
 from .options import _WEIGHT
 from .redact import MASK, redact_uri
@@ -83,6 +85,8 @@ def _add_endpoints(app, auth, run) -> None:
             elapsed = max(0.0, run.elapsed_s() or 0.0)
             rate, scale = parse_rate_request(data, max_rate(run), scale_peak=remaining_peak(run.plan, elapsed))
             change = change_rate(run, rate_tps=rate, scale=scale)
+        except BodyTooLarge as e:
+            return jsonify({"error": str(e)}), 413
         except UserError as e:
             return jsonify({"error": str(e)}), 400
         return jsonify({"ok": True, "change": change, "state": plan_state(run)})
@@ -179,17 +183,54 @@ def adjust_swarm_form(web_ui, run) -> None:
 # -- the live rate: what a request may ask for -------------------------------------------------------------
 
 RATE_FIELDS = ("rate_tps", "scale")
+#: The most a request body to dbsurge's endpoints may hold: ``{"rate_tps": 800}`` is 17 bytes.
+MAX_BODY_BYTES = 64 * 1024
+
+
+class BodyTooLarge(UserError):
+    """A request body above `MAX_BODY_BYTES`: answered with 413 before the rest of it is read."""
+
+
+def bounded_body(environ, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, at most `limit` bytes, else `BodyTooLarge`.
+
+    Flask's ``get_data`` (and ``form``) read a body whole, however large its Content-Length says it is, or
+    however long a chunked one goes on: 200 MB to set a rate was held in memory. Here a declared length above
+    the bound is refused unread, and any other body is read up to ``limit + 1`` bytes.
+    """
+    try:
+        declared = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise BodyTooLarge(f"the body is {declared} bytes, more than {limit}: a rate request is a few bytes of JSON")
+    stream = environ.get("wsgi.input")
+    data = b""
+    while stream is not None and len(data) <= limit:
+        chunk = stream.read(min(65536, limit + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > limit:
+        raise BodyTooLarge(f"the body is more than {limit} bytes: a rate request is a few bytes of JSON")
+    return data
 
 
 def _rate_request_data():
-    """The request's fields: a JSON object (Content-Type application/json) or form fields."""
+    """The request's fields: a JSON object (Content-Type application/json) or form fields (url-encoded or
+    multipart), from a body of at most `MAX_BODY_BYTES` (`bounded_body`)."""
+    from werkzeug.formparser import parse_form_data
+
+    data = bounded_body(request.environ)
     if request.is_json:
         try:
-            data = json.loads(request.get_data(as_text=True) or "null")
-        except ValueError:
-            raise UserError("the body is not valid JSON") from None
-        return data
-    return request.form.to_dict()
+            return load_json(data.decode("utf-8") or "null")
+        except ValueError as e:  # UnicodeDecodeError too; load_json's "nested too deeply"
+            raise UserError(f"the body is not valid JSON ({clip(e, 80)})") from None
+    environ = {**request.environ, "wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data))}
+    environ.pop("wsgi.input_terminated", None)
+    _stream, form, _files = parse_form_data(environ)
+    return form.to_dict()
 
 
 def _rate_number(value, name: str) -> float | None:

@@ -347,3 +347,93 @@ def test_check_connections_unit():
     check_connections(100, 200, 100, "t")
     with pytest.raises(UserError, match="lower --users to 99"):
         check_connections(100, 200, 101, "t")
+
+
+# -- stdout closed by its reader (`dbsurge --help | head -3`) -------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["report", "--help"], ["scenario", "--help"],
+                                  ["rerun", "--help"], ["--version"],
+                                  ["report", str(REPO / "tests" / "fixtures" / "run_low_rate"), "--help"]])
+def test_a_closed_pipe_is_one_line(tmp_path, args):
+    """The reader is gone before the first write (the read end closed): every write raises EPIPE, as when `head`
+    has read its lines. One line and exit 141 (the shell's code for SIGPIPE), never a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "dbsurge.cli", *args], cwd=tmp_path, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == ["dbsurge: stdout was closed before the output was written (broken pipe)"], proc.stderr
+    assert proc.returncode == 141
+
+
+# -- files that are not regular files: st_size is 0 for both /dev/zero (endless) and a FIFO (blocks) ---------------
+
+@pytest.mark.parametrize("kind, words", [("/dev/zero", "is a character device, not a regular file"),
+                                         ("fifo", "is a FIFO (named pipe), not a regular file"),
+                                         ("directory", "is a directory, not a regular file"),
+                                         ("link to /dev/zero", "is a character device, not a regular file")])
+def test_config_file_must_be_a_regular_file(tmp_path, kind, words):
+    """`--config /dev/zero` used to read until MemoryError, a FIFO to wait forever for a writer: one line now."""
+    import os
+
+    conf = tmp_path / "my.conf"
+    if kind == "/dev/zero":
+        conf = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(conf)
+    elif kind == "directory":
+        conf.mkdir()
+    else:
+        conf.symlink_to("/dev/zero")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--config", str(conf), "--duration", "2s",
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+    assert f"config file {conf}" in proc.stderr
+
+
+def test_read_bounded_reads_at_most_its_limit(tmp_path):
+    """A file larger than the bound is refused after reading limit + 1 bytes; one at the bound is read."""
+    from dbsurge.size_limits import FileRefused, read_bounded
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 100)
+    assert read_bounded(f, 100) == b"x" * 100
+    with pytest.raises(FileRefused, match="larger than 99 bytes"):
+        read_bounded(f, 99)
+    with pytest.raises(FileRefused, match="character device"):
+        read_bounded("/dev/zero", 10**12)  # refused before any read: no bound is large enough for it
+
+
+@pytest.mark.parametrize("host", ["a..b", "a" * 64])
+@pytest.mark.parametrize("command", ["run", "load"])
+def test_bad_host_label_is_one_line(tmp_path, command, host):
+    """`postgresql://postgres@a..b:5432/postgres` was a UnicodeError traceback from `run` and `load`."""
+    args = ["--duration", "2s"] if command == "run" else []
+    proc = dbsurge(command, "--workload", "orders", "--target", f"postgresql://postgres@{host}:5432/postgres", *args,
+                   cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"host '{host}'", tmp_path / "results")
+
+
+@pytest.mark.parametrize("target", [NO_PG, "embedded-postgres"])
+def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
+    """`dbsurge run --web --web-port P` with P taken was ~54 lines of traceback, after the embedded server had
+    started and the data set loaded; now one line before the target, a server or a run directory."""
+    import socket
+
+    from dbsurge.embedded import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "10",
+                       "--duration", "2s", "--web", "--web-port", str(port), cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"--web-port {port}: 127.0.0.1:{port} is already in use", tmp_path / "results")

@@ -136,6 +136,10 @@ for label, data in (("empty", b""), ("blank", b"  \n"), ("a list", b"[]\n"), ("a
                     ("a NUL", b'{"run_id": "a\x00b"}'), ("two objects", b"{}\n{}\n")):
     CASES[f"run.json {label}"] = ("run.json", write("run.json", data))
 CASES["run.json a 0xff byte"] = ("run.json", insert("run.json", b"\xff", 0.3))
+# nested deeper than the interpreter recurses (a RecursionError, not a ValueError), or than any run.json is
+CASES["run.json [ x 100000"] = ("run.json", write("run.json", b"[" * 100_000))
+CASES["run.json { x 100000"] = ("run.json", write("run.json", b'{"a":' * 100_000))
+CASES["run.json a value nested 100 deep"] = ("run.json", meta_set("options.x", json.loads("[" * 100 + "]" * 100)))
 for key, value in (("run_id", 5), ("started_utc", "yesterday"), ("started_utc", [2026]), ("ended_utc", "abc"),
                    ("ended_utc", True), ("command", 5), ("workload", 5), ("target", 5), ("target", ["x"]),
                    ("workload_options", []), ("operations", "product_lookup"), ("operations", [["a"]]),
@@ -149,7 +153,9 @@ for key, value in (("run_id", 5), ("started_utc", "yesterday"), ("started_utc", 
                    ("results", "OK"), ("results.planned_operations", "abc"), ("results.ok", -1),
                    ("results.failures", 1.5), ("results.dropped", "0"), ("results.not_sent", []),
                    ("results.failed_by_kind", "x"), ("results.failed_by_kind", {"timeout": "many"}),
-                   ("results.not_sent_by_reason", {"interrupted": -3}), ("results.verdict", 0)):
+                   ("results.not_sent_by_reason", {"interrupted": -3}), ("results.verdict", 0),
+                   ("options.max_users", "abc"), ("options.max_users", 2.5), ("options.num_users", "8"),
+                   ("options.run_time", "abc"), ("options.processes", "2")):
     CASES[f"run.json {key}={json.dumps(value)}"] = ("run.json", meta_set(key, value))
 
 # the CSV files: cut short, emptied, not text, wrong cells, wrong headers
@@ -182,6 +188,14 @@ for column in ("time_utc", "count", "p99_ms", "achieved_tps", "failures", "dropp
 for column in ("time_utc", "sent", "ok", "assigned"):
     CASES[f"workers.csv {column}=abc"] = ("workers.csv", cell("workers.csv", column, "abc"))
 
+# a collector's metrics (the embedded PostgreSQL's sampler)
+CASES["metrics/pg_stat_database.csv time_utc=not-a-time"] = (
+    "metrics/pg_stat_database.csv", cell("metrics/pg_stat_database.csv", "time_utc", "not-a-time"))
+CASES["metrics/pg_stat_database.csv a row too short"] = ("metrics/pg_stat_database.csv", rows(
+    "metrics/pg_stat_database.csv", lambda ls: [*ls[:1], ls[1].rsplit(",", 1)[0], *ls[2:]]))
+CASES["metrics/pg_stat_database.csv binary"] = ("metrics/pg_stat_database.csv",
+                                                write("metrics/pg_stat_database.csv", BINARY))
+
 # events.jsonl
 CASES["events.jsonl junk line"] = ("events.jsonl", insert("events.jsonl", b"this is not json\n", 0.0))
 CASES["events.jsonl cut short"] = ("events.jsonl", cut("events.jsonl", 0.9))
@@ -190,6 +204,9 @@ CASES["events.jsonl a number"] = ("events.jsonl", rows("events.jsonl", lambda ls
 CASES["events.jsonl kind=5"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, '{"kind": 5}']))
 CASES["events.jsonl time=abc"] = ("events.jsonl", rows("events.jsonl",
                                                       lambda ls: [*ls, '{"kind": "x", "time_utc": "abc"}']))
+CASES["events.jsonl [ x 100000"] = ("events.jsonl", rows("events.jsonl", lambda ls: [*ls, "[" * 100_000]))
+CASES["events.jsonl an event nested 100 deep"] = ("events.jsonl", rows("events.jsonl", lambda ls: [
+    *ls, '{"kind": "x", "detail": ' + "[" * 100 + "]" * 100 + "}"]))
 CASES["events.jsonl binary"] = ("events.jsonl", write("events.jsonl", BINARY))
 CASES["events.jsonl a 0xff byte"] = ("events.jsonl", insert("events.jsonl", b"\xff", 0.5))
 
@@ -255,7 +272,7 @@ def test_the_intact_run_is_read(pristine, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case", ["run.json cut at 50%", "stages.csv cut at 60%", "stages.csv ok=abc",
+@pytest.mark.parametrize("case", ["run.json cut at 50%", "run.json [ x 100000", "stages.csv cut at 60%", "stages.csv ok=abc",
                                   "events.jsonl junk line", "intervals.hlog junk line", "timeline.csv binary"])
 @pytest.mark.parametrize("command", ["report", "cost", "rerun", "compare"])
 def test_real_processes_exit_2_with_one_line(case, command, pristine, tmp_path):
@@ -317,3 +334,149 @@ def test_generated_damage_is_refused_or_read(tmp_path_factory, name, how, where,
     read_stages(run)
     read_timeline(run)
     read_events(run)
+
+
+@pytest.mark.parametrize("name", ["run.json", "events.jsonl", "stages.csv"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_file_that_is_not_a_regular_file_is_refused(name, kind, pristine, tmp_path, capsys):
+    """A FIFO (its open waits for a writer) or a link to /dev/zero (endless) in place of a run's file: st_size is
+    0 for both, so a size check let them through to a hang or a MemoryError. One line naming the file now."""
+    import os
+
+    run = tmp_path / "damaged"
+    shutil.copytree(pristine, run)
+    (run / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(run / name)
+    else:
+        (run / name).symlink_to("/dev/zero")
+    for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"]):
+        line = _one_line(capsys, main(argv), f"{run / name}")
+        assert "not a regular file" in line, line
+
+
+def test_a_metrics_reader_names_a_bad_time_itself(pristine, tmp_path):
+    """The metrics reader, without `check_run_dir` in front of it: a cell that is not a time is the same one line
+    (pandas' DateParseError was a traceback from `report` and `cost`)."""
+    from dbsurge.collectors.rundata import read_sampler
+
+    from dbsurge.errors import UserError
+
+    run = tmp_path / "damaged"
+    shutil.copytree(pristine, run)
+    cell("metrics/pg_stat_database.csv", "time_utc", "not-a-time", line=2)(run)
+    with pytest.raises(UserError) as e:
+        read_sampler(run, "pg_stat_database.csv")
+    assert str(e.value).startswith(f"{run / 'metrics' / 'pg_stat_database.csv'} is damaged: line 3, column time_utc: "
+                                   f"'not-a-time' is not an ISO 8601 time"), e.value
+
+
+@pytest.fixture
+def read_only_copy(pristine):
+    """A copy of the pristine run on a read-only file system (EROFS: root cannot write there either)."""
+    import subprocess
+
+    import faults
+
+    reason = faults.tmpfs_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with faults.mount_tmpfs("64m") as mount:
+        run = mount / "run"
+        shutil.copytree(pristine, run)
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True, text=True,
+                                 check=False)
+        if remount.returncode != 0:
+            pytest.skip(f"cannot remount a tmpfs read-only here: {remount.stderr.strip()}")
+        try:
+            yield run
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("command", ["report", "cost", "report2"])
+def test_a_read_only_run_directory_is_one_line(command, read_only_copy, pristine, capsys):
+    """`dbsurge report` on a read-only run directory was an OSError traceback after the work: one line naming
+    the directory now, before anything is built, and a non-zero exit."""
+    before = _snapshot(read_only_copy)
+    argv = {"report": ["report", str(read_only_copy)], "cost": ["cost", str(read_only_copy)],
+            "report2": ["report", str(pristine), str(read_only_copy)]}[command]
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, (code, captured.err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("dbsurge: cannot write "), captured.err
+    assert f"into {read_only_copy}: Read-only file system" in lines[0], lines[0]
+    assert "Verdict" not in captured.out
+    assert _snapshot(read_only_copy) == before
+
+
+# -- run.json's schema, and a ledger that does not add up -----------------------------------------------------------
+
+def test_run_json_carries_its_schema(pristine):
+    from dbsurge.rundir import RUN_SCHEMA
+
+    meta = json.loads((pristine / "run.json").read_text())
+    assert meta["schema"] == RUN_SCHEMA and next(iter(meta)) == "schema"
+
+
+@pytest.mark.parametrize("command", ["report", "cost", "rerun", "compare", "collect"])
+def test_a_run_from_a_newer_schema_is_refused_in_one_line(command, pristine, tmp_path, capsys):
+    from dbsurge.rundir import RUN_SCHEMA
+
+    run = tmp_path / "newer"
+    shutil.copytree(pristine, run)
+    meta_set("schema", RUN_SCHEMA + 1)(run)
+    before = _snapshot(tmp_path)
+    argv = {"report": ["report", str(run)], "cost": ["cost", str(run)], "rerun": ["rerun", str(run), "--dry-run"],
+            "compare": ["compare", str(pristine), str(run)], "collect": ["collect", str(run)]}[command]
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, captured.err
+    assert lines[0] == (f"dbsurge: {run / 'run.json'} is from a newer dbsurge (schema {RUN_SCHEMA + 1}); this one "
+                        f"reads up to {RUN_SCHEMA}: read it with that dbsurge, or upgrade this one")
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_run_json_without_schema_still_reads(pristine, tmp_path, capsys):
+    """Run directories written before the schema was: schema 1, read as before."""
+    run = tmp_path / "old"
+    shutil.copytree(pristine, run)
+    meta = json.loads((run / "run.json").read_text())
+    del meta["schema"]
+    (run / "run.json").write_text(json.dumps(meta))
+    assert main(["report", str(run)]) == 0
+    assert main(["rerun", str(run), "--dry-run"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert check_run_dir(FIXTURE) is not None  # the checked-in run of before the schema
+
+
+def _unbalance(name: str, column: str, by: int, operation: str = "ALL") -> Damage:
+    """Add `by` to one count of the first `operation` row of `name`: each file still reads, the ledger is off."""
+    def damage(run: Path) -> None:
+        lines = (run / name).read_text().splitlines()
+        header = lines[0].split(",")
+        i = next(n for n, line in enumerate(lines[1:], start=1) if line.split(",")[header.index("operation")]
+                 == operation)
+        cells = lines[i].split(",")
+        cells[header.index(column)] = str(int(cells[header.index(column)] or 0) + by)
+        lines[i] = ",".join(cells)
+        (run / name).write_text("\n".join(lines) + "\n")
+    return damage
+
+
+@pytest.mark.parametrize("name, column, by, words", [
+    ("stages.csv", "planned", 7, "planned is"), ("stages.csv", "ok", -3, "count is"),
+    ("summary.csv", "planned", -1, "planned is"), ("stages.csv", "dropped", 2, "planned is"),
+    ("stages.csv", "failed_timeout", 1, "failures is"), ("stages.csv", "not_sent_interrupted", 4, "not_sent is"),
+])
+def test_an_unbalanced_ledger_is_no_verdict(name, column, by, words, pristine, tmp_path, capsys):
+    """A ledger edited by hand read as "Verdict: OK": now the run directory is inconsistent, exit 2, no verdict."""
+    run = tmp_path / "unbalanced"
+    shutil.copytree(pristine, run)
+    _unbalance(name, column, by)(run)
+    for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"],
+                 ["compare", str(pristine), str(run)]):
+        line = _one_line(capsys, main(argv), f"{run / name} is inconsistent")
+        assert words in line and "the ledger does not balance" in line, line

@@ -239,3 +239,33 @@ def test_every_option_value_parses_or_is_one_line(pairs):
         assert ns.max_users is None or ns.max_users >= 1
 
     assert_clean(parse_and_check)
+
+
+# -- host names: Python's IDNA encoding refuses an empty label or one of 64+ characters before any lookup -------
+
+LONG_LABEL = "a" * 64
+BAD_HOSTS = [("a..b", "has an empty label"), (".a", "has an empty label"), (LONG_LABEL, "a label of 64 characters"),
+             (f"db.{LONG_LABEL}.example.com", "a label of 64 characters"), ("é" * 70, "a label of 70 characters")]
+
+
+@pytest.mark.parametrize("host, words", BAD_HOSTS)
+@pytest.mark.parametrize("template", ["postgresql://postgres@{h}:5432/postgres", "postgres://u@ok.example,{h}/db",
+                                      "dsql://admin@{h}/postgres?region=us-east-1", "mongodb://{h}:27017/",
+                                      "mongodb://ok.example,{h}/", "mongodb+srv://{h}/", "cql://{h}:9042/ks",
+                                      "cql://ok.example,{h}/ks", "alternator://{h}:8000", "dynamodb://{h}:8000"])
+def test_bad_host_label_is_refused_where_the_uri_is_parsed(template, host, words):
+    """Every target kind that takes a host: a host DNS cannot carry is one line naming it when the URI is parsed
+    (no network), not a UnicodeError traceback from the driver's first lookup."""
+    with pytest.raises(UserError) as e:
+        open_target(template.format(h=host))
+    msg = str(e.value)
+    assert words in msg and "host '" in msg and "\n" not in msg and len(msg) <= MAX_MESSAGE, msg
+
+
+@pytest.mark.parametrize("uri", ["postgresql://u@db.example.com:5432/x", "postgresql://u@127.0.0.1/x",
+                                 "postgresql://u@[::1]:5432/x", "postgresql://u@/x?host=/var/run/postgresql",
+                                 f"postgresql://u@{'a' * 63}.example./x", "mongodb://bücher.example:27017/",
+                                 "mongodb://[::1]:27017/", "cql://10.0.0.1,10.0.0.2:9042/ks",
+                                 "alternator://scylla-1:8000", "dynamodb://localhost:8000"])
+def test_good_hosts_still_parse(uri):
+    open_target(uri)

@@ -588,3 +588,97 @@ def test_web_auth_and_host_on_a_real_ui(tmp_path, pg_uri):
     for f in (tmp_path / "results").rglob("*"):
         if f.is_file():
             assert PASSWORD not in f.read_text(errors="replace"), f
+
+
+# -- request bodies: bounded, and any JSON refused in one line (a 400 or a 413, never a 500) ---------------------
+
+def _environ_with_body(body: bytes, length: str | None):
+    import io
+
+    env = _environ("POST", "/dbsurge/rate")
+    env["wsgi.input"] = io.BytesIO(body)
+    if length is not None:
+        env["CONTENT_LENGTH"] = length
+    return env
+
+
+def test_bounded_body_unit():
+    from dbsurge.web import MAX_BODY_BYTES, BodyTooLarge, bounded_body
+
+    assert bounded_body(_environ_with_body(b'{"rate_tps": 5}', "15")) == b'{"rate_tps": 5}'
+    assert bounded_body(_environ_with_body(b"x" * MAX_BODY_BYTES, None)) == b"x" * MAX_BODY_BYTES
+    with pytest.raises(BodyTooLarge, match="200000000 bytes"):  # refused unread: the stream holds 3 bytes
+        bounded_body(_environ_with_body(b"abc", "200000000"))
+    stream_env = _environ_with_body(b"x" * (10 * MAX_BODY_BYTES), None)  # no length (chunked): read to the bound
+    with pytest.raises(BodyTooLarge):
+        bounded_body(stream_env)
+    assert stream_env["wsgi.input"].tell() == MAX_BODY_BYTES + 1  # not a byte more than the bound and one
+
+
+@pytest.fixture
+def plain_ui(tmp_path, pg_uri):
+    """`locust -f orders,constant --web-port P` (a real UI, not started): its base URL and its log."""
+    port = free_port()
+    with open(tmp_path / "locust.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", FILES, "--web-host", "127.0.0.1", "--web-port", str(port),
+             "--target", pg_uri, "--rate", "20", "--operation", "product_lookup", "--no-db-sampler",
+             "--workload-option", "products=2000", "--results-dir", str(tmp_path / "results")],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: _http(base + "/dbsurge/plan")[0] == 200, 45,
+                  "the UI" + (tmp_path / "locust.log").read_text()[-2000:])
+        yield base, port, lambda: (tmp_path / "locust.log").read_text()
+    finally:
+        _stop(proc)
+
+
+def _raw_post(port: int, headers: dict[str, str], body_parts: list[bytes]) -> tuple[int, str]:
+    """POST /dbsurge/rate with exactly these headers and body bytes (a declared length may be more than is sent)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        conn.putrequest("POST", "/dbsurge/rate")
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        for part in body_parts:
+            conn.send(part)
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def test_rate_endpoint_bodies_are_bounded_and_parsed_totally(plain_ui):
+    """`[` x 60,000 was an HTTP 500 with a RecursionError traceback in the log; a 200 MB body was read whole.
+    Now: 400 with one line for any JSON that is not a rate, 413 for a body above 64 KiB, read no further."""
+    base, port, log = plain_ui
+
+    def post(body: bytes, ctype="application/json"):
+        return _http(base + "/dbsurge/rate", data=body, headers={"Content-Type": ctype}, method="POST")
+
+    for body in [b"[" * 60_000, b"{" * 60_000, b'{"rate_tps": ' + b"[" * 70 + b"1" + b"]" * 70 + b"}",
+                 b"\xff\xfe{", b'{"rate_tps": 5']:
+        status, text = post(body)
+        assert status == 400, (body[:30], status, text[:300])
+        assert "\n" not in json.loads(text)["error"], text
+    # a real rate is parsed (the run has not started: refused for that, not for its body), as JSON or a form
+    for body, ctype in [(b'{"rate_tps": 5}', "application/json"), (b"rate_tps=5", "application/x-www-form-urlencoded")]:
+        status, text = post(body, ctype)
+        assert status == 400 and "no arrival-rate plan is running" in text, (body, status, text)
+    # too large: declared (only 70 KiB of 200 MB sent: answered without waiting for the rest), or chunked
+    status, text = _raw_post(port, {"Content-Type": "application/json", "Content-Length": str(200 * 1024**2)},
+                             [b"[" * (70 * 1024)])
+    assert status == 413 and "more than 65536" in json.loads(text)["error"], (status, text[:300])
+    chunk = b"x" * 4096
+    chunks = [b"%x\r\n" % len(chunk) + chunk + b"\r\n"] * 20  # 80 KiB, no Content-Length
+    status, text = _raw_post(port, {"Content-Type": "application/x-www-form-urlencoded",
+                                    "Transfer-Encoding": "chunked"}, [*chunks, b"0\r\n\r\n"])
+    assert status == 413, (status, text[:300])
+    status, text = post(b"rate_tps=5&pad=" + b"x" * (65 * 1024), "application/x-www-form-urlencoded")
+    assert status == 413, (status, text[:300])
+    assert "Traceback" not in log() and "RecursionError" not in log(), log()[-3000:]
+    assert _http(base + "/dbsurge/plan")[0] == 200  # the UI still answers

@@ -8,13 +8,13 @@ run's table can be printed again (``--from``). Writing goes through `dbsurge.run
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.json_input import load_json
 
 
 def read_meta(run_dir: Path) -> dict:
@@ -22,7 +22,10 @@ def read_meta(run_dir: Path) -> dict:
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no run.json)")
-    return json.loads(path.read_text())
+    try:
+        return load_json(path.read_text())
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, nested too deeply
+        raise UserError(f"{path} cannot be read: {e}") from None
 
 
 def read_rows(run_dir: Path, name: str) -> list[dict]:

@@ -353,6 +353,48 @@ def option_bool(options: dict[str, str], name: str, default: bool | None) -> boo
     raise TargetError(f"target option {name}='{clip(raw)}': expected true or false")
 
 
+#: DNS's bounds (RFC 1035): a label (the part between dots) of 1 to 63 octets, a name of at most 253.
+MAX_LABEL, MAX_HOST_NAME = 63, 253
+
+
+def check_host_name(display: str, host: str) -> None:
+    """`TargetError` unless `host` is an IP address or a name DNS can carry, checked where the URI is parsed.
+
+    Python encodes a host name with IDNA before every lookup, and refuses an empty label (``a..b``) or one
+    of 64 characters or more with a ``UnicodeError``: from inside a driver's connect that is a traceback
+    (psycopg) or a driver's puzzling line (pymongo, the CQL driver, botocore's "Invalid endpoint").
+    """
+    name = host.strip()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if not name or _is_ip(bare):
+        return
+    shown = f"bad target URI '{clip(display)}': host '{clip(host, 80)}'"
+    labels = name[:-1].split(".") if name.endswith(".") else name.split(".")  # one final dot is the root
+    if any(not label for label in labels):
+        raise TargetError(f"{shown} has an empty label (two dots in a row, or a dot at either end): a host name "
+                          f"is labels of 1 to {MAX_LABEL} characters between dots")
+    long = next((label for label in labels if len(label) > MAX_LABEL), None)
+    if long is not None:
+        raise TargetError(f"{shown} has a label of {len(long)} characters ('{clip(long, 20)}'): a label between "
+                          f"dots is at most {MAX_LABEL}")
+    try:
+        encoded = name.encode("idna")
+    except UnicodeError as exc:
+        raise TargetError(f"{shown} is not a host name DNS can look up ({one_line(str(exc), 80)})") from None
+    if len(encoded.rstrip(b".")) > MAX_HOST_NAME:
+        raise TargetError(f"{shown} is {len(encoded)} characters: a host name is at most {MAX_HOST_NAME}")
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_ca_file(display: str, name: str, path: str) -> str:
     """The expanded path of a CA bundle option, after loading it once; `TargetError` naming the file if not.
 

@@ -34,6 +34,7 @@ from dbsurge.targets import (
     Session,
     Target,
     check_ca_file,
+    check_host_name,
     check_options,
     generic_kind,
     one_line,
@@ -356,6 +357,7 @@ def _split_netloc(uri: str, display: str) -> tuple[tuple[tuple[str, ...], int], 
                                   f"from 1 to 65535")
             port = int(port_text)
         if host:
+            check_host_name(display, host)
             hosts.append(host)
     if not hosts:
         raise TargetError(f"bad target URI '{display}': no host; e.g. cql://scylla-1:9042/ycsb")

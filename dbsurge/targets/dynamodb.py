@@ -40,6 +40,7 @@ from dbsurge.targets import (
     Session,
     Target,
     check_ca_file,
+    check_host_name,
     check_options,
     generic_kind,
     one_line,
@@ -189,6 +190,7 @@ class DynamoTarget(Target):
         check_options(self.kind, options, KNOWN_OPTIONS)
         scheme = parts.scheme.lower()
         host = (parts.hostname or "").lower()
+        check_host_name(self.display, host)
         self.flavor = _choose_flavor(scheme, options.get("flavor"))
         amazon = not host or host.endswith(".amazonaws.com")
         if self.flavor == "alternator" and not host:

@@ -44,6 +44,7 @@ from dbsurge.targets import (
     Session,
     Target,
     check_ca_file,
+    check_host_name,
     check_options,
     check_password_spelling,
     generic_kind,
@@ -138,6 +139,9 @@ class MongoTarget(Target):
         for secret in self._secrets:
             register_secret(secret)
         uri_options = {k.lower(): v for k, v in parsed.get("options", {}).items()}
+        for host in [h for h, _p in parsed.get("nodelist") or []] + [parsed.get("fqdn") or ""]:
+            if not str(host).endswith(".sock"):  # a Unix socket's path
+                check_host_name(self.display, str(host))
         self.hosts = [f"{h}:{p}" if p else h for h, p in parsed.get("nodelist") or []] or [parsed.get("fqdn") or ""]
         first_host = (parsed.get("fqdn") or (parsed["nodelist"][0][0] if parsed.get("nodelist") else "")).lower()
         self.flavor = _choose_flavor(first_host, options.get("flavor"))

@@ -52,6 +52,7 @@ from dbsurge.targets import (
     Session,
     Target,
     check_ca_file,
+    check_host_name,
     check_options,
     check_password_spelling,
     generic_kind,
@@ -690,6 +691,9 @@ class PostgresTarget(Target):
             register_secret(params["password"])
 
         self.host = str(params.get("host") or "")
+        for host in self.host.split(","):
+            if not host.startswith(("/", "@")):  # a Unix socket's directory (or Linux's abstract namespace)
+                check_host_name(self.display, host)
         first_host = self.host.split(",")[0]
         self.flavor = _choose_flavor(scheme, first_host, options.get("flavor"), self.display)
         is_aws = first_host.lower().rstrip(".").endswith((".amazonaws.com", ".on.aws", ".amazonaws.com.cn"))
