@@ -139,10 +139,50 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--run-id", ".hidden"], "a run id is a name"),
 ])
 def test_bad_option_fails_before_load(tmp_path, args, words):
-    extra = [] if any(a in ("--duration",) for a in args) else ["--duration", "2s"]
+    # a spike or stages plan lasts as long as its stages: --duration with one is itself refused
+    extra = [] if any(a in ("--duration", "spike", "stages") for a in args) else ["--duration", "2s"]
     proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, *extra, cwd=tmp_path, timeout=60)
     assert_one_line(proc, words, tmp_path / "results")
     assert not (tmp_path / "results").exists()
+
+
+# Options the chosen shape would not read, or that contradict each other: refused before anything starts (they
+# used to be dropped without a word: `--shape spike --duration 10s` ran the 6-minute spike).
+@pytest.mark.parametrize("args, words", [
+    (["--shape", "spike", "--duration", "10s"], "--duration 10s does not apply to --shape spike"),
+    (["--shape", "spike", "-t", "10s"], "use --stage-seconds"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--duration", "10s"], "does not apply to --shape stages"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--rate", "5"], "--rate and --stages both set the rate"),
+    (["--shape", "constant", "--stages", "3s@10tps", "--rate", "5"], "--rate and --stages both set the rate"),
+    (["--shape", "spike", "--rate", "5"], "--rate is the constant shape's rate, not read by --shape spike"),
+    (["--shape", "constant", "--rate", "5", "--stages", "3s@10tps"], "--rate and --stages"),
+    (["--shape", "constant", "--rate", "5", "--stage-seconds", "3"], "--stage-seconds is the spike shape's"),
+    (["--shape", "spike", "--stages", "3s@10tps", "--stage-seconds", "3"], "--stage-seconds and --stages"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--stage-seconds", "3"], "--stage-seconds and --stages"),
+    (["--stages", "3s@10tps"], "--stages needs a shape: add --shape stages"),
+    (["--rate", "5"], "--rate needs a shape: add --shape constant"),
+    (["--stage-seconds", "3"], "--stage-seconds needs a shape"),
+    (["--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
+    (["--shape", "spike", "--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
+    (["--shape", "spike", "--repeat", "2", "--duration", "10s"], "does not apply to --shape spike"),
+])
+def test_conflicting_plan_options_are_refused(tmp_path, args, words):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("env, words", [({"DBSURGE_STAGES": "3s@10tps"}, "--stages needs a shape"),
+                                        ({"LOCUST_RUN_TIME": "10s", "DBSURGE_SHAPE": "spike"}, "--duration 10")])
+def test_conflicting_plan_options_from_the_environment(tmp_path, env, words):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, cwd=tmp_path, env=env, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+def test_users_and_max_users_that_agree_pass(tmp_path):
+    """The same cap given twice is no conflict: the run gets as far as the target."""
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "spike", "--stage-seconds", "1",
+                   "--users", "5", "--max-users", "5", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "127.0.0.1:1", tmp_path / "results")
 
 
 def test_existing_run_id_is_refused(tmp_path):
@@ -214,6 +254,27 @@ def test_locust_path_check_operation(tmp_path, pg_uri):
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "10", "-t", "30s",
                   "--check", "nope.p99<5ms", cwd=tmp_path, timeout=60)
     assert_one_line(proc, "no operation 'nope'", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--rate", "10", "--stages", "2s@5tps"], "--rate and --stages both set the rate"),
+])
+def test_locust_path_conflicting_plan_options(tmp_path, args, words):
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("args", [["-u", "5"], ["-r", "2"], ["-u", "5", "-r", "2"]])
+def test_locust_path_users_under_constant_shape_warned(tmp_path, args):
+    """Locust's -u and -r do nothing under the constant shape (the rate paces, --max-users caps): one warning
+    line, as Locust warns under a shape that does not read them, then the run goes on (here to the target)."""
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", *args,
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "no effect under the constant shape" in line]
+    assert len(warned) == 1, proc.stderr
+    assert ("-u/--users" in warned[0]) == ("-u" in args) and ("-r/--spawn-rate" in warned[0]) == ("-r" in args)
+    assert "127.0.0.1:1" in proc.stderr.splitlines()[-1]
 
 
 @pytest.mark.parametrize("users", ["0", "-1"])
