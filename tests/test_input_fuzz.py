@@ -8,6 +8,7 @@ CLI turns only `UserError` into ``dbsurge: <one line>`` and exit 2.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import re
@@ -239,3 +240,43 @@ def test_every_option_value_parses_or_is_one_line(pairs):
         assert ns.max_users is None or ns.max_users >= 1
 
     assert_clean(parse_and_check)
+
+
+# -- operation weights: any finite weights give the mix they say ---------------------------------------------------
+
+def test_huge_weights_give_the_mix_run_json_records():
+    """``--operation product_lookup=1e308 --operation order_create=1e308``: run.json records the two weights
+    (equal: 50/50); their sum was inf, and every arrival ran order_create. The mix now sends what they say."""
+    import numpy as np
+
+    from dbsurge.arrivals import OperationMix, operation_mix_weights
+
+    weights = parse_operation_weights(["product_lookup=1e308", "order_create=1e308"])
+    recorded = list(weights.items())  # run.json's "operations": [name, weight] pairs as given
+    mix = OperationMix(operation_mix_weights(recorded, {"product_lookup": 1.0, "order_create": 1.0}), 42)
+    chosen = mix.of_many(np.arange(20_000, dtype=np.int64))
+    shares = np.bincount(chosen, minlength=2) / chosen.size
+    assert mix.names == ["product_lookup", "order_create"]
+    assert 0.47 < shares[0] < 0.53 and 0.47 < shares[1] < 0.53, shares
+    assert [mix.of(k) for k in range(200)] == list(chosen[:200])  # one arrival at a time agrees
+    closed = operation_mix_weights(recorded, {"product_lookup": 1.0, "order_create": 1.0})
+    assert math.isfinite(sum(w for _, w in closed))  # the closed model's cumulative weights too
+
+
+@FUZZ
+@given(st.lists(st.floats(min_value=0.0, max_value=1.7e308, allow_nan=False, allow_infinity=False)
+                .filter(lambda w: w > 0), min_size=1, max_size=6))
+def test_operation_mix_shares_are_the_weights(weights):
+    """For any finite positive weights, each operation's share of the mix is its weight over their (exact) sum."""
+    from fractions import Fraction
+
+    from dbsurge.arrivals import OperationMix
+
+    mix = OperationMix([(f"op{i}", w) for i, w in enumerate(weights)], 1)
+    cum = mix._cum
+    assert all(math.isfinite(c) for c in cum) and cum[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(cum))
+    total = sum(Fraction(w) for w in weights)
+    shares = [b - a for a, b in zip([0.0, *cum], cum)]
+    for w, share in zip(weights, shares):
+        assert abs(share - float(Fraction(w) / total)) < 1e-9, (weights, cum)
