@@ -134,7 +134,7 @@ def add_options(parser, group=None) -> None:
                    help="constant shape: the arrival rate in TPS")
     g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=ascii_float, default=None, include_in_web_ui=False,
                    help="highest rate a live change (web UI, POST /dbsurge/rate) may ask for, in TPS "
-                        "(default: 10 times the plan's peak)")
+                        "(default: 10 times the plan's peak, at most 10,000,000)")
     g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=ascii_int, default=DEFAULTS["max_users"],
                    help="most concurrent users (connections) the shapes may start (default 200)")
     g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],

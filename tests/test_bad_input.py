@@ -353,7 +353,14 @@ MANY_STAGES = ",".join(["1s@10tps"] * 501)
     (["--users", "1000000"], "DBSURGE_MAX_HOST_USERS=1000000"),
     (["--shape", "constant", "--rate", "10", "--max-users", "9000000"], "more users than this host's memory holds"),
     (["--shape", "stages", "--stages", MANY_STAGES], "the plan has 501 stages, more than 500"),
-    (["--shape", "stages", "--stages", "8000h@900000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    (["--shape", "stages", "--stages", "8000h@9000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    # a rate a generator could plan, and arrivals the end of the run can count in seconds (docs: README, sizes)
+    (["--shape", "stages", "--stages", "3s@1000000000tps"], "too large, at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@10000001tps"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@ramp(10tps..20000000tps)"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@1001%", "--baseline-tps", "1000000"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "2h@20000tps"], "the plan needs 1.44e+08 arrivals"),
+    (["--shape", "constant", "--rate", "20000000"], "--rate must be a positive number of TPS, at most 1e+07"),
     (["--shape", "stages", "--stages", "2s@10tps", "--processes", "1", "--master-bind-host", "10.233.0.5"],
      "--processes workers connect to 127.0.0.1"),
 ])

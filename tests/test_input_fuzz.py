@@ -70,6 +70,7 @@ def test_stage_plan_result_is_sane(text):
     for s in plan.stages:
         assert math.isfinite(s.duration_s) and s.duration_s > 0
         assert math.isfinite(s.start_tps) and math.isfinite(s.end_tps) and s.start_tps >= 0 and s.end_tps >= 0
+        assert max(s.start_tps, s.end_tps) <= 1e7  # a rate a fleet of generators could send
     assert str(plan)  # printable again
 
 
