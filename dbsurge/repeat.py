@@ -76,7 +76,7 @@ def repeat_main(argv: list[str]) -> int:
     from .cli import _locust_namespace, _run_parser, check_plan, run_main
     from .embedded import resolve_embedded
     from .rundir import RunDirectory, new_run_id, utc_iso
-    from .validate import check_results_dir, validate_run_id
+    from .validate import check_results_dir, results_dir_option, validate_run_id
 
     text, argv = take_option(list(argv), "--repeat")
     count = parse_repeat(text)
@@ -85,7 +85,7 @@ def repeat_main(argv: list[str]) -> int:
     args, rest = _run_parser().parse_known_args(argv)
     ns = _locust_namespace(rest)  # what each run reads from the environment and config files too
     check_plan(argparse.Namespace(**{**vars(args), "shape": args.shape or os.environ.get("DBSURGE_SHAPE")}), ns)
-    results_dir = results_dir or getattr(ns, "results_dir", None) or "results"
+    results_dir = results_dir_option(results_dir if results_dir is not None else getattr(ns, "results_dir", None))
     args.target = args.target or ns.target
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "

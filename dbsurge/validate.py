@@ -401,9 +401,23 @@ def check_results_dir(path: str | os.PathLike) -> None:
                 break
 
 
+def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
+    """--results-dir as the run will use it: None is the default (``results``), an empty one is refused.
+
+    ``--results-dir ''`` used to be checked as ``results`` but written as the working directory: the
+    run went into ``./<run-id>``, over an old run of that name there (its run.json replaced, its
+    timeline appended to), because the existing-run check had looked in ``results/``."""
+    if value is None:
+        return "results"
+    if not str(value).strip():
+        raise UserError("--results-dir is empty: give the directory run directories go in (default: results), or "
+                        "leave --results-dir out")
+    return value
+
+
 def check_output(opts: argparse.Namespace) -> None:
-    """--results-dir writable and --run-id new and a name, before any load."""
-    results_dir = getattr(opts, "results_dir", None) or "results"
+    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes."""
+    results_dir = results_dir_option(getattr(opts, "results_dir", None))
     validate_run_id(getattr(opts, "run_id", None), results_dir)
     check_results_dir(results_dir)
 

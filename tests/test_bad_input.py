@@ -134,6 +134,9 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--run-id="], "--run-id is empty"),
     (["--repeat", "2", "--run-id", ""], "--run-id is empty"),
     (["--results-dir", "/proc/nope"], "/proc/nope"),
+    (["--results-dir", ""], "--results-dir is empty"),  # it wrote into the working directory
+    (["--results-dir=  "], "--results-dir is empty"),
+    (["--repeat", "2", "--results-dir", ""], "--results-dir is empty"),
     (["--run-id", "../../x"], "a run id is a name, not a path"),
     (["--run-id", "a/b"], "a run id is a name, not a path"),
     (["--run-id", ".hidden"], "a run id is a name"),
@@ -198,6 +201,29 @@ def test_existing_run_id_is_refused(tmp_path):
     assert (old / "run.json").read_text() == "{}\n"  # untouched
 
 
+def test_empty_results_dir_leaves_a_run_in_the_working_directory_alone(tmp_path):
+    """``--results-dir ''`` was checked as results/ but written as ./: ./mine's run.json was replaced and its
+    timeline appended to."""
+    old = tmp_path / "mine"
+    old.mkdir()
+    (old / "run.json").write_text("{}\n")
+    (old / "timeline.csv").write_text("t\n")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--run-id", "mine", "--results-dir", "",
+                   "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "--results-dir is empty", tmp_path / "results")
+    assert (old / "run.json").read_text() == "{}\n" and (old / "timeline.csv").read_text() == "t\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_existing_run_is_looked_for_where_the_run_writes(tmp_path):
+    """The existing-run check looks in the directory the run would write, not in results/."""
+    old = tmp_path / "elsewhere" / "mine"
+    old.mkdir(parents=True)
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--run-id", "mine", "--results-dir",
+                   str(tmp_path / "elsewhere"), "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "run id mine already exists in", tmp_path / "results")
+
+
 @pytest.mark.parametrize("content, words", [(None, "missing CA file tls_ca_file="),
                                             ("not a certificate\n", "is not a PEM certificate bundle")])
 def test_bad_mongo_ca_file(tmp_path, content, words):
@@ -244,6 +270,7 @@ LOCUSTFILES = f"{REPO / 'locustfiles' / 'orders.py'},{REPO / 'shapes' / 'constan
     (["--rate", "10", "--check", "p99<50"], "takes a time unit"),
     (["--rate", "10", "--runner", "foo"], "bad --runner"),
     (["--rate", "10", "--run-id", ""], "--run-id is empty"),
+    (["--rate", "10", "--results-dir", ""], "--results-dir is empty"),
 ])
 def test_locust_path(tmp_path, args, words):
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
