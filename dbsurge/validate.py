@@ -217,12 +217,11 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     from .options import parse_key_values, parse_operation_weights
     from .stage_plan import parse_duration
     from .workloads import WORKLOADS, parse_workload_options
-    from .workloads.base import resolve_options
 
     validate_options(opts)
     workload_options = parse_workload_options(opts.workload_option or [])
     if workload is not None:
-        resolve_options(workload, WORKLOADS[workload].OPTIONS, workload_options)
+        WORKLOADS[workload].resolve(workload_options)
     parsed = {"workload_options": workload_options,
               "target_options": parse_key_values(opts.target_option, "--target-option"),
               "operations": parse_operation_weights(opts.operation), "checks": parse_checks(opts.check)}

@@ -128,6 +128,12 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--runner", "m7g.4xlarge:x"], "bad --runner"),
     (["--cloudwatch", "foo"], "foo"),  # checked before the target, like every other option
     (["--expect-workers", "٣"], "argument --expect-workers"),
+    # workload options: the same ASCII numbers, and what the database column holds
+    (["--workload-option", "products=١٠٠"], "products='١٠٠': expected an integer in ASCII digits"),
+    (["--workload-option", "products=1_0_0"], "expected an integer in ASCII digits"),
+    (["--workload-option", "order_proportion=٠.٥"], "in ASCII digits"),
+    (["--workload-option", "customers=" + "1" + "0" * 26], "expected an integer <= 2,147,483,647"),
+    (["--workload-option", "items_min=6"], "items_min=6 is above items_max=5"),  # before the target, now
     (["--max-lag", "1_0ms"], "--max-lag"),
     # where the results go
     (["--run-id", ""], "--run-id is empty"),
