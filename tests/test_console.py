@@ -134,3 +134,17 @@ def test_an_override_shows_its_own_rate_in_the_stage_and_progress_lines():
                       "0 dropped (last 1 s)")]
     [line] = progress.finish([])
     assert line.startswith("t=26s stage 2/3 200% under override 1: plan x2: 400.0/400.0 TPS"), line
+
+
+def test_a_long_start_delay_says_when_the_load_begins(tmp_path, pg_uri):
+    """A wait of 6 s before time zero (a long --start-delay or --align-start) is one line, before the wait: when the
+    load begins (UTC) and in how long. It waited without a word, and looked hung."""
+    proc = _constant(tmp_path / "d", pg_uri, "--quiet", "--start-delay", "6")
+    lines = proc.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if "load begins at" in line]
+    assert len(said) == 1, proc.stderr
+    assert re.search(r"load begins at \d\d:\d\d:\d\dZ, in [56] s \(--start-delay 6\)$", lines[said[0]]), lines[said[0]]
+    stage = next(i for i, line in enumerate(lines) if "stage 1/1" in line)
+    assert said[0] < stage  # before the wait, not when the load starts
+    default = _constant(tmp_path / "n", pg_uri, "--quiet")  # the default 1 s: no line
+    assert "load begins at" not in default.stderr
