@@ -323,6 +323,9 @@ def check_plan_choice(  # noqa: C901 - one rule a line, flat
         if seconds is not None:
             raise UserError("--stage-seconds is the spike shape's: under --shape constant the run lasts --duration")
     max_users = given("max_users")
+    if shape is None and max_users is not None and users is None:
+        raise UserError(f"--max-users {max_users} caps the users a shape starts: without --shape the run is the closed "
+                        f"model, whose users are --users (default 8)")
     if users is not None and max_users is not None and int(users) != int(max_users):
         raise UserError(f"--users {users} and --max-users {max_users} disagree: --users is the cap on users under a "
                         f"shape (as --max-users) and the users of the closed model: give one of them")

@@ -172,6 +172,7 @@ def test_bad_option_fails_before_load(tmp_path, args, words):
     (["--rate", "5"], "--rate needs a shape: add --shape constant"),
     (["--stage-seconds", "3"], "--stage-seconds needs a shape"),
     (["--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
+    (["--max-users", "5"], "--max-users 5 caps the users a shape starts: without --shape"),
     (["--shape", "spike", "--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
     (["--shape", "spike", "--repeat", "2", "--duration", "10s"], "does not apply to --shape spike"),
 ])
