@@ -118,6 +118,27 @@ def _splitmix64_np(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def normalised_weights(weights: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """`weights` divided by the largest: the same proportions, each at most 1, their sum at most their count.
+
+        >>> normalised_weights([("a", 1e308), ("b", 1e308)])
+        [('a', 1.0), ('b', 1.0)]
+    """
+    top = max((w for _, w in weights), default=0.0)
+    if not (0.0 < top < math.inf):
+        return weights
+    return [(n, w / top) for n, w in weights]
+
+
+def operation_mix_weights(requested: list, known: dict) -> list[tuple[str, float]]:
+    """The (operation, weight) pairs a run uses: what --operation asked for, else the workload's own.
+
+    Scaled so that the largest is 1 (`normalised_weights`): weights are any finite numbers, and two of
+    1e308 summed to inf, after which the cumulative shares sent every operation to the last name."""
+    weights = [(n, float(w)) for n, w in requested if n in known and w > 0]
+    return normalised_weights(weights or [(n, float(w)) for n, w in known.items() if w > 0])
+
+
 class OperationMix:
     """Which operation arrival ``k`` runs: weights, and a hash of (seed, k) into them.
 
@@ -130,6 +151,8 @@ class OperationMix:
         if not weights:
             raise ValueError("an operation mix needs at least one operation")
         self.names = [n for n, _ in weights]
+        # scaled by the largest first: weights of 1e308 would sum to inf (every arrival to the last operation)
+        weights = normalised_weights([(n, float(w)) for n, w in weights])
         total = float(sum(w for _, w in weights))
         acc, cum = 0.0, []
         for _, w in weights:

@@ -82,7 +82,8 @@ RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
                                           "shape (as --max-users)")),
     ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
                                         help="run time, e.g. 30s or 2m (closed model and constant shape; closed "
-                                             "model default 30s)")),
+                                             "model default 30s; refused with spike and stages, which last as "
+                                             "long as their stages)")),
     ("measurement", ("--quiet",), dict(action="store_true",
                                        help="no progress lines: stage changes, warnings and the final tables")),
     ("measurement", ("--verbose",), dict(action="store_true",
@@ -208,6 +209,7 @@ def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
     add_options(parser)
     add_spot_options(parser)
     strict_numbers(parser)
+    parser.set_defaults(max_users=None)  # None: not given (`check_plan_choice`); the Locust child has the default
     check_config_files(getattr(parser, "_default_config_files", []), rest)
 
     def error(message: str) -> None:
@@ -338,10 +340,19 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
+    check_plan(args, ns)
     if args.web:
         from .validate import check_port_free
 
         check_port_free(getattr(ns, "web_host", None), getattr(ns, "web_port", None), "--web-port")
+
+
+def check_plan(args, ns: argparse.Namespace) -> None:
+    """Plan options the shape would ignore, or that contradict each other, refused before anything starts
+    (`validate.check_plan_choice`); its warnings are the Locust child's to print (it reads the same options)."""
+    from .validate import check_plan_choice
+
+    check_plan_choice(args.shape, ns, duration=args.duration or getattr(ns, "run_time", None), users=args.users)
 
 
 def load_main(argv: list[str]) -> int:

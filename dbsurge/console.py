@@ -109,6 +109,28 @@ def stage_line(plan, index: int, start_epoch_s: float, schedule=None, changes: l
             f"{time.strftime('%H:%M:%SZ', time.gmtime(start_epoch_s + st))}{length}")
 
 
+#: A wait before time zero at least this long gets a line (`start_line`): the default --start-delay (1 s) does not.
+START_LINE_AFTER_S = 5.0
+
+
+def start_line(start_epoch_s: float, now_s: float, *, align_s: float | None = None,
+               delay_s: float | None = None) -> str | None:
+    """``load begins at 12:01:00Z, in 42 s (--align-start 60)``, or None for a wait under `START_LINE_AFTER_S`.
+
+    A long --align-start or --start-delay used to wait without a word: the run looked hung.
+
+        >>> start_line(3600 * 12 + 60, 3600 * 12 + 18, align_s=60, delay_s=1)
+        'load begins at 12:01:00Z, in 42 s (--align-start 60)'
+        >>> start_line(100.0, 99.0, delay_s=1) is None
+        True
+    """
+    wait = start_epoch_s - now_s
+    if not wait >= START_LINE_AFTER_S:
+        return None
+    why = f"--align-start {align_s:g}" if align_s else f"--start-delay {delay_s:g}"
+    return f"load begins at {time.strftime('%H:%M:%SZ', time.gmtime(start_epoch_s))}, in {_seconds(wait)} ({why})"
+
+
 def _override_in_force(changes: list, t: float) -> int:
     """The number (1, 2, ...) of the last override made at or before ``t`` seconds; 0 for none."""
     return sum(1 for at_s, _rate, _scale in changes if at_s <= t + 1e-9)

@@ -45,14 +45,7 @@ def begin_run(run: DbSurgeRun) -> None:
     stopping.install_signal_handlers(run)
     if run.role == "master":  # before time zero: a worker still saying hello (or proving the token) costs no plan time
         protocol.await_admissions(run)
-    # Under a plan, time zero is a little ahead so every worker has the plan before its first slot;
-    # a closed-model run starts now.
-    delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
-    run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
-    if run.plan and opts.align_start:
-        step = int(float(opts.align_start) * 1e9)
-        run.start_epoch_ns = -(-run.start_epoch_ns // step) * step  # the next multiple of the step
-    start_s = run.start_epoch_ns / 1e9
+    start_s = _time_zero(run)
     names = sorted({u.workload for u in dbsurge_user_classes(env)})
     run_id = opts.run_id or new_run_id("-".join(names))
     if run.rundir is not None:  # a second test from the web UI gets its own directory
@@ -106,6 +99,26 @@ def begin_run(run: DbSurgeRun) -> None:
         # it, every full collection walked it all: 27-48 ms with 200 workers during the load, 72-82 ms at
         # the end, the worst of the master's loop stalls (bench/findings.md, stop 38).
         freeze_what_lives_for_the_run()
+
+
+def _time_zero(run: DbSurgeRun) -> float:
+    """Set the plan's time zero (`run.start_epoch_ns`) and say when it is if that is a while off; epoch seconds.
+
+    Under a plan, time zero is a little ahead (--start-delay) so every worker has the plan before its
+    first slot, on a multiple of --align-start when given; a closed-model run starts now.
+    """
+    opts = run.options
+    delay_s = max(0.0, float(opts.start_delay)) if run.plan else 0.0
+    run.start_epoch_ns = time.time_ns() + int(delay_s * 1e9)
+    if run.plan and opts.align_start:
+        step = int(float(opts.align_start) * 1e9)
+        run.start_epoch_ns = -(-run.start_epoch_ns // step) * step  # the next multiple of the step
+    start_s = run.start_epoch_ns / 1e9
+    waiting = console.start_line(start_s, time.time(), align_s=float(opts.align_start or 0) if run.plan else None,
+                                 delay_s=delay_s)
+    if waiting:  # before the wait: a long --align-start or --start-delay no longer looks like a hang
+        log.info(waiting)
+    return start_s
 
 
 def _announce_stages(run: DbSurgeRun) -> list:

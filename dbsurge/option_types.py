@@ -36,27 +36,54 @@ _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _MAX_DIGITS = 30
 
 
-def ascii_int(text: Any) -> int:
-    """A whole number written in ASCII digits (an optional sign), else `argparse.ArgumentTypeError`."""
+class NumberError(ValueError):
+    """Text that is not a number as a person types one; the message says what was expected."""
+
+
+def read_int(text: Any) -> int:
+    """The one reader of whole numbers from text: ASCII digits with an optional sign, else `NumberError`.
+
+    Every number option reads through here or `read_float` (the command line, config files and the
+    environment through `ascii_int`; workload options through `dbsurge.workloads.base.integer`), so
+    ``١٠٠`` (Arabic-Indic), ``１００`` (fullwidth) and ``1_0_0`` are refused wherever they are typed.
+    """
     if isinstance(text, int) and not isinstance(text, bool):
         return text  # a default given as a number
     s = str(text).strip()
     if not _INT.fullmatch(s) or len(s) > _MAX_DIGITS:
-        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits such as 8, not '{clip(text)}'")
+        raise NumberError("expected a whole number in ASCII digits such as 8")
     return int(s)
 
 
-def ascii_float(text: Any) -> float:
-    """A finite number written in ASCII digits (``80``, ``2.5``, ``1e3``), else `argparse.ArgumentTypeError`."""
+def read_float(text: Any) -> float:
+    """The one reader of numbers from text: finite, in ASCII digits (``80``, ``2.5``, ``1e3``), else `NumberError`."""
     if isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text):
         return float(text)
     s = str(text).strip()
     if not _FLOAT.fullmatch(s) or len(s) > _MAX_DIGITS:
-        raise argparse.ArgumentTypeError(f"expected a number in ASCII digits such as 80 or 2.5, not '{clip(text)}'")
+        raise NumberError("expected a number in ASCII digits such as 80 or 2.5")
     value = float(s)
     if not math.isfinite(value):  # 1e400
-        raise argparse.ArgumentTypeError(f"'{clip(text)}' is too large a number")
+        raise NumberError("too large a number")
     return value
+
+
+def ascii_int(text: Any) -> int:
+    """A whole number written in ASCII digits (an optional sign), else `argparse.ArgumentTypeError`."""
+    try:
+        return read_int(text)
+    except NumberError as e:
+        raise argparse.ArgumentTypeError(f"{e}, not '{clip(text)}'") from None
+
+
+def ascii_float(text: Any) -> float:
+    """A finite number written in ASCII digits (``80``, ``2.5``, ``1e3``), else `argparse.ArgumentTypeError`."""
+    try:
+        return read_float(text)
+    except NumberError as e:
+        if str(e) == "too large a number":
+            raise argparse.ArgumentTypeError(f"'{clip(text)}' is too large a number") from None
+        raise argparse.ArgumentTypeError(f"{e}, not '{clip(text)}'") from None
 
 
 def _checked_first(strict, original):

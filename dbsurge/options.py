@@ -126,14 +126,15 @@ def add_options(parser, group=None) -> None:
     g.add_argument("--baseline-tps", env_var="DBSURGE_BASELINE_TPS", type=ascii_float, default=DEFAULTS["baseline_tps"],
                    help="the rate that stage percentages refer to (default 1000)")
     g.add_argument("--stages", env_var="DBSURGE_STAGES", default=None,
-                   help="stage plan, e.g. '2m@20%%,1m@200%%,2m@100%%,1m@5%%' or '30s@500tps,30s@ramp(500tps..2000tps)'")
+                   help="stage plan for --shape stages (or replacing the spike's), e.g. '2m@20%%,1m@200%%,2m@100%%,"
+                        "1m@5%%' or '30s@500tps,30s@ramp(500tps..2000tps)'")
     g.add_argument("--stage-seconds", env_var="DBSURGE_STAGE_SECONDS", type=ascii_float, default=None,
-                   help="spike shape: make every stage this long (keeps the rates)")
+                   help="spike shape: make every stage this long (keeps the rates; not with --stages)")
     g.add_argument("--rate", env_var="DBSURGE_RATE", type=ascii_float, default=None,
                    help="constant shape: the arrival rate in TPS")
     g.add_argument("--max-rate", env_var="DBSURGE_MAX_RATE", type=ascii_float, default=None, include_in_web_ui=False,
                    help="highest rate a live change (web UI, POST /dbsurge/rate) may ask for, in TPS "
-                        "(default: 10 times the plan's peak)")
+                        "(default: 10 times the plan's peak, at most 10,000,000)")
     g.add_argument("--max-users", env_var="DBSURGE_MAX_USERS", type=ascii_int, default=DEFAULTS["max_users"],
                    help="most concurrent users (connections) the shapes may start (default 200)")
     g.add_argument("--arrivals", env_var="DBSURGE_ARRIVALS", choices=["uniform", "poisson"],

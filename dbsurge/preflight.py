@@ -65,6 +65,7 @@ def preflight(run: DbSurgeRun) -> None:
     # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
     validate_locust_options(opts, shape=run.environment.shape_class is not None)
     parsed = check_offline(opts)  # the same checks `dbsurge run` makes before its child starts
+    check_shape_options(run)
     build_plan(run)
     check_plan_size(run.plan)
     workload_options, target_options = parsed["workload_options"], parsed["target_options"]
@@ -99,6 +100,21 @@ def preflight(run: DbSurgeRun) -> None:
         if run.probe_service_s is not None:
             log.info("probe: the workload's operations took %.3f ms (median) on %s", run.probe_service_s * 1e3,
                      run.target.display)
+
+
+def check_shape_options(run: DbSurgeRun) -> None:
+    """The plan options dbsurge's shape would ignore (`validate.check_plan_choice`), for ``locust -f`` users too.
+
+    --stage-seconds is left alone here: the image's deployments set it whatever the shape. Another
+    shape class than dbsurge's three, or none, is not checked: it reads what it reads."""
+    from .validate import SHAPE_CLASSES, check_plan_choice
+
+    shape_class = run.environment.shape_class
+    shape = SHAPE_CLASSES.get(type(shape_class).__name__) if shape_class is not None else None
+    if shape is None:  # the closed model's own options are Locust's (-u, -t), checked by it
+        return
+    for warning in check_plan_choice(shape, run.options, stage_seconds=False):
+        log.warning(warning)
 
 
 def _load_default_data(run: DbSurgeRun, name: str) -> None:

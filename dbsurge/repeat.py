@@ -13,7 +13,9 @@ whether a difference between two systems is larger than that spread.
 
 from __future__ import annotations
 
+import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -71,10 +73,10 @@ def parse_repeat(text: str | None) -> int:
 
 def repeat_main(argv: list[str]) -> int:
     """``dbsurge run ... --repeat N``."""
-    from .cli import _locust_namespace, _run_parser, run_main
+    from .cli import _locust_namespace, _run_parser, check_plan, run_main
     from .embedded import resolve_embedded
     from .rundir import RunDirectory, new_run_id, utc_iso
-    from .validate import check_results_dir, validate_run_id
+    from .validate import check_results_dir, results_dir_option, validate_run_id
 
     text, argv = take_option(list(argv), "--repeat")
     count = parse_repeat(text)
@@ -82,7 +84,8 @@ def repeat_main(argv: list[str]) -> int:
     results_dir, argv = take_option(argv, "--results-dir")
     args, rest = _run_parser().parse_known_args(argv)
     ns = _locust_namespace(rest)  # what each run reads from the environment and config files too
-    results_dir = results_dir or getattr(ns, "results_dir", None) or "results"
+    check_plan(argparse.Namespace(**{**vars(args), "shape": args.shape or os.environ.get("DBSURGE_SHAPE")}), ns)
+    results_dir = results_dir_option(results_dir if results_dir is not None else getattr(ns, "results_dir", None))
     args.target = args.target or ns.target
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "

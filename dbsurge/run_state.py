@@ -232,7 +232,7 @@ class DbSurgeRun:
 
     def operation_mix(self) -> OperationMix:
         """The run's operation mix: arrival k runs ``mix.of(k)`` on every worker."""
-        from .user import operation_mix_weights
+        from .arrivals import operation_mix_weights
 
         name = sorted({u.workload for u in dbsurge_user_classes(self.environment)})[0]
         weights = operation_mix_weights(self.operation_weights, self.workload(name).operations)

@@ -28,6 +28,7 @@ from gevent import GreenletExit, get_hub, getcurrent
 from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
+from .arrivals import operation_mix_weights
 from .refusals import ConnectFailure, as_connect_error, describe, refusal_code
 from .timing import time_call
 
@@ -257,12 +258,6 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
         bound.close()
         if session is not None:
             _close_quietly(session)
-
-
-def operation_mix_weights(requested: list, known: dict) -> list[tuple[str, float]]:
-    """The (operation, weight) pairs a run uses: what --operation asked for, else the workload's own."""
-    weights = [(n, float(w)) for n, w in requested if n in known and w > 0]
-    return weights or [(n, float(w)) for n, w in known.items() if w > 0]
 
 
 def _classify(exc: BaseException) -> str:

@@ -250,12 +250,11 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     from .options import parse_key_values, parse_operation_weights
     from .stage_plan import parse_duration
     from .workloads import WORKLOADS, parse_workload_options
-    from .workloads.base import resolve_options
 
     validate_options(opts)
     workload_options = parse_workload_options(opts.workload_option or [])
     if workload is not None:
-        resolve_options(workload, WORKLOADS[workload].OPTIONS, workload_options)
+        WORKLOADS[workload].resolve(workload_options)
     parsed = {"workload_options": workload_options,
               "target_options": parse_key_values(opts.target_option, "--target-option"),
               "operations": parse_operation_weights(opts.operation), "checks": parse_checks(opts.check)}
@@ -300,6 +299,77 @@ def validate_run_args(users: int | None, duration: str | None, processes: int | 
     if processes is not None and processes != -1 and processes < 1:  # -1: one per CPU, as in Locust
         raise UserError(f"--processes must be a whole number of at least 1 (or -1 for one per CPU), not {processes}")
     check_processes(processes)
+
+
+#: The shape each of dbsurge's shape classes is (`check_plan_choice` on the plugin's path).
+SHAPE_CLASSES = {"SpikeShape": "spike", "StagesShape": "stages", "ConstantShape": "constant"}
+
+
+def check_plan_choice(  # noqa: C901 - one rule a line, flat
+        shape: str | None, opts: argparse.Namespace, *, duration: Any = None, users: int | None = None,
+        stage_seconds: bool = True) -> list[str]:
+    """Refuse plan options that the chosen shape would ignore or that contradict each other; return warnings.
+
+    Each shape reads only some of the plan's options (the spike: --baseline-tps, --stage-seconds or
+    --stages; stages: --stages; constant: --rate and the duration; no shape: --users and the
+    duration). One it does not read used to be dropped without a word: ``--shape spike --duration
+    10s`` ran the 6-minute spike. ``duration`` is ``dbsurge run``'s --duration (or -t), ``users`` its
+    --users; `opts` carries the rest (``max_users`` None when not given). ``stage_seconds=False``
+    skips --stage-seconds (the image's deployments set it for every shape). The warnings are for
+    Locust's own -u and -r, which the constant shape does not read: Locust warns the same way under
+    the shapes that ignore them.
+    """
+    def given(name: str) -> Any:
+        value = getattr(opts, name, None)
+        return None if value in (None, "") else value
+
+    stages, rate = given("stages"), given("rate")
+    seconds = given("stage_seconds") if stage_seconds else None
+    if rate is not None and stages is not None:
+        raise UserError("--rate and --stages both set the rate: give --stages for a plan of stages, or "
+                        "--shape constant --rate TPS for one rate")
+    if seconds is not None and stages is not None:
+        raise UserError("--stage-seconds and --stages: --stage-seconds reshapes the spike's own plan, which --stages "
+                        "replaces: give the durations in --stages, e.g. 20s@20%,20s@200%")
+    if shape is None:
+        for value, flag, hint in ((stages, "--stages", "--shape stages"), (rate, "--rate", "--shape constant"),
+                                  (seconds, "--stage-seconds", "--shape spike")):
+            if value is not None:
+                raise UserError(f"{flag} needs a shape: add {hint} (without --shape the run is the closed model: "
+                                f"--users users for --duration)")
+    if shape in ("spike", "stages"):
+        if duration not in (None, ""):
+            length = ("its stages (2m,1m,2m,1m unless --stages replaces them): use --stage-seconds to make each "
+                      "stage that long") if shape == "spike" and stages is None else \
+                "its stages: give their durations in --stages"
+            raise UserError(f"--duration {clip(duration, 30)} does not apply to --shape {shape}: the plan's length "
+                            f"is {length}")
+        if rate is not None:
+            raise UserError(f"--rate is the constant shape's rate, not read by --shape {shape}: use --baseline-tps "
+                            f"(the percentages' 100%) or absolute rates in --stages, e.g. 30s@200tps")
+    if shape == "stages" and seconds is not None:
+        raise UserError("--stage-seconds is the spike shape's: under --shape stages give the durations in --stages")
+    if shape == "constant":
+        if stages is not None:
+            raise UserError("--stages is not read by --shape constant: use --shape stages --stages ... for a plan, "
+                            "or --rate TPS alone for one rate")
+        if seconds is not None:
+            raise UserError("--stage-seconds is the spike shape's: under --shape constant the run lasts --duration")
+    max_users = given("max_users")
+    if shape is None and max_users is not None and users is None:
+        raise UserError(f"--max-users {max_users} caps the users a shape starts: without --shape the run is the closed "
+                        f"model, whose users are --users (default 8)")
+    if users is not None and max_users is not None and int(users) != int(max_users):
+        raise UserError(f"--users {users} and --max-users {max_users} disagree: --users is the cap on users under a "
+                        f"shape (as --max-users) and the users of the closed model: give one of them")
+    warnings = []
+    if shape == "constant":
+        ignored = [flag for name, flag in (("num_users", "-u/--users"), ("spawn_rate", "-r/--spawn-rate"))
+                   if given(name) is not None]
+        if ignored:
+            warnings.append(f"{' and '.join(ignored)} have no effect under the constant shape (--rate sets the pace, "
+                            f"--max-users caps the users): ignored")
+    return warnings
 
 
 def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) -> None:
@@ -366,9 +436,23 @@ def check_results_dir(path: str | os.PathLike) -> None:
                 break
 
 
+def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
+    """--results-dir as the run will use it: None is the default (``results``), an empty one is refused.
+
+    ``--results-dir ''`` used to be checked as ``results`` but written as the working directory: the
+    run went into ``./<run-id>``, over an old run of that name there (its run.json replaced, its
+    timeline appended to), because the existing-run check had looked in ``results/``."""
+    if value is None:
+        return "results"
+    if not str(value).strip():
+        raise UserError("--results-dir is empty: give the directory run directories go in (default: results), or "
+                        "leave --results-dir out")
+    return value
+
+
 def check_output(opts: argparse.Namespace) -> None:
-    """--results-dir writable and --run-id new and a name, before any load."""
-    results_dir = getattr(opts, "results_dir", None) or "results"
+    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes."""
+    results_dir = results_dir_option(getattr(opts, "results_dir", None))
     validate_run_id(getattr(opts, "run_id", None), results_dir)
     check_results_dir(results_dir)
 

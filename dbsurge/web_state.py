@@ -101,6 +101,9 @@ def remaining_peak(plan, t: float) -> float:
 
 
 def max_rate(run) -> float:
-    """``--max-rate``, or 10 times the plan's peak when it was not given."""
+    """``--max-rate``, or 10 times the plan's peak when it was not given, at most what a plan may ask for
+    (`stage_plan.MAX_TPS`: a live change is part of the plan the end of the run counts)."""
+    from .stage_plan import MAX_TPS
+
     given = getattr(run.options, "max_rate", None)
-    return float(given) if given is not None else 10.0 * plan_peak(run.plan)
+    return float(given) if given is not None else min(10.0 * plan_peak(run.plan), MAX_TPS)

@@ -128,21 +128,71 @@ def test_one_line_and_nonzero_exit_before_load(tmp_path, args, words):
     (["--runner", "m7g.4xlarge:x"], "bad --runner"),
     (["--cloudwatch", "foo"], "foo"),  # checked before the target, like every other option
     (["--expect-workers", "٣"], "argument --expect-workers"),
+    # workload options: the same ASCII numbers, and what the database column holds
+    (["--workload-option", "products=١٠٠"], "products='١٠٠': expected an integer in ASCII digits"),
+    (["--workload-option", "products=1_0_0"], "expected an integer in ASCII digits"),
+    (["--workload-option", "order_proportion=٠.٥"], "in ASCII digits"),
+    (["--workload-option", "customers=" + "1" + "0" * 26], "expected an integer <= 2,147,483,647"),
+    (["--workload-option", "items_min=6"], "items_min=6 is above items_max=5"),  # before the target, now
     (["--max-lag", "1_0ms"], "--max-lag"),
     # where the results go
     (["--run-id", ""], "--run-id is empty"),
     (["--run-id="], "--run-id is empty"),
     (["--repeat", "2", "--run-id", ""], "--run-id is empty"),
     (["--results-dir", "/proc/nope"], "/proc/nope"),
+    (["--results-dir", ""], "--results-dir is empty"),  # it wrote into the working directory
+    (["--results-dir=  "], "--results-dir is empty"),
+    (["--repeat", "2", "--results-dir", ""], "--results-dir is empty"),
     (["--run-id", "../../x"], "a run id is a name, not a path"),
     (["--run-id", "a/b"], "a run id is a name, not a path"),
     (["--run-id", ".hidden"], "a run id is a name"),
 ])
 def test_bad_option_fails_before_load(tmp_path, args, words):
-    extra = [] if any(a in ("--duration",) for a in args) else ["--duration", "2s"]
+    # a spike or stages plan lasts as long as its stages: --duration with one is itself refused
+    extra = [] if any(a in ("--duration", "spike", "stages") for a in args) else ["--duration", "2s"]
     proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, *extra, cwd=tmp_path, timeout=60)
     assert_one_line(proc, words, tmp_path / "results")
     assert not (tmp_path / "results").exists()
+
+
+# Options the chosen shape would not read, or that contradict each other: refused before anything starts (they
+# used to be dropped without a word: `--shape spike --duration 10s` ran the 6-minute spike).
+@pytest.mark.parametrize("args, words", [
+    (["--shape", "spike", "--duration", "10s"], "--duration 10s does not apply to --shape spike"),
+    (["--shape", "spike", "-t", "10s"], "use --stage-seconds"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--duration", "10s"], "does not apply to --shape stages"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--rate", "5"], "--rate and --stages both set the rate"),
+    (["--shape", "constant", "--stages", "3s@10tps", "--rate", "5"], "--rate and --stages both set the rate"),
+    (["--shape", "spike", "--rate", "5"], "--rate is the constant shape's rate, not read by --shape spike"),
+    (["--shape", "constant", "--rate", "5", "--stages", "3s@10tps"], "--rate and --stages"),
+    (["--shape", "constant", "--rate", "5", "--stage-seconds", "3"], "--stage-seconds is the spike shape's"),
+    (["--shape", "spike", "--stages", "3s@10tps", "--stage-seconds", "3"], "--stage-seconds and --stages"),
+    (["--shape", "stages", "--stages", "3s@10tps", "--stage-seconds", "3"], "--stage-seconds and --stages"),
+    (["--stages", "3s@10tps"], "--stages needs a shape: add --shape stages"),
+    (["--rate", "5"], "--rate needs a shape: add --shape constant"),
+    (["--stage-seconds", "3"], "--stage-seconds needs a shape"),
+    (["--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
+    (["--max-users", "5"], "--max-users 5 caps the users a shape starts: without --shape"),
+    (["--shape", "spike", "--users", "5", "--max-users", "1"], "--users 5 and --max-users 1 disagree"),
+    (["--shape", "spike", "--repeat", "2", "--duration", "10s"], "does not apply to --shape spike"),
+])
+def test_conflicting_plan_options_are_refused(tmp_path, args, words):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("env, words", [({"DBSURGE_STAGES": "3s@10tps"}, "--stages needs a shape"),
+                                        ({"LOCUST_RUN_TIME": "10s", "DBSURGE_SHAPE": "spike"}, "--duration 10")])
+def test_conflicting_plan_options_from_the_environment(tmp_path, env, words):
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, cwd=tmp_path, env=env, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+def test_users_and_max_users_that_agree_pass(tmp_path):
+    """The same cap given twice is no conflict: the run gets as far as the target."""
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "spike", "--stage-seconds", "1",
+                   "--users", "5", "--max-users", "5", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "127.0.0.1:1", tmp_path / "results")
 
 
 def test_existing_run_id_is_refused(tmp_path):
@@ -156,6 +206,29 @@ def test_existing_run_id_is_refused(tmp_path):
     assert lines == ["dbsurge: run id mine already exists in results: choose another --run-id or leave it out"]
     assert [p.name for p in (tmp_path / "results").iterdir()] == ["mine"]
     assert (old / "run.json").read_text() == "{}\n"  # untouched
+
+
+def test_empty_results_dir_leaves_a_run_in_the_working_directory_alone(tmp_path):
+    """``--results-dir ''`` was checked as results/ but written as ./: ./mine's run.json was replaced and its
+    timeline appended to."""
+    old = tmp_path / "mine"
+    old.mkdir()
+    (old / "run.json").write_text("{}\n")
+    (old / "timeline.csv").write_text("t\n")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--run-id", "mine", "--results-dir", "",
+                   "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "--results-dir is empty", tmp_path / "results")
+    assert (old / "run.json").read_text() == "{}\n" and (old / "timeline.csv").read_text() == "t\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_existing_run_is_looked_for_where_the_run_writes(tmp_path):
+    """The existing-run check looks in the directory the run would write, not in results/."""
+    old = tmp_path / "elsewhere" / "mine"
+    old.mkdir(parents=True)
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--run-id", "mine", "--results-dir",
+                   str(tmp_path / "elsewhere"), "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, "run id mine already exists in", tmp_path / "results")
 
 
 @pytest.mark.parametrize("content, words", [(None, "missing CA file tls_ca_file="),
@@ -204,6 +277,7 @@ LOCUSTFILES = f"{REPO / 'locustfiles' / 'orders.py'},{REPO / 'shapes' / 'constan
     (["--rate", "10", "--check", "p99<50"], "takes a time unit"),
     (["--rate", "10", "--runner", "foo"], "bad --runner"),
     (["--rate", "10", "--run-id", ""], "--run-id is empty"),
+    (["--rate", "10", "--results-dir", ""], "--results-dir is empty"),
 ])
 def test_locust_path(tmp_path, args, words):
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
@@ -214,6 +288,27 @@ def test_locust_path_check_operation(tmp_path, pg_uri):
     proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "10", "-t", "30s",
                   "--check", "nope.p99<5ms", cwd=tmp_path, timeout=60)
     assert_one_line(proc, "no operation 'nope'", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--rate", "10", "--stages", "2s@5tps"], "--rate and --stages both set the rate"),
+])
+def test_locust_path_conflicting_plan_options(tmp_path, args, words):
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("args", [["-u", "5"], ["-r", "2"], ["-u", "5", "-r", "2"]])
+def test_locust_path_users_under_constant_shape_warned(tmp_path, args):
+    """Locust's -u and -r do nothing under the constant shape (the rate paces, --max-users caps): one warning
+    line, as Locust warns under a shape that does not read them, then the run goes on (here to the target)."""
+    proc = locust("-f", LOCUSTFILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "10", *args,
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "no effect under the constant shape" in line]
+    assert len(warned) == 1, proc.stderr
+    assert ("-u/--users" in warned[0]) == ("-u" in args) and ("-r/--spawn-rate" in warned[0]) == ("-r" in args)
+    assert "127.0.0.1:1" in proc.stderr.splitlines()[-1]
 
 
 @pytest.mark.parametrize("users", ["0", "-1"])
@@ -292,7 +387,14 @@ MANY_STAGES = ",".join(["1s@10tps"] * 501)
     (["--users", "1000000"], "DBSURGE_MAX_HOST_USERS=1000000"),
     (["--shape", "constant", "--rate", "10", "--max-users", "9000000"], "more users than this host's memory holds"),
     (["--shape", "stages", "--stages", MANY_STAGES], "the plan has 501 stages, more than 500"),
-    (["--shape", "stages", "--stages", "8000h@900000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    (["--shape", "stages", "--stages", "8000h@9000000tps"], "DBSURGE_MAX_ARRIVALS="),
+    # a rate a generator could plan, and arrivals the end of the run can count in seconds (docs: README, sizes)
+    (["--shape", "stages", "--stages", "3s@1000000000tps"], "too large, at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@10000001tps"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@ramp(10tps..20000000tps)"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "3s@1001%", "--baseline-tps", "1000000"], "at most 10,000,000 TPS"),
+    (["--shape", "stages", "--stages", "2h@20000tps"], "the plan needs 1.44e+08 arrivals"),
+    (["--shape", "constant", "--rate", "20000000"], "--rate must be a positive number of TPS, at most 1e+07"),
     (["--shape", "stages", "--stages", "2s@10tps", "--processes", "1", "--master-bind-host", "10.233.0.5"],
      "--processes workers connect to 127.0.0.1"),
 ])

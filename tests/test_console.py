@@ -158,3 +158,17 @@ def test_a_stage_never_reached_shows_no_latency():
                                   row("200tps", "ALL", 0, "0"), row("200tps", "read", 0, "0")])
     assert "2.500" in rows[0][4] and rows[0][5] == "2.500"
     assert rows[1][4] == "-" and rows[1][5] == "-" and rows[1][7] == "-", rows[1]
+
+
+def test_a_long_start_delay_says_when_the_load_begins(tmp_path, pg_uri):
+    """A wait of 6 s before time zero (a long --start-delay or --align-start) is one line, before the wait: when the
+    load begins (UTC) and in how long. It waited without a word, and looked hung."""
+    proc = _constant(tmp_path / "d", pg_uri, "--quiet", "--start-delay", "6")
+    lines = proc.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if "load begins at" in line]
+    assert len(said) == 1, proc.stderr
+    assert re.search(r"load begins at \d\d:\d\d:\d\dZ, in [56] s \(--start-delay 6\)$", lines[said[0]]), lines[said[0]]
+    stage = next(i for i, line in enumerate(lines) if "stage 1/1" in line)
+    assert said[0] < stage  # before the wait, not when the load starts
+    default = _constant(tmp_path / "n", pg_uri, "--quiet")  # the default 1 s: no line
+    assert "load begins at" not in default.stderr

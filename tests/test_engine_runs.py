@@ -128,6 +128,22 @@ def test_check_thresholds_set_the_exit_code(tmp_path, pg_uri):
     assert "check passed: product_lookup.p99<10s" in proc.stdout
 
 
+@pytest.mark.parametrize("model", [["--shape", "constant", "--rate", "100"], ["--users", "4"]])
+def test_huge_operation_weights_run_the_mix_run_json_records(tmp_path, pg_uri, model):
+    """Weights of 1e308 each (run.json: equal, 50/50) summed to inf: every operation was order_create. Under a
+    plan and in the closed model, both operations now run, about half each."""
+    proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, *model, "--duration", "2s", "--quiet",
+                   "--operation", "product_lookup=1e308", "--operation", "order_create=1e308",
+                   "--workload-option", "products=2000", "--no-db-sampler", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    assert dict(read_json(run / "run.json")["operations"]) == {"product_lookup": 1e308, "order_create": 1e308}
+    counts = {r["operation"]: int(r["count"]) for r in read_csv(run / "summary.csv") if r["operation"] != "ALL"}
+    total = sum(counts.values())
+    assert total >= 100, counts
+    assert 0.35 < counts.get("product_lookup", 0) / total < 0.65, counts
+
+
 def test_a_closed_model_run_of_transactions_ends_without_warnings(tmp_path, pg_uri):
     # every user is inside an order's transaction when the run's end stops it: psycopg's "error ignored in
     # rollback" (the rollback cannot be sent over a statement in flight) is not the user's business

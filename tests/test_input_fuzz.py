@@ -8,6 +8,7 @@ CLI turns only `UserError` into ``dbsurge: <one line>`` and exit 2.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import re
@@ -22,7 +23,7 @@ from dbsurge.option_types import ascii_float, ascii_int
 from dbsurge.options import parse_key_values, parse_operation_weights
 from dbsurge.stage_plan import StagePlan, parse_duration
 from dbsurge.targets import open_target
-from dbsurge.workloads import parse_workload_options
+from dbsurge.workloads import WORKLOADS, parse_workload_options
 
 MAX_MESSAGE = 300
 
@@ -69,6 +70,7 @@ def test_stage_plan_result_is_sane(text):
     for s in plan.stages:
         assert math.isfinite(s.duration_s) and s.duration_s > 0
         assert math.isfinite(s.start_tps) and math.isfinite(s.end_tps) and s.start_tps >= 0 and s.end_tps >= 0
+        assert max(s.start_tps, s.end_tps) <= 1e7  # a rate a fleet of generators could send
     assert str(plan)  # printable again
 
 
@@ -269,3 +271,96 @@ def test_bad_host_label_is_refused_where_the_uri_is_parsed(template, host, words
                                  "alternator://scylla-1:8000", "dynamodb://localhost:8000"])
 def test_good_hosts_still_parse(uri):
     open_target(uri)
+
+
+# -- operation weights: any finite weights give the mix they say ---------------------------------------------------
+
+def test_huge_weights_give_the_mix_run_json_records():
+    """``--operation product_lookup=1e308 --operation order_create=1e308``: run.json records the two weights
+    (equal: 50/50); their sum was inf, and every arrival ran order_create. The mix now sends what they say."""
+    import numpy as np
+
+    from dbsurge.arrivals import OperationMix, operation_mix_weights
+
+    weights = parse_operation_weights(["product_lookup=1e308", "order_create=1e308"])
+    recorded = list(weights.items())  # run.json's "operations": [name, weight] pairs as given
+    mix = OperationMix(operation_mix_weights(recorded, {"product_lookup": 1.0, "order_create": 1.0}), 42)
+    chosen = mix.of_many(np.arange(20_000, dtype=np.int64))
+    shares = np.bincount(chosen, minlength=2) / chosen.size
+    assert mix.names == ["product_lookup", "order_create"]
+    assert 0.47 < shares[0] < 0.53 and 0.47 < shares[1] < 0.53, shares
+    assert [mix.of(k) for k in range(200)] == list(chosen[:200])  # one arrival at a time agrees
+    closed = operation_mix_weights(recorded, {"product_lookup": 1.0, "order_create": 1.0})
+    assert math.isfinite(sum(w for _, w in closed))  # the closed model's cumulative weights too
+
+
+@FUZZ
+@given(st.lists(st.floats(min_value=0.0, max_value=1.7e308, allow_nan=False, allow_infinity=False)
+                .filter(lambda w: w > 0), min_size=1, max_size=6))
+def test_operation_mix_shares_are_the_weights(weights):
+    """For any finite positive weights, each operation's share of the mix is its weight over their (exact) sum."""
+    from fractions import Fraction
+
+    from dbsurge.arrivals import OperationMix
+
+    mix = OperationMix([(f"op{i}", w) for i, w in enumerate(weights)], 1)
+    cum = mix._cum
+    assert all(math.isfinite(c) for c in cum) and cum[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(cum))
+    total = sum(Fraction(w) for w in weights)
+    shares = [b - a for a, b in zip([0.0, *cum], cum)]
+    for w, share in zip(weights, shares):
+        assert abs(share - float(Fraction(w) / total)) < 1e-9, (weights, cum)
+
+
+# -- workload options: the same numbers as everywhere, bounded by what the database holds --------------------------
+
+WORKLOAD_OPTIONS = sorted((name, key) for name, cls in WORKLOADS.items() for key in cls.OPTIONS)
+INT8_MAX = 2**63 - 1
+
+
+@FUZZ
+@given(st.sampled_from(WORKLOAD_OPTIONS),
+       st.one_of(NUMBERS, TEXT, st.integers().map(str), st.integers().map(lambda i: f"{i:_}"),
+                 st.integers(min_value=0, max_value=10**6).map(lambda i: "".join(chr(0x660 + int(d)) for d in str(i)))))
+def test_workload_option_numbers_are_ascii_and_bounded(option, value):
+    """Every workload option reads numbers as the command line does (`option_types.read_int`/`read_float`):
+    a number it takes is written in ASCII digits, without underscores, finite and within int8."""
+    name, key = option
+    try:
+        values = WORKLOADS[name].resolve({key: value})
+    except UserError:
+        assert_clean(WORKLOADS[name].resolve, {key: value})
+        return
+    got = values[key]
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return
+    assert value.strip().isascii() and "_" not in value, (key, value)
+    assert math.isfinite(got) and -INT8_MAX - 1 <= got <= INT8_MAX, (key, got)
+
+
+@pytest.mark.parametrize("workload, pair, words", [
+    ("orders", "products=١٠٠", "expected an integer in ASCII digits"),
+    ("orders", "products=１００", "expected an integer in ASCII digits"),
+    ("orders", "products=1_0_0", "expected an integer in ASCII digits"),
+    ("orders", "order_proportion=٠.٥", "in ASCII digits"),
+    ("orders", "customers=" + "1" + "0" * 26, "expected an integer <= 2,147,483,647"),  # orders.customer_id: integer
+    ("orders", "customers=2147483648", "<= 2,147,483,647"),
+    ("orders", "seed=9223372036854775808", "<= 9,223,372,036,854,775,807"),
+    ("documents", "documents=99999999999999999999", "<= 9,223,372,036,854,775,807"),
+    ("ycsb", "fieldlength=200000000", "expected an integer <= 1,048,576"),  # was a raw OverflowError
+    ("ycsb", "fieldlength=1048576,fieldcount=17", "more than 16,777,216"),
+    ("ycsb", "recordcount=１０", "in ASCII digits"),
+    ("ycsb", "zipfianconstant=٠.٩", "in ASCII digits"),
+    ("ycsb", "writeconcern=٢", "expected a number of nodes"),
+])
+def test_workload_option_refused(workload, pair, words):
+    given = dict(p.split("=", 1) for p in pair.split(","))
+    with pytest.raises(UserError) as e:
+        WORKLOADS[workload].resolve(given)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_workload_option_bounds_taken():
+    assert WORKLOADS["orders"].resolve({"customers": "2147483647"})["customers"] == 2**31 - 1
+    assert WORKLOADS["ycsb"].resolve({"fieldlength": "1048576"})["fieldlength"] == 1 << 20

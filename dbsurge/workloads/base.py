@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TextIO
 
-from dbsurge.errors import WorkloadError
+from dbsurge.errors import WorkloadError, clip
+from dbsurge.option_types import NumberError, read_float, read_int
 
 _KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
 
@@ -43,51 +44,62 @@ class Option:
     help: str
 
 
+#: The largest whole number a workload option takes unless its spec says less: PostgreSQL's bigint (int8),
+#: and MongoDB's and the drivers' int64. Beyond it a value reached the database and failed every operation.
+INT8_MAX = 2**63 - 1
+#: PostgreSQL's integer (int4): a value that lands in such a column is at most this.
+INT4_MAX = 2**31 - 1
+
+
 def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    """Parser for an integer, optionally bounded (inclusive)."""
+    """Parser for an integer in ASCII digits, bounded (inclusive): at most `maximum`, else `INT8_MAX`.
+
+    Read by `dbsurge.option_types.read_int`, the parser every number option goes through: ``١٠٠`` and
+    ``1_0_0`` are refused here as on the command line."""
+    low = -INT8_MAX - 1 if minimum is None else minimum
+    high = INT8_MAX if maximum is None else maximum
 
     def parse(text: str) -> int:
         try:
-            value = int(text.replace("_", ""))
-        except ValueError:
-            raise ValueError("expected an integer") from None
-        if minimum is not None and value < minimum:
-            raise ValueError(f"expected an integer >= {minimum}")
-        if maximum is not None and value > maximum:
-            raise ValueError(f"expected an integer <= {maximum}")
+            value = read_int(text)
+        except NumberError:
+            raise ValueError("expected an integer in ASCII digits") from None
+        if value < low:
+            raise ValueError(f"expected an integer >= {low}")
+        if value > high:
+            raise ValueError(f"expected an integer <= {high:,}")
         return value
 
     return parse
 
 
+def _number(text: str, expected: str) -> float:
+    """`text` as a finite number in ASCII digits (`dbsurge.option_types.read_float`), else ValueError(expected)."""
+    try:
+        return read_float(text)
+    except NumberError:
+        raise ValueError(f"{expected}, in ASCII digits") from None
+
+
 def fraction(text: str) -> float:
     """Parser for a number between 0 and 1 inclusive."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("expected a number between 0 and 1") from None
+    value = _number(text, "expected a number between 0 and 1")
     if not 0.0 <= value <= 1.0:
         raise ValueError("expected a number between 0 and 1")
     return value
 
 
 def weight(text: str) -> float:
-    """Parser for an operation weight: a number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("expected a number >= 0") from None
-    if not value >= 0.0 or value == float("inf"):
+    """Parser for an operation weight: a finite number >= 0."""
+    value = _number(text, "expected a number >= 0")
+    if not value >= 0.0:
         raise ValueError("expected a number >= 0")
     return value
 
 
 def open_unit_interval(text: str) -> float:
     """Parser for a number strictly between 0 and 1 (the zipfian constant)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("expected a number between 0 and 1 (exclusive)") from None
+    value = _number(text, "expected a number between 0 and 1 (exclusive)")
     if not 0.0 < value < 1.0:
         raise ValueError("expected a number between 0 and 1 (exclusive)")
     return value
@@ -134,13 +146,13 @@ def resolve_options(workload: str, specs: Mapping[str, Option], given: Mapping[s
             close = difflib.get_close_matches(key, list(specs), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise WorkloadError(
-                f"unknown option '{raw_key}' for workload {workload}{hint}; known options: {', '.join(specs)}"
+                f"unknown option '{clip(raw_key)}' for workload {workload}{hint}; known options: {', '.join(specs)}"
             )
         value_text = _option_text(raw_value)
         try:
             values[key] = spec.parse(value_text)
         except ValueError as exc:
-            raise WorkloadError(f"bad value for workload option {key}={value_text!r}: {exc}") from None
+            raise WorkloadError(f"bad value for workload option {clip(key)}={clip(value_text)!r}: {exc}") from None
     return values
 
 
@@ -180,7 +192,7 @@ class Workload:
 
     def __init__(self, target: Any, options: Mapping[str, object] | None = None) -> None:
         self.target = target
-        self.options: dict[str, Any] = resolve_options(self.name, self.OPTIONS, options or {})
+        self.options: dict[str, Any] = self.resolve(options or {})
         kind = getattr(target, "kind", None)
         if kind not in self.kinds:
             wanted = " or ".join(_KIND_NAMES.get(k, k) for k in self.kinds)
@@ -188,6 +200,18 @@ class Workload:
         self.kind: str = kind
         self.operations: dict[str, float] = self.default_weights()
         self.last_load_inserted = 0
+
+    @classmethod
+    def resolve(cls, given: Mapping[str, object]) -> dict[str, Any]:
+        """Every option's value (`resolve_options`), checked together (`check_options`): no target needed, so
+        ``dbsurge run`` refuses a bad combination before it starts a server or loads data."""
+        values = resolve_options(cls.name, cls.OPTIONS, given)
+        cls.check_options(values)
+        return values
+
+    @classmethod
+    def check_options(cls, values: Mapping[str, Any]) -> None:
+        """Refuse (`WorkloadError`, one line) values that are each in range but not together; none by default."""
 
     def default_weights(self) -> dict[str, float]:
         """Operation name -> relative weight, for the engine's operation mix."""

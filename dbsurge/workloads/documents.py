@@ -23,6 +23,7 @@ import bson
 
 from dbsurge.timing import Laps
 from dbsurge.workloads.base import (
+    INT4_MAX,
     LOAD_CHUNK,
     LoadProgress,
     Option,
@@ -73,7 +74,7 @@ class DocumentsWorkload(Workload):
         "seed": Option(42, integer(), "seed of the generated data"),
         "hot_set": Option(100, integer(1), "size of the hot set: ids 0..hot_set-1"),
         "read_mode": Option("all", choice("all", "hot"), "read_by_id over all ids or over the hot set"),
-        "scan_batch_size": Option(1000, integer(1), "documents per batch of the full-scan cursor"),
+        "scan_batch_size": Option(1000, integer(1, INT4_MAX), "documents per batch of the full-scan cursor"),
         "scan_proportion": Option(0.0, weight, "weight of full_scan in the default mix"),
     }
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
 from dbsurge.errors import WorkloadError
 from dbsurge.workloads.base import (
+    INT4_MAX,
     LOAD_CHUNK,
     LoadProgress,
     Option,
@@ -158,16 +159,20 @@ class OrdersWorkload(Workload):
         "seed": Option(42, integer(), "seed of the generated data (product ids and prices)"),
         "items_min": Option(1, integer(1, 1000), "fewest items in an order"),
         "items_max": Option(5, integer(1, 1000), "most items in an order"),
-        "customers": Option(100_000, integer(1), "customer ids are drawn from 1..customers"),
+        "customers": Option(100_000, integer(1, INT4_MAX), "customer ids are drawn from 1..customers (orders."
+                                                            "customer_id is an integer: at most 2,147,483,647)"),
         "order_proportion": Option(0.5, fraction, "share of order_create in the default mix (rest: product_lookup)"),
     }
 
+    @classmethod
+    def check_options(cls, values: Mapping[str, Any]) -> None:
+        if values["items_min"] > values["items_max"]:
+            raise WorkloadError(
+                f"workload option items_min={values['items_min']} is above items_max={values['items_max']}"
+            )
+
     def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:
         super().__init__(target, options)
-        if self.options["items_min"] > self.options["items_max"]:
-            raise WorkloadError(
-                f"workload option items_min={self.options['items_min']} is above items_max={self.options['items_max']}"
-            )
         # Shared by all users of this process: the same hot products are hashed once.
         self.product = product_cache(self.options["seed"])
 

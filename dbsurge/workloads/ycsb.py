@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from pymongo import ReadPreference, WriteConcern
@@ -87,13 +87,20 @@ def _zeropadding(value: str) -> str | int:
 
 def _writeconcern(value: str) -> str:
     value = value.strip().lower()
-    if value and value != "majority" and not value.isdigit():
+    if value and value != "majority" and not (value.isascii() and value.isdigit()):
         raise ValueError("expected a number of nodes (0, 1, 2...) or majority")
     return value
 
 
 def _insertcount(value: str) -> int | None:
     return None if value.strip() == "" else integer(0)(value)
+
+
+#: The longest field, in characters: 1 MiB (YCSB's default is 100). A record is generated whole in memory, and
+#: 200,000,000 ended in a raw OverflowError from the random generator.
+MAX_FIELD_LENGTH = 1 << 20
+#: The largest record, fieldcount x fieldlength: 16 MiB, MongoDB's document limit (DynamoDB's item is 400 KB).
+MAX_RECORD_LENGTH = 16 << 20
 
 
 class YcsbWorkload(Workload):
@@ -116,7 +123,8 @@ class YcsbWorkload(Workload):
         "hotspotdatafraction": Option(0.2, fraction, "hotspot: share of the records that are hot"),
         "hotspotopnfraction": Option(0.8, fraction, "hotspot: share of the operations on hot records"),
         "fieldcount": Option(10, integer(1, 1000), "fields per record"),
-        "fieldlength": Option(100, integer(1), "characters per field"),
+        "fieldlength": Option(100, integer(1, MAX_FIELD_LENGTH), "characters per field (at most 1 MiB, and a "
+                                                                 "record's fields at most 16 MiB together)"),
         "fieldnameprefix": Option("field", _identifier, "field names are prefix + index"),
         "readallfields": Option(True, boolean, "read returns every field (else one random field)"),
         "writeallfields": Option(False, boolean, "update writes every field (else one random field)"),
@@ -138,6 +146,14 @@ class YcsbWorkload(Workload):
         "tracekeys": Option("", text, "tests and debugging: append every requested record number (int64) to "
                                       "<value>-<pid>.bin"),
     }
+
+    @classmethod
+    def check_options(cls, values: Mapping[str, Any]) -> None:
+        record = values["fieldcount"] * values["fieldlength"]
+        if record > MAX_RECORD_LENGTH:
+            raise WorkloadError(f"workload options fieldcount x fieldlength ({values['fieldcount']} x "
+                                f"{values['fieldlength']}) make records of {record:,} characters, more than "
+                                f"{MAX_RECORD_LENGTH:,} (16 MiB, MongoDB's largest document)")
 
     def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:
         super().__init__(target, options)
