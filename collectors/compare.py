@@ -10,7 +10,9 @@ where they mean something:
   CloudWatch data is there; then each run's cost and operations per dollar;
 - **cache** (``dbsurge scenario cache``): warm, cold and the delta per percentile, per run;
 - **ycsb** (``dbsurge scenario ycsb-run``): throughput, read and update p99 per distribution;
-- **scalability** (``ycsb-run --scale-workers``): throughput per worker count against the ideal.
+- **scalability** (``ycsb-run --scale-workers``): throughput per worker count against the ideal;
+- **the other scenarios** (idle, longscan, rewarm, ycsb-load, ``ycsb-run --consistency``, capacity): their own
+  tables side by side (`_table_rows`), row by row.
 
 A directory written by ``--repeat N`` counts as one run whose figures are the repetitions'
 medians with their [min-max] spread; when both sides have repetitions, a column gives a 95%
@@ -46,7 +48,18 @@ from dbsurge.rundir_check import check_run_dirs, check_run_json
 
 from .bootstrap import difference_interval, per_second
 
-KINDS = ("engine", "cache", "ycsb", "scalability")
+KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
+         "capacity")
+#: Scenario kinds compared table by table from the scenario's own report (`_table_rows`): each row of its tables
+#: (by its first column) and each numeric column is a figure. kind -> the module whose ``report(run_dir)`` builds it.
+TABLE_KINDS = {"idle": "idle", "longscan": "longscan", "rewarm": "rewarm", "ycsb-load": "ycsb_load",
+               "consistency": "ycsb_run", "capacity": "capacity_search"}
+#: What each kind's table is, for its title and first column.
+_TITLES = {"engine": "Per stage", "cache": "Warm vs cold snapshots", "ycsb": "YCSB workload A",
+           "scalability": "Throughput against the ideal line", "idle": "First request after idle (study 001)",
+           "longscan": "Long scan during scale-out (study 000, test 3)", "rewarm": "Cold-cache re-warm (study 000)",
+           "ycsb-load": "YCSB load phase: insert throughput (study 002)",
+           "consistency": "YCSB workload A per consistency level (study 002)", "capacity": "Capacity search"}
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -97,13 +110,17 @@ def open_side(path: str | Path, label: str) -> Side:
     if scenario == "cache":
         kind = "cache"
     elif scenario == "ycsb-run":
-        kind = "scalability" if first.get("mode") == "scale" else "ycsb"
+        mode = first.get("mode")
+        kind = "scalability" if mode == "scale" else "consistency" if mode == "consistency" else "ycsb"
+    elif scenario in TABLE_KINDS:
+        kind = str(scenario)
     elif (runs[0] / "stages.csv").is_file():
         kind = "engine"
     else:
         what = f"a run of scenario {scenario}" if scenario else "not a finished run (no stages.csv)"
-        raise UserError(f"{p} is {what}: compare reads engine runs (dbsurge run, scenario spike), scenario cache "
-                        "and ycsb-run")
+        raise UserError(f"{p} is {what}, which compare cannot read: it reads engine runs (dbsurge run, scenario "
+                        f"spike), and scenarios cache, ycsb-run (one distribution, --consistency, --scale-workers), "
+                        f"idle, longscan, rewarm, ycsb-load and capacity")
     return Side(label=label, path=p, meta=meta, kind=kind, runs=runs)
 
 
@@ -161,12 +178,20 @@ def facts(side: Side) -> dict[str, str]:  # noqa: C901 - one comparable fact per
             if side.kind == "ycsb" and (k == "requestdistribution" or k.startswith("hotspot")):
                 continue  # a dimension of the table, not a difference
             out[f"workload option {k}"] = str(v)
-    elif side.kind == "cache":
+    elif side.kind == "cache" or side.kind in TABLE_KINDS:
+        dimensions = _DIMENSIONS.get(side.kind, set())
         for k, v in (m.get("scenario_settings") or m.get("settings") or {}).items():
-            out[f"setting {k}"] = str(v)
+            if k not in dimensions:
+                out[f"setting {k}"] = str(v)
         for k, v in (m.get("workload_options") or {}).items():
-            out[f"workload option {k}"] = str(v)
+            if k not in dimensions:
+                out[f"workload option {k}"] = str(v)
     return out
+
+
+#: Settings that are what a comparison of the kind is about (study 002's batched against unbatched inserts,
+#: consistency levels), so they may differ: every other setting must be equal.
+_DIMENSIONS = {"ycsb-load": {"batch_size", "batchsize", "clients"}, "consistency": {"consistency", "levels"}}
 
 
 def _workload_options(side: Side) -> dict[str, Any]:
@@ -288,7 +313,7 @@ class Row:
 
     stage: str
     figure: str
-    unit: str  # tps | ms | rate | capacity | usd | ops | pct | count
+    unit: str  # tps | ms | rate | capacity | usd | ops | pct | count | s
     cells: list[Figure]
     ratio: bool = True
     operations: list[int] | None = None  # the fewest operations behind the figure on each side (percentiles)
@@ -443,9 +468,63 @@ def _scale_rows(sides: Sequence[Side]) -> list[Row]:
     return rows
 
 
+def _unit(column: str) -> tuple[str, bool]:
+    """(unit, whether a ratio means something) of a scenario table's column, from its name."""
+    name = column.lower()
+    if name.endswith("_ms") or name.endswith("ms"):
+        return "ms", True
+    if name.endswith("_pct") or "pct" in name:
+        return "pct", False
+    if name.endswith(("_per_s", "_ops_s", "_tps")) or name in ("tps", "rate_tps"):
+        return "tps", True
+    if "rate" in name:
+        return "rate", False
+    if name in ("seconds", "duration_s") or name.endswith(("_s", "_seconds")):
+        return "s", True
+    return "count", True
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _table_rows(sides: Sequence[Side]) -> list[Row]:
+    """A scenario's own tables, side by side: a row per table row (by its first column) and numeric column.
+
+    The tables are the ones the scenario prints and writes (`report(run_dir)`), so compare can never read a
+    run differently from its own summary. A row one side lacks is blank on that side."""
+    import importlib
+
+    module = importlib.import_module(f"dbsurge.scenarios.{TABLE_KINDS[sides[0].kind]}")
+    reports = [module.report(s.runs[0]) for s in sides]
+    rows: list[Row] = []
+    for t in range(min(len(r.tables) for r in reports)):
+        tables = [r.tables[t] for r in reports]
+        columns = tables[0].csv_columns
+        key = columns[0]
+        many = len(tables) > 1 and min(len(x.csv_rows) for x in tables) > 1
+        keys = list(dict.fromkeys(str(row.get(key, "")) for x in tables for row in x.csv_rows))
+        for k in keys:
+            per = [next((row for row in x.csv_rows if str(row.get(key, "")) == k), {}) for x in tables]
+            stage = f"{tables[0].title}: {k}" if many and len(reports[0].tables) > 1 else k
+            for column in columns[1:]:
+                values = [_number(row.get(column)) for row in per]
+                if all(v is None for v in values):
+                    continue
+                unit, ratio = _unit(column)
+                rows.append(Row(stage, column, unit, [Figure([] if v is None else [v]) for v in values], ratio))
+    return rows
+
+
 def comparison_rows(sides: Sequence[Side]) -> list[Row]:
-    return {"engine": _engine_rows, "cache": _cache_rows, "ycsb": _ycsb_rows, "scalability": _scale_rows}[
-        sides[0].kind](sides)
+    kind = sides[0].kind
+    if kind in TABLE_KINDS:
+        return _table_rows(sides)
+    return {"engine": _engine_rows, "cache": _cache_rows, "ycsb": _ycsb_rows, "scalability": _scale_rows}[kind](sides)
 
 
 # -- formatting ---------------------------------------------------------------------------------------------
@@ -464,6 +543,8 @@ def _fmt(unit: str, v: float | None) -> str:
         return f"{v:.0f}%"
     if unit in ("count", "ops"):
         return f"{v:,.0f}"
+    if unit == "s":
+        return f"{v:,.3f}"
     return f"{v:,.1f}" if unit == "tps" else f"{v:g}"
 
 
@@ -506,7 +587,7 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
     """Headers, display rows and the notes about spread."""
     first = sides[0]
     first_column = {"engine": "stage", "cache": "percentile", "ycsb": "distribution", "scalability": "workers"}
-    headers = [first_column[first.kind], "figure"] + [s.label for s in sides]
+    headers = [first_column.get(first.kind, "row"), "figure"] + [s.label for s in sides]
     spread = all(s.repeated for s in sides)
     intervals = spread and first.kind == "engine"
     for s in sides[1:]:
@@ -562,8 +643,7 @@ def text_report(sides: Sequence[Side], rows: Sequence[Row], blocking: list[str],
     from dbsurge.tables import render
 
     headers, lines, spread_notes = table(sides, rows)
-    titles = {"engine": "Per stage", "cache": "Warm vs cold snapshots", "ycsb": "YCSB workload A",
-              "scalability": "Throughput against the ideal line"}
+    titles = _TITLES
     parts = ["Runs: " + "; ".join(f"{s.label} = {s.path} ({s.target}"
                                   f"{f', {len(s.runs)} repetitions' if s.repeated else ''})" for s in sides)]
     if blocking:

@@ -191,3 +191,37 @@ def test_compare_names_what_differed_and_will_not_judge_a_few_operations(two_run
     assert any(line.startswith("Not enough operations (") and "fewer than 100 operations" in line for line in lines)
     same = dbsurge("compare", str(two_runs["a"]), str(two_runs["b"]), "--html", str(root / "s.html"), cwd=root)
     assert "What differed, a vs b: nothing in run.json's options, target or versions" in same.stdout, same.stdout
+
+
+# -- every kind a study compares ------------------------------------------------------------------------------------
+
+def test_compare_reads_the_scenario_kinds_the_studies_compare(tmp_path: Path, pg_uri: str, mongo_uri: str) -> None:
+    """Study 002's batched against unbatched inserts, study 001's idle rows side by side, study 000's long scan and
+    re-warm: compare refused all four ("compare reads engine runs ..."); it now sets their own tables side by side,
+    the scenario's dimension (the batch size) allowed to differ."""
+    def scenario(name: str, *args: str) -> Path:
+        results = tmp_path / f"{name}-{len(list(tmp_path.glob(f'{name}-*')))}"
+        proc = dbsurge("scenario", name, "--quick", *args, "--results-dir", str(results), cwd=tmp_path, timeout=180)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        [run] = [p for p in results.iterdir() if p.is_dir()]
+        return run
+
+    unbatched = scenario("ycsb-load", "--target", mongo_uri, "--drop", "--workload-option", "table=ut_cmp_one")
+    batched = scenario("ycsb-load", "--target", mongo_uri, "--drop", "--batch-size", "100", "--workload-option",
+                       "table=ut_cmp_one")
+    out = dbsurge("compare", str(unbatched), str(batched), "--labels", "unbatched,batched", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "YCSB load phase" in out.stdout and "batched vs unbatched" in out.stdout
+    line = next(x for x in out.stdout.splitlines() if " inserts_per_s " in f" {x} ")
+    rates = [float(v.replace(",", "")) for v in re.findall(r"\b[\d,]+\.\d+\b", line)[:2]]
+    mine = [float(read_csv(r / "ycsb-load.csv")[0]["inserts_per_s"]) for r in (unbatched, batched)]
+    assert rates == pytest.approx(mine, rel=0.01), (line, mine)
+
+    idle = [scenario("idle", "--target", pg_uri) for _ in range(2)]
+    out = dbsurge("compare", str(idle[0]), str(idle[1]), "--labels", "D1,A2", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "first_query_ms" in out.stdout and "A2 vs D1" in out.stdout
+
+    scan = scenario("longscan", "--target", mongo_uri)
+    out = dbsurge("compare", str(scan), str(scan), "--labels", "A,B", cwd=tmp_path)
+    assert out.returncode == 0 and "Long scan" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

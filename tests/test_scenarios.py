@@ -459,3 +459,8 @@ def test_ycsb_run_scalability_against_the_ideal_line(tmp_path, mongo_uri):
     meta = read_json(run / "run.json")
     assert meta["mode"] == "scale" and meta["consistency"] == {"w": "1"}
     assert "% of ideal" in proc.stdout
+    # compare and report read it: both failed "run.json is damaged: workers is [1, 2], not a count"
+    compared = dbsurge("compare", str(run), str(run), "--labels", "a,b", cwd=tmp_path, timeout=120)
+    assert compared.returncode == 0 and "% of ideal" in compared.stdout, explain(compared)
+    reported = dbsurge("report", str(run), cwd=tmp_path, timeout=120)
+    assert reported.returncode == 0 and "damaged" not in reported.stderr, explain(reported)
