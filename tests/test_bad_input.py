@@ -437,3 +437,17 @@ def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
         proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "10",
                        "--duration", "2s", "--web", "--web-port", str(port), cwd=tmp_path, timeout=60)
     assert_one_line(proc, f"--web-port {port}: 127.0.0.1:{port} is already in use", tmp_path / "results")
+
+
+@pytest.mark.parametrize("command", ["run", "load"])
+def test_wrong_database_name_is_one_clear_line(tmp_path, pg_uri, command):
+    """A database the server does not have was the driver's raw text (OperationalError: connection failed: ...
+    FATAL: ...); now one line naming the database and the server, never the password."""
+    uri = pg_uri.rsplit("/", 1)[0] + "/nosuchdb"
+    with_password = uri.replace("postgres@", "postgres:Sekret0Pw@", 1)  # trust auth: the password is never asked
+    args = ["--duration", "2s"] if command == "run" else []
+    proc = dbsurge(command, "--workload", "orders", "--target", with_password, *args, cwd=tmp_path, timeout=120)
+    where = pg_uri.split("@", 1)[1].rsplit("/", 1)[0]
+    assert_one_line(proc, f"database 'nosuchdb' does not exist on {where}: create it (createdb nosuchdb)",
+                    tmp_path / "results")
+    assert "Sekret0Pw" not in proc.stderr + proc.stdout and "OperationalError" not in proc.stderr
