@@ -170,6 +170,23 @@ def test_bad_mongo_ca_file(tmp_path, content, words):
     assert str(ca) in proc.stderr
 
 
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "directory"])
+def test_ca_file_that_is_not_a_regular_file(tmp_path, kind):
+    """Said as what it is, not as a missing file (a FIFO would otherwise wait in the TLS library's read)."""
+    import os
+
+    ca = tmp_path / "ca.pem"
+    if kind == "fifo":
+        os.mkfifo(ca)
+    elif kind == "directory":
+        ca.mkdir()
+    else:
+        ca = Path("/dev/zero")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--target-option", f"sslrootcert={ca}",
+                   "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"CA file sslrootcert='{ca}' is not a regular file", tmp_path / "results")
+
+
 def test_bad_postgres_ca_file(tmp_path):
     proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--target-option",
                    f"sslrootcert={tmp_path / 'nope.pem'}", "--duration", "2s", cwd=tmp_path, timeout=60)
