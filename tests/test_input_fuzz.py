@@ -269,3 +269,25 @@ def test_bad_host_label_is_refused_where_the_uri_is_parsed(template, host, words
                                  "alternator://scylla-1:8000", "dynamodb://localhost:8000"])
 def test_good_hosts_still_parse(uri):
     open_target(uri)
+
+
+# -- JSON from outside (run.json, events.jsonl, a web request's body): parsed or a ValueError, at any depth -------
+
+BRACKETS = st.lists(st.sampled_from(["[", "]", "{", "}", '"a":', ",", "1", '"x"', "null", " "]), max_size=60).map("".join)
+DEEP = st.tuples(st.sampled_from(["[", '{"a":', '[{"b":']), st.integers(min_value=1, max_value=200_000)).map(
+    lambda t: t[0] * t[1])
+
+
+@FUZZ
+@given(st.one_of(BRACKETS, DEEP, TEXT))
+def test_load_json_is_total(text):
+    """`RecursionError` (``[`` x 100,000) was a traceback from every reader of a run directory and a 500 from the
+    web UI: `load_json` returns a value nested at most `MAX_JSON_DEPTH` deep, or raises ValueError."""
+    from dbsurge.json_input import MAX_JSON_DEPTH, json_depth, load_json
+
+    try:
+        value = load_json(text)
+    except ValueError as e:
+        assert "\n" not in str(e)
+        return
+    assert json_depth(value) <= MAX_JSON_DEPTH
