@@ -229,7 +229,8 @@ def check_run_json(path: Path) -> dict:
     try:
         meta = load_json(text)
     except ValueError as e:
-        raise _damaged(path, f"it is not JSON ({clip(e, 80)})" + ("" if "nested" in str(e) else ": cut short?")) from None
+        hint = "" if "nested" in str(e) else ": cut short?"
+        raise _damaged(path, f"it is not JSON ({clip(e, 80)}){hint}") from None
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
