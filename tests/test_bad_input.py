@@ -453,7 +453,23 @@ def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
         port = taken.getsockname()[1]
         proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "10",
                        "--duration", "2s", "--web", "--web-port", str(port), cwd=tmp_path, timeout=60)
-    assert_one_line(proc, f"--web-port {port}: 127.0.0.1:{port} is already in use", tmp_path / "results")
+    assert_one_line(proc, f"cannot listen on 127.0.0.1:{port} for --web-port: it is already in use",
+                    tmp_path / "results")
+
+
+def test_prometheus_port_in_use_is_one_line_before_anything_starts(tmp_path):
+    import socket
+
+    from dbsurge.embedded import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "10",
+                       "--duration", "2s", "--prometheus-port", str(port), cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"cannot listen on 127.0.0.1:{port} for --prometheus-port: it is already in use",
+                    tmp_path / "results")
 
 
 @pytest.mark.parametrize("command", ["run", "load"])
