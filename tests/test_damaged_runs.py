@@ -504,3 +504,14 @@ def test_cost_prices_file_is_one_line(kind, words, pristine, tmp_path, capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"dbsurge: prices file {prices} ") and words in lines[0], err
+
+
+@pytest.mark.parametrize("key, by", [("planned_operations", 5), ("operations", -1), ("not_sent", 2)])
+def test_run_json_results_must_agree_with_the_summary(key, by, pristine, tmp_path, capsys):
+    """The verdict's figures (run.json) and the ledger table (summary.csv) are one ledger said twice."""
+    run = tmp_path / "disagree"
+    shutil.copytree(pristine, run)
+    results = json.loads((run / "run.json").read_text())["results"]
+    meta_set(f"results.{key}", results[key] + by if results[key] + by >= 0 else results[key] + abs(by))(run)
+    line = _one_line(capsys, main(["report", str(run)]), f"{run / 'run.json'} is inconsistent")
+    assert f"results.{key} is" in line, line
