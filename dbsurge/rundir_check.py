@@ -90,12 +90,7 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
     for name, (allowed, required, ledger) in CSV_FILES.items():
         if (path / name).exists():
             check_csv(path / name, allowed, required, ledger=ledger)
-    if (path / "events.jsonl").exists():
-        check_events(path / "events.jsonl")
-    if (path / "intervals.hlog").exists():
-        check_hlog(path / "intervals.hlog")
-    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
-        check_metrics_csv(csv_file)
+    _check_other_files(path)
     if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / "summary.csv").exists():
         check_results_agree(path / "run.json", meta["results"], path / "summary.csv")
     if meta is not None and meta.get("kind") == "repetitions":
@@ -104,6 +99,16 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
             if child is not None and child.is_dir():
                 check_run_dir(child)
     return meta
+
+
+def _check_other_files(path: Path) -> None:
+    """events.jsonl, intervals.hlog and the collectors' metrics/*.csv, those that are there."""
+    if (path / "events.jsonl").exists():
+        check_events(path / "events.jsonl")
+    if (path / "intervals.hlog").exists():
+        check_hlog(path / "intervals.hlog")
+    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
+        check_metrics_csv(csv_file)
 
 
 def _dig(obj: Any, *keys: str) -> Any:
