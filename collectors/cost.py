@@ -41,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError
+from dbsurge.size_limits import FileRefused, read_bounded
 from dbsurge.validate import parse_runner
 
 from .merge import capacity_frames, infer_period_s
@@ -96,11 +97,23 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+#: A prices file is a few dozen lines of TOML.
+MAX_PRICES_BYTES = 1024 * 1024
+
+
 def _read_toml(path: Path) -> dict:
+    """The TOML file, or one line: a FIFO or /dev/zero (st_size 0) is refused unread, a larger file after its
+    bound, and text that is not UTF-8 or nests past the parser's recursion is not a traceback."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(read_bounded(path, MAX_PRICES_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"prices file {path} not found") from None
+    except FileRefused as exc:
+        raise UserError(f"prices file {path} {exc.reason}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"prices file {path} is not UTF-8 text (byte at offset {exc.start})") from None
+    except RecursionError:
+        raise UserError(f"prices file {path} cannot be read: nested too deeply") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"prices file {path} cannot be read: {exc}") from None
 

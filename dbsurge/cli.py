@@ -341,10 +341,12 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
     check_plan(args, ns)
-    if args.web:
-        from .validate import check_port_free
+    from .validate import check_port_free
 
+    if args.web:
         check_port_free(getattr(ns, "web_host", None), getattr(ns, "web_port", None), "--web-port")
+    if getattr(ns, "prometheus_port", None):  # the exporter binds it only once the load is about to start
+        check_port_free(getattr(ns, "prometheus_host", None) or "127.0.0.1", ns.prometheus_port, "--prometheus-port")
 
 
 def check_plan(args, ns: argparse.Namespace) -> None:

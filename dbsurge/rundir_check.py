@@ -90,18 +90,25 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
     for name, (allowed, required, ledger) in CSV_FILES.items():
         if (path / name).exists():
             check_csv(path / name, allowed, required, ledger=ledger)
-    if (path / "events.jsonl").exists():
-        check_events(path / "events.jsonl")
-    if (path / "intervals.hlog").exists():
-        check_hlog(path / "intervals.hlog")
-    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
-        check_metrics_csv(csv_file)
+    _check_other_files(path)
+    if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / "summary.csv").exists():
+        check_results_agree(path / "run.json", meta["results"], path / "summary.csv")
     if meta is not None and meta.get("kind") == "repetitions":
         for item in _dig(meta, "repetitions", "runs") or []:
             child = path / str(item.get("run_dir")) if isinstance(item, dict) else None
             if child is not None and child.is_dir():
                 check_run_dir(child)
     return meta
+
+
+def _check_other_files(path: Path) -> None:
+    """events.jsonl, intervals.hlog and the collectors' metrics/*.csv, those that are there."""
+    if (path / "events.jsonl").exists():
+        check_events(path / "events.jsonl")
+    if (path / "intervals.hlog").exists():
+        check_hlog(path / "intervals.hlog")
+    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
+        check_metrics_csv(csv_file)
 
 
 def _dig(obj: Any, *keys: str) -> Any:
@@ -230,7 +237,8 @@ def check_run_json(path: Path) -> dict:
     try:
         meta = load_json(text)
     except ValueError as e:
-        raise _damaged(path, f"it is not JSON ({clip(e, 80)})" + ("" if "nested" in str(e) else ": cut short?")) from None
+        hint = "" if "nested" in str(e) else ": cut short?"
+        raise _damaged(path, f"it is not JSON ({clip(e, 80)}){hint}") from None
     if not isinstance(meta, dict):
         raise _damaged(path, f"it holds a JSON {type(meta).__name__}, not an object")
     _check_keys(path, meta, RUN_KEYS, "")
@@ -322,6 +330,22 @@ def _check_balance(path: Path, n: int, row: dict[str, str]) -> None:
         if get("planned") != accounted:
             raise _inconsistent(path, f"{where}: planned is {get('planned')} but ok + failed + dropped + unknown + "
                                       f"not sent is {accounted}")
+
+
+#: run.json's results -> the summary's column for the whole run (its ALL row): the same ledger, said twice.
+_RESULTS_IN_SUMMARY = {"planned_operations": "planned", "operations": "count", "not_sent": "not_sent"}
+
+
+def check_results_agree(meta_path: Path, results: dict, summary: Path) -> None:
+    """run.json's ``results`` (the verdict's figures) and summary.csv's ALL row (the ledger table) must agree."""
+    rows = [r for r in csv.DictReader(io.StringIO(read_text(summary), newline="")) if r.get("operation") == "ALL"]
+    if len(rows) != 1:
+        return  # a summary without its run row (an old or partial one): nothing to compare
+    for key, column in _RESULTS_IN_SUMMARY.items():
+        said, cell = results.get(key), rows[0].get(column) or ""
+        if _is_count(said) and cell != "" and said != int(float(cell)):
+            raise _inconsistent(meta_path, f"results.{key} is {said} but {summary.name}'s run row says {column} "
+                                           f"{int(float(cell))}")
 
 
 def _inconsistent(path: Path, what: str) -> InconsistentRun:

@@ -174,7 +174,7 @@ def check_port_free(host: str | None, port: int | None, flag: str) -> None:
     if not port:
         return
     bind_host = None if host in (None, "", "*") else host
-    shown = f"{host}:{port}" if bind_host else f"port {port} on every interface"
+    shown = f"{host}:{port}" if bind_host else f"port {port} of every interface"
     try:
         family, kind, proto, _name, address = socket.getaddrinfo(bind_host, port, type=socket.SOCK_STREAM,
                                                                  flags=socket.AI_PASSIVE)[0]
@@ -185,13 +185,10 @@ def check_port_free(host: str | None, port: int | None, flag: str) -> None:
         try:
             s.bind(address)
         except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise UserError(f"{flag} {port}: {shown} is already in use (another web UI or Locust?): choose a free "
-                                f"port with {flag}, or stop what listens there") from None
-            if e.errno == errno.EADDRNOTAVAIL:
-                raise UserError(f"{flag} {port}: {clip(host)} is not an address of this host: the server could not "
-                                f"listen there") from None
-            raise UserError(f"{flag} {port}: cannot listen on {shown}: {e.strerror or type(e).__name__}") from None
+            why = {errno.EADDRINUSE: "it is already in use (another web UI, exporter or Locust?)",
+                   errno.EADDRNOTAVAIL: "that is not an address of this host"}.get(e.errno or 0)
+            raise UserError(f"cannot listen on {clip(shown, 80)} for {flag}: {why or e.strerror or type(e).__name__}: "
+                            f"choose another port, or stop what listens there") from None
 
 
 def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one check per option, flat

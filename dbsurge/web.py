@@ -5,7 +5,8 @@
 - ``GET  /dbsurge/live``: that, and the live figures the panel shows (the timeline's seconds).
 - ``POST /dbsurge/rate``: ``{"rate_tps": 800}`` (this rate from now on) or ``{"scale": 2}`` (the
   plan's own rates times 2 from now on, replacing any override; 1 is the plan again).
-  Form fields work too: ``curl -X POST -d rate_tps=800 http://127.0.0.1:8089/dbsurge/rate``.
+  Form fields work too: ``curl -X POST -d rate_tps=800 http://127.0.0.1:8089/dbsurge/rate``. A body
+  above `MAX_BODY_BYTES` is a 413, read no further (`bounded_body`).
 - ``GET  /dbsurge/report``: the finished run's report.html (that file only).
 
 The panel is a script and a stylesheet added to Locust's own page (``/``): a column at the right,

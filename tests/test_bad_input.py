@@ -243,6 +243,23 @@ def test_bad_mongo_ca_file(tmp_path, content, words):
     assert str(ca) in proc.stderr
 
 
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "directory"])
+def test_ca_file_that_is_not_a_regular_file(tmp_path, kind):
+    """Said as what it is, not as a missing file (a FIFO would otherwise wait in the TLS library's read)."""
+    import os
+
+    ca = tmp_path / "ca.pem"
+    if kind == "fifo":
+        os.mkfifo(ca)
+    elif kind == "directory":
+        ca.mkdir()
+    else:
+        ca = Path("/dev/zero")
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--target-option", f"sslrootcert={ca}",
+                   "--duration", "2s", cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"CA file sslrootcert='{ca}' is not a regular file", tmp_path / "results")
+
+
 def test_bad_postgres_ca_file(tmp_path):
     proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--target-option",
                    f"sslrootcert={tmp_path / 'nope.pem'}", "--duration", "2s", cwd=tmp_path, timeout=60)
@@ -538,4 +555,34 @@ def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
         port = taken.getsockname()[1]
         proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "10",
                        "--duration", "2s", "--web", "--web-port", str(port), cwd=tmp_path, timeout=60)
-    assert_one_line(proc, f"--web-port {port}: 127.0.0.1:{port} is already in use", tmp_path / "results")
+    assert_one_line(proc, f"cannot listen on 127.0.0.1:{port} for --web-port: it is already in use",
+                    tmp_path / "results")
+
+
+def test_prometheus_port_in_use_is_one_line_before_anything_starts(tmp_path):
+    import socket
+
+    from dbsurge.embedded import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "10",
+                       "--duration", "2s", "--prometheus-port", str(port), cwd=tmp_path, timeout=60)
+    assert_one_line(proc, f"cannot listen on 127.0.0.1:{port} for --prometheus-port: it is already in use",
+                    tmp_path / "results")
+
+
+@pytest.mark.parametrize("command", ["run", "load"])
+def test_wrong_database_name_is_one_clear_line(tmp_path, pg_uri, command):
+    """A database the server does not have was the driver's raw text (OperationalError: connection failed: ...
+    FATAL: ...); now one line naming the database and the server, never the password."""
+    uri = pg_uri.rsplit("/", 1)[0] + "/nosuchdb"
+    with_password = uri.replace("postgres@", "postgres:Sekret0Pw@", 1)  # trust auth: the password is never asked
+    args = ["--duration", "2s"] if command == "run" else []
+    proc = dbsurge(command, "--workload", "orders", "--target", with_password, *args, cwd=tmp_path, timeout=120)
+    where = pg_uri.split("@", 1)[1].rsplit("/", 1)[0]
+    assert_one_line(proc, f"database 'nosuchdb' does not exist on {where}: create it (createdb nosuchdb)",
+                    tmp_path / "results")
+    assert "Sekret0Pw" not in proc.stderr + proc.stdout and "OperationalError" not in proc.stderr

@@ -481,3 +481,38 @@ def test_an_unbalanced_ledger_is_no_verdict(name, column, by, words, pristine, t
                  ["compare", str(pristine), str(run)]):
         line = _one_line(capsys, main(argv), f"{run / name} is inconsistent")
         assert words in line and "the ledger does not balance" in line, line
+
+
+@pytest.mark.parametrize("kind, words", [("/dev/zero", "is a character device, not a regular file"),
+                                         ("fifo", "is a FIFO (named pipe), not a regular file"),
+                                         ("binary", "is not UTF-8 text"), ("deep", "nested too deeply")])
+def test_cost_prices_file_is_one_line(kind, words, pristine, tmp_path, capsys):
+    """`dbsurge cost --prices FILE`, a file the user names: not read whole when it has no end, never a traceback."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(pristine, run)
+    prices = tmp_path / "prices.toml"
+    if kind == "/dev/zero":
+        prices = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(prices)
+    elif kind == "binary":
+        prices.write_bytes(b"[runner_hour]\n\xff\xfe = 1\n")
+    else:
+        prices.write_text("x = " + "[" * 100_000 + "\n")
+    assert main(["cost", str(run), "--prices", str(prices)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"dbsurge: prices file {prices} ") and words in lines[0], err
+
+
+@pytest.mark.parametrize("key, by", [("planned_operations", 5), ("operations", -1), ("not_sent", 2)])
+def test_run_json_results_must_agree_with_the_summary(key, by, pristine, tmp_path, capsys):
+    """The verdict's figures (run.json) and the ledger table (summary.csv) are one ledger said twice."""
+    run = tmp_path / "disagree"
+    shutil.copytree(pristine, run)
+    results = json.loads((run / "run.json").read_text())["results"]
+    meta_set(f"results.{key}", results[key] + by if results[key] + by >= 0 else results[key] + abs(by))(run)
+    line = _one_line(capsys, main(["report", str(run)]), f"{run / 'run.json'} is inconsistent")
+    assert f"results.{key} is" in line, line

@@ -364,3 +364,25 @@ def test_workload_option_refused(workload, pair, words):
 def test_workload_option_bounds_taken():
     assert WORKLOADS["orders"].resolve({"customers": "2147483647"})["customers"] == 2**31 - 1
     assert WORKLOADS["ycsb"].resolve({"fieldlength": "1048576"})["fieldlength"] == 1 << 20
+
+
+# -- JSON from outside (run.json, events.jsonl, a web request's body): parsed or a ValueError, at any depth -------
+
+BRACKETS = st.lists(st.sampled_from(["[", "]", "{", "}", '"a":', ",", "1", '"x"', "null", " "]), max_size=60).map("".join)
+DEEP = st.tuples(st.sampled_from(["[", '{"a":', '[{"b":']), st.integers(min_value=1, max_value=200_000)).map(
+    lambda t: t[0] * t[1])
+
+
+@FUZZ
+@given(st.one_of(BRACKETS, DEEP, TEXT))
+def test_load_json_is_total(text):
+    """`RecursionError` (``[`` x 100,000) was a traceback from every reader of a run directory and a 500 from the
+    web UI: `load_json` returns a value nested at most `MAX_JSON_DEPTH` deep, or raises ValueError."""
+    from dbsurge.json_input import MAX_JSON_DEPTH, json_depth, load_json
+
+    try:
+        value = load_json(text)
+    except ValueError as e:
+        assert "\n" not in str(e)
+        return
+    assert json_depth(value) <= MAX_JSON_DEPTH

@@ -402,6 +402,9 @@ def check_ca_file(display: str, name: str, path: str) -> str:
     driver's ssl traceback on the first connection.
     """
     full = os.path.expanduser(path)
+    if os.path.exists(full) and not os.path.isfile(full):  # a FIFO would hang the TLS library's read
+        raise TargetError(f"target {display}: CA file {name}='{clip(path, 160)}' is not a regular file: pass the "
+                          f"path of a PEM CA bundle")
     if not os.path.isfile(full):
         raise TargetError(f"target {display}: missing CA file {name}='{clip(path, 160)}' (no such file): "
                           f"pass the path of a PEM CA bundle")

@@ -974,6 +974,10 @@ def _explain_token_error(exc: BaseException) -> str:
     return f"cannot sign the DSQL auth token: {name}: {one_line(str(exc))}"
 
 
+#: libpq's FATAL for a database name the server does not have (its SQLSTATE 3D000 is not on a failed connect).
+_NO_DATABASE = re.compile(r'database "([^"]*)" does not exist')
+
+
 def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: float | None = None) -> str:  # noqa: C901 - one message per libpq failure, a table
     """One line saying why connecting to (or querying) `target` failed, from a psycopg error."""
     message = str(exc)
@@ -1010,12 +1014,14 @@ def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: f
         return f"authentication failed for user '{clip(target.user)}' (wrong password)"
     if "no password supplied" in low or "fe_sendauth" in low:
         return f"authentication failed for user '{clip(target.user)}': the server wants a password and none was given"
+    if sqlstate == "3D000" or _NO_DATABASE.search(message):
+        name = target.dbname or (_NO_DATABASE.search(message) or [None, "?"])[1]
+        return (f"database '{clip(name)}' does not exist on {where}: create it (createdb {clip(name)}), or name "
+                f"another in the URI's path (.../DBNAME) or with --target-option database=DBNAME")
     if sqlstate == "28000" or ("role" in low and "does not exist" in low):
         return f"authentication failed: {one_line(message)}"
     if "root certificate file" in low and ("does not exist" in low or "no such file" in low):
         return f"missing CA file: {one_line(message)}"
     if any(s in low for s in ("ssl", "tls", "certificate", "server does not support")):
         return f"TLS error: {one_line(message)}"
-    if sqlstate == "3D000":
-        return one_line(message)
     return f"{type(exc).__name__}: {one_line(message)}"
