@@ -325,7 +325,7 @@ class Aggregator:
                 pause()
         rows.append(all_row)
         if not provisional:
-            self.live.add_second(sec, self._row_key(sec), target, total, all_row)
+            self.live.add_second(sec, self._row_key(sec), target, total, all_row, rows)
             # failed operations count too: a database that times out every operation ties users up
             # as long as a slow one, and the pool must be sized for that
             n = total.ok + total.failures
