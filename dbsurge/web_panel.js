@@ -592,11 +592,40 @@
     bandsAndMarks(c, plan, false);
     path(c, ts, lag, false, 'ds-line-lag');
 
+    // the second under the pointer (or the last one): a line across the three charts, its figures read out
+    geometry = {x0: x0, x1: x1, left: c.left, right: c.right};
     var i = achieved.length - 1;
-    setText('dbsurge-chart-now', i < 0 ? 'No complete second yet: the chart starts with the run\u2019s first.'
-      : 'at ' + fmtClock(ts[i]) + ': achieved ' + tps(achieved[i]) + ' of ' + tps(target[i]) + ' TPS planned \u00b7 p99 ' +
-        ms(sr.operations.ALL.p99_ms[i]) + ' ms \u00b7 lag p99 ' + ms(lag[i]) + ' ms');
+    if (hoverT !== null) {
+      for (var k = 0; k < ts.length; k++) if (ts[k] <= hoverT) i = k;
+      if (!ts.length || hoverT < ts[0] || hoverT >= end) i = -1;
+      if (i >= 0) {
+        ['dbsurge-chart-tps', 'dbsurge-chart-ms', 'dbsurge-chart-lag'].forEach(function (id) {
+          var x = (c.left + (ts[i] + 0.5 - x0) * (c.right - c.left) / (x1 - x0)).toFixed(1);
+          $(id).appendChild(s('line', {x1: x, x2: x, y1: MARGIN.t, y2: Number($(id).getAttribute('data-height')) -
+                                       MARGIN.b, 'class': 'ds-hover'}));
+        });
+      }
+    }
+    var failures = i >= 0 && failed[i] ? ' \u00b7 failed ' + failed[i] : '';
+    var all = i >= 0 ? sr.operations.ALL : null;
+    setText('dbsurge-chart-now', i < 0 ? (hoverT !== null ? 'No second there.'
+                                          : 'No complete second yet: the chart starts with the run\u2019s first.')
+      : (hoverT !== null ? 'second ' : 'last second, ') + fmtClock(ts[i]) + ': achieved ' + tps(achieved[i]) +
+        ' of ' + tps(target[i]) + ' TPS planned' + failures + ' \u00b7 p50 / p95 / p99 ' + ms(all.p50_ms[i]) + ' / ' +
+        ms(all.p95_ms[i]) + ' / ' + ms(all.p99_ms[i]) + ' ms \u00b7 lag p99 ' + ms(lag[i]) + ' ms');
   }
+
+  var hoverT = null, geometry = null, hoverFrame = null;
+  function hover(e) {
+    var g = geometry;
+    if (!g) return;
+    var box = e.currentTarget.getBoundingClientRect(), x = e.clientX - box.left;
+    hoverT = x < g.left || x > g.right ? null : g.x0 + (x - g.left) * (g.x1 - g.x0) / (g.right - g.left);
+    if (hoverFrame === null) {
+      hoverFrame = requestAnimationFrame(function () { hoverFrame = null; if (last) renderChart(last); });
+    }
+  }
+  function unhover() { hoverT = null; if (last) renderChart(last); }
 
   function widen(on) {
     document.body.classList.toggle('dbsurge-wide', on);
@@ -678,6 +707,10 @@
   window.addEventListener('scroll', place, {passive: true});
   window.addEventListener('resize', place);
   window.addEventListener('resize', function () { if (last) renderChart(last); });
+  ['dbsurge-chart-tps', 'dbsurge-chart-ms', 'dbsurge-chart-lag'].forEach(function (id) {
+    $(id).addEventListener('mousemove', hover);
+    $(id).addEventListener('mouseleave', unhover);
+  });
   $('dbsurge-wide').onclick = function () { widen(!document.body.classList.contains('dbsurge-wide')); };
   new MutationObserver(pageChanged).observe(document.body, {childList: true, subtree: true});
   refresh();

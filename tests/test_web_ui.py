@@ -288,6 +288,15 @@ def test_the_chart_draws_the_plans_stages_and_the_timelines_seconds(tmp_path, pg
             assert box["y"] >= 0 and box["y"] + box["height"] <= 1500, box  # all of it in view, none behind the header
             page.screenshot(path=str(shots / "chart.png"), clip=box)
             chart = _chart_facts(page)
+            assert re.fullmatch(r"last second, \d+:\d\d: achieved [\d.]+ of [\d.]+ TPS planned( \u00b7 failed \d+)? \u00b7 "
+                                r"p50 / p95 / p99 [\d.]+ / [\d.]+ / [\d.]+ ms \u00b7 lag p99 [\d.]+ ms",
+                                page.inner_text("#dbsurge-chart-now")), page.inner_text("#dbsurge-chart-now")
+            # the pointer over a second: a line across the three charts, that second's figures read out
+            tps_box = _box(page, "#dbsurge-chart-tps")
+            page.mouse.move(tps_box["x"] + tps_box["width"] * 0.35, tps_box["y"] + tps_box["height"] / 2)
+            _wait_for(lambda: page.locator("#dbsurge-chart .ds-hover").count() == 3, 5, "the pointer's second")
+            assert re.match(r"second \d+:\d\d: achieved ", page.inner_text("#dbsurge-chart-now"))
+            page.screenshot(path=str(shots / "chart-pointer.png"), clip=_box(page, "#dbsurge-chart"))
             browser.close()
         proc.wait(timeout=90)  # `dbsurge run --web` ends with its plan
     finally:
