@@ -158,7 +158,19 @@
     document.body.classList.toggle('dbsurge-nomain', !document.querySelector('#root main'));
   }
 
-  function pageChanged() { place(); formNote(); }
+  function pageChanged() { place(); formNote(); chartsNote(); }
+
+  // Locust's Charts tab: a line above its charts says whose counters they are and where the seconds are
+  var LOCUST_CHARTS_NOTE = "These are Locust's own counters: requests completed per second, failures included, " +
+    'averaged over about 10 s ending 3 s ago, a point every 2 s, so a short stage shows late, lower than planned ' +
+    'and as a ramp. The dbsurge panel\u2019s chart has every second as timeline.csv has it, by the second each ' +
+    'operation was due.';
+
+  function chartsNote() {
+    var chart = document.querySelector('#root main [_echarts_instance_]');
+    if (!chart || !chart.parentNode || document.querySelector('#root main .dbsurge-charts-note')) return;
+    chart.parentNode.insertBefore(el('div', {'class': 'dbsurge-charts-note'}, [LOCUST_CHARTS_NOTE]), chart);
+  }
 
   // -- what the state says ---------------------------------------------------------------------------
 

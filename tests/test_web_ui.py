@@ -126,6 +126,9 @@ def _charts_beside_the_panel(page, shots: Path) -> None:
     page.get_by_role("tab", name="Charts").click()
     page.wait_for_selector("main [_echarts_instance_]")
     time.sleep(1)  # the charts' first draw
+    # above Locust's charts, whose counters they are and where the per-second figures are
+    note = page.locator("main .dbsurge-charts-note")
+    assert note.count() == 1 and note.is_visible() and "Locust's own counters" in note.inner_text()
     page.screenshot(path=str(shots / "3-charts.png"))
     panel = page.locator("#dbsurge-panel").bounding_box()
     charts = [page.locator("main [_echarts_instance_]").nth(i).bounding_box()
