@@ -563,6 +563,9 @@
     }
     path(c, ts, target, true, 'ds-line-planned');
     path(c, ts, achieved, false, 'ds-line-achieved');
+    c.svg.setAttribute('data-seconds', String(ts.length));
+    c.svg.setAttribute('data-first-s', sr && ts.length ? String(sr.time_s[0]) : '');
+    c.svg.setAttribute('data-last-s', sr && ts.length ? String(sr.time_s[ts.length - 1]) : '');
     if (anyFailed) path(c, ts, failed, false, 'ds-line-failed');
     var items = [['planned', '#555', '6 3', 2.2], ['achieved', '#1a7f37', '', 3]];
     if (anyFailed) items.push(['failed / s', '#b00020', '', 2]);
@@ -639,6 +642,53 @@
   }
   function unhover() { hoverT = null; if (last) renderChart(last); }
 
+  // The series, kept here: the page asks for the seconds after its last (?since=), one point a second, and
+  // keeps the last span_s of them; a new run (another time zero) starts it again.
+  var chartSeries = null;
+  var COLUMNS = ['time_s', 'target_tps', 'achieved_tps', 'failures', 'lag_p99_ms'];
+  var PCTS = ['p50_ms', 'p95_ms', 'p99_ms'];
+
+  function nulls(n) { var a = []; for (var i = 0; i < n; i++) a.push(null); return a; }
+
+  function mergeSeries(sr) {
+    var buf = chartSeries;
+    if (!sr || sr.since === null || !buf || buf.start_epoch_s !== sr.start_epoch_s) {
+      chartSeries = sr; // the whole series, or none yet
+      return sr;
+    }
+    // two answers to the same since (the rate control's refresh beside the timer's) must not add a second twice
+    var n = buf.time_s.length, lastT = n ? buf.time_s[n - 1] : -Infinity, j = 0;
+    while (j < sr.time_s.length && sr.time_s[j] <= lastT) j++;
+    var m = sr.time_s.length - j;
+    COLUMNS.forEach(function (k) { Array.prototype.push.apply(buf[k], sr[k].slice(j)); });
+    Object.keys(sr.operations).forEach(function (op) {
+      if (!buf.operations[op]) {
+        buf.operations[op] = {};
+        PCTS.forEach(function (k) { buf.operations[op][k] = nulls(n); });
+      }
+    });
+    Object.keys(buf.operations).forEach(function (op) {
+      PCTS.forEach(function (k) {
+        Array.prototype.push.apply(buf.operations[op][k], sr.operations[op] ? sr.operations[op][k].slice(j) : nulls(m));
+      });
+    });
+    var excess = buf.time_s.length - sr.span_s;
+    if (excess > 0) {
+      COLUMNS.forEach(function (k) { buf[k].splice(0, excess); });
+      Object.keys(buf.operations).forEach(function (op) {
+        PCTS.forEach(function (k) { buf.operations[op][k].splice(0, excess); });
+      });
+    }
+    buf.operation_names = sr.operation_names;
+    buf.operations_left_out = sr.operations_left_out;
+    return buf;
+  }
+
+  function liveUrl() {
+    var t = chartSeries ? chartSeries.time_s : [];
+    return './dbsurge/live' + (t.length ? '?since=' + t[t.length - 1] : '');
+  }
+
   function widen(on) {
     document.body.classList.toggle('dbsurge-wide', on);
     setText('dbsurge-wide', on ? 'narrower' : 'wider');
@@ -654,6 +704,7 @@
     renderPlan(p);
     renderPosition(p);
     renderNow(s.now);
+    s.series = mergeSeries(s.series);
     renderChart(s);
     renderSparklines(s.sparkline);
     renderRows(s.rows || []);
@@ -701,7 +752,7 @@
 
   var timer = null;
   function refresh(again) {
-    fetch('./dbsurge/live', {cache: 'no-store'})
+    fetch(liveUrl(), {cache: 'no-store'})
       .then(function (r) { return r.json(); })
       .then(render)
       .catch(function () { /* the master is busy or gone: try again */ })

@@ -5,7 +5,8 @@
 - `live_state` (``GET /dbsurge/live``): that, plus the live figures: the last few seconds, one
   row per stage and per rate override (`dbsurge.segments`), a sparkline of the last minutes, and
   ``series``: every second of the last fifteen minutes for the panel's chart (`LiveFigures.series`),
-  with ``start_epoch_s`` to place them against the plan's stages and overrides (plan time, s).
+  or those after ``?since=``, with ``start_epoch_s`` to place them against the plan's stages and
+  overrides (plan time, s).
   Every figure is the timeline's (`dbsurge.measure.live`): the seconds the run wrote to
   timeline.csv, so the panel runs 2-3 s behind the clock, like that file.
 """
@@ -74,8 +75,12 @@ def results_state(run) -> dict | None:
     }
 
 
-def live_state(run) -> dict:
-    """`plan_state` and the live figures (see the module docstring); figures are None before the first second."""
+def live_state(run, since: str | None = None) -> dict:
+    """`plan_state` and the live figures (see the module docstring); figures are None before the first second.
+
+    ``since`` (``GET /dbsurge/live?since=EPOCH_S``, the last second the page has): the series holds only
+    the seconds after it; anything but a whole number is ignored (the whole series).
+    """
     agg = run.aggregator
     state = {"plan": plan_state(run), "now": None, "rows": [], "sparkline": None, "series": None}
     if agg is None:
@@ -83,7 +88,8 @@ def live_state(run) -> dict:
     state["now"] = agg.live.recent_stats()
     state["rows"] = segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s)
     state["sparkline"] = agg.live.sparkline()
-    state["series"] = {**agg.live.series(), "start_epoch_s": agg.start_epoch_s}
+    after = int(since) if since is not None and since.isascii() and since.isdigit() and len(since) < 16 else None
+    state["series"] = {**agg.live.series(after), "start_epoch_s": agg.start_epoch_s}
     return state
 
 

@@ -134,6 +134,11 @@ def test_the_charts_series_is_the_timelines_per_operation_and_stays_bounded_over
     writes = [r for r in written if r["operation"] == "write"]
     assert series["operations"]["write"]["p99_ms"] == [r["p99_ms"] if r["ok"] else None for r in writes]
     assert series["operations"]["write"]["p99_ms"][4] is None and writes[4]["p99_ms"] == 0
+    # the seconds after one the page has: those only, every column cut alike
+    after = agg.live.series(since=T0 + 3)
+    assert after["time_s"] == [T0 + 4, T0 + 5] and after["achieved_tps"] == [10, 15] and after["since"] == T0 + 3
+    assert after["operations"]["write"]["p99_ms"] == series["operations"]["write"]["p99_ms"][4:]
+    assert agg.live.series(since=T0 + 5)["time_s"] == [] and agg.live.series(since=0)["time_s"] == series["time_s"]
 
     # a day-long run at one point a second, with more operations than the chart draws: the series, its
     # memory and the answer it makes stay those of the last SERIES_S seconds

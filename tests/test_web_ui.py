@@ -238,7 +238,7 @@ def test_endpoints_refuse_bad_input_and_serve_no_report_before_the_end(locust_we
 
 # -- the chart: a staged plan from `dbsurge run --web`, read in the panel -------------------------------------------
 
-STAGED = "6s@20tps,4s@ramp(20tps..60tps),6s@60tps,6s@20tps"  # a step, a ramp, a step up, a step down
+STAGED = "6s@20tps,4s@ramp(20tps..60tps),6s@60tps,10s@20tps"  # a step, a ramp, a step up, a step down
 STAGE_NAMES = ["20tps", "20tps..60tps", "60tps", "20tps#2"]
 
 
@@ -287,6 +287,14 @@ def test_the_chart_draws_the_plans_stages_and_the_timelines_seconds(tmp_path, pg
             _wait_for(lambda: int(page.get_attribute("#dbsurge-chart-tps .ds-line-achieved", "data-points")) >= 19,
                       40, "19 seconds in the chart")
             live = page.evaluate("fetch('./dbsurge/live').then(r => r.json())")
+            # the page asks for the seconds after its last and keeps them: the seconds it draws have no gap
+            # and none twice, and are the server's
+            drawn = {k: int(page.get_attribute("#dbsurge-chart-tps", f"data-{k}")) for k in ("seconds", "first-s",
+                                                                                            "last-s")}
+            assert drawn["first-s"] == live["series"]["time_s"][0], (drawn, live["series"]["time_s"])
+            assert drawn["seconds"] == drawn["last-s"] - drawn["first-s"] + 1 >= 19, drawn
+            since = _get(f"{base}/dbsurge/live?since={live['series']['time_s'][-3]}")["series"]
+            assert since["time_s"][:2] == live["series"]["time_s"][-2:] and since["since"] == live["series"]["time_s"][-3]
             box = _box(page, "#dbsurge-chart")
             assert box["y"] >= 0 and box["y"] + box["height"] <= 1500, box  # all of it in view, none behind the header
             page.screenshot(path=str(shots / "chart.png"), clip=box)
@@ -351,7 +359,7 @@ def test_the_chart_draws_the_plans_stages_and_the_timelines_seconds(tmp_path, pg
     assert len(ramp) >= 3 and ramp == sorted(ramp) and 20 < ramp[0] < ramp[-1] < 60, series["target_tps"]
     override_at = live["plan"]["overrides"][0]["at_s"]
     assert set(planned(10, override_at)) == {60.0}, series["target_tps"]
-    assert set(planned(override_at, 22)) == {40.0} and len(planned(override_at, 22)) >= 3, series["target_tps"]
+    assert set(planned(override_at, 26)) == {40.0} and len(planned(override_at, 26)) >= 3, series["target_tps"]
 
 
 def _chart_facts(page) -> dict:
