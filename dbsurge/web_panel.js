@@ -567,7 +567,8 @@
     c.svg.setAttribute('data-first-s', sr && ts.length ? String(sr.time_s[0]) : '');
     c.svg.setAttribute('data-last-s', sr && ts.length ? String(sr.time_s[ts.length - 1]) : '');
     if (anyFailed) path(c, ts, failed, false, 'ds-line-failed');
-    var items = [['planned', '#555', '6 3', 2.2], ['achieved', '#1a7f37', '', 3]];
+    var planned = target.some(function (v) { return v !== null; });
+    var items = (planned ? [['planned', '#555', '6 3', 2.2]] : []).concat([['achieved', '#1a7f37', '', 3]]);
     if (anyFailed) items.push(['failed / s', '#b00020', '', 2]);
     if (ahead) items.push(['plan ahead', '#999', '3 4', 2]);
     if (plan.overrides.length) items.push(['rate override', '#a35d00', '5 3', 2]);
@@ -626,7 +627,8 @@
     setText('dbsurge-chart-now', i < 0 ? (hoverT !== null ? 'No second there.'
                                           : 'No complete second yet: the chart starts with the run\u2019s first.')
       : (hoverT !== null ? 'second ' : 'last second, ') + fmtClock(ts[i]) + ': achieved ' + tps(achieved[i]) +
-        ' of ' + tps(target[i]) + ' TPS planned' + failures + ' \u00b7 p50 / p95 / p99 ' + ms(all.p50_ms[i]) + ' / ' +
+        (target[i] === null ? ' TPS' + (plan.plan ? ' (after the plan)' : ' (no plan: the closed model)')
+         : ' of ' + tps(target[i]) + ' TPS planned') + failures + ' \u00b7 p50 / p95 / p99 ' + ms(all.p50_ms[i]) + ' / ' +
         ms(all.p95_ms[i]) + ' / ' + ms(all.p99_ms[i]) + ' ms \u00b7 lag p99 ' + ms(lag[i]) + ' ms');
   }
 
