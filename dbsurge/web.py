@@ -2,7 +2,8 @@
 
 - ``GET  /dbsurge/plan``: the plan, the rate overrides, where the run is; after the end, where
   its results are (`dbsurge.web_state`).
-- ``GET  /dbsurge/live``: that, and the live figures the panel shows (the timeline's seconds).
+- ``GET  /dbsurge/live``: that, and the live figures the panel shows (the timeline's seconds);
+  ``?since=EPOCH_S``: the chart's seconds after that one only.
 - ``POST /dbsurge/rate``: ``{"rate_tps": 800}`` (this rate from now on) or ``{"scale": 2}`` (the
   plan's own rates times 2 from now on, replacing any override; 1 is the plan again).
   Form fields work too: ``curl -X POST -d rate_tps=800 http://127.0.0.1:8089/dbsurge/rate``. A body
@@ -76,7 +77,7 @@ def _add_endpoints(app, auth, run) -> None:
     @app.route("/dbsurge/live")
     @auth
     def dbsurge_live():
-        return jsonify(live_state(run))
+        return jsonify(live_state(run, since=request.args.get("since")))
 
     @app.route("/dbsurge/rate", methods=["POST"])
     @auth

@@ -3,7 +3,10 @@
 - `plan_state` (``GET /dbsurge/plan``): the plan, the rate overrides, where the run is, and
   after the end where its results are (`results_state`).
 - `live_state` (``GET /dbsurge/live``): that, plus the live figures: the last few seconds, one
-  row per stage and per rate override (`dbsurge.segments`), and a sparkline of the last minutes.
+  row per stage and per rate override (`dbsurge.segments`), a sparkline of the last minutes, and
+  ``series``: every second of the last fifteen minutes for the panel's chart (`LiveFigures.series`),
+  or those after ``?since=``, with ``start_epoch_s`` to place them against the plan's stages and
+  overrides (plan time, s).
   Every figure is the timeline's (`dbsurge.measure.live`): the seconds the run wrote to
   timeline.csv, so the panel runs 2-3 s behind the clock, like that file.
 """
@@ -44,7 +47,7 @@ def plan_state(run) -> dict:
         for st, s in zip(plan.starts, plan.stages):
             state["stages"].append({"name": s.name, "start_s": st,
                                     "duration_s": s.duration_s if math.isfinite(s.duration_s) else None,
-                                    "target_tps": s.mean_tps})
+                                    "target_tps": s.mean_tps, "start_tps": s.start_tps, "end_tps": s.end_tps})
     if plan and run.schedule is not None and elapsed is not None:
         t = max(0.0, elapsed)
         state["stage_index"] = plan.stage_index_at(t)
@@ -72,15 +75,21 @@ def results_state(run) -> dict | None:
     }
 
 
-def live_state(run) -> dict:
-    """`plan_state` and the live figures (see the module docstring); figures are None before the first second."""
+def live_state(run, since: str | None = None) -> dict:
+    """`plan_state` and the live figures (see the module docstring); figures are None before the first second.
+
+    ``since`` (``GET /dbsurge/live?since=EPOCH_S``, the last second the page has): the series holds only
+    the seconds after it; anything but a whole number is ignored (the whole series).
+    """
     agg = run.aggregator
-    state = {"plan": plan_state(run), "now": None, "rows": [], "sparkline": None}
+    state = {"plan": plan_state(run), "now": None, "rows": [], "sparkline": None, "series": None}
     if agg is None:
         return state
     state["now"] = agg.live.recent_stats()
     state["rows"] = segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s)
     state["sparkline"] = agg.live.sparkline()
+    after = int(since) if since is not None and since.isascii() and since.isdigit() and len(since) < 16 else None
+    state["series"] = {**agg.live.series(after), "start_epoch_s": agg.start_epoch_s}
     return state
 
 

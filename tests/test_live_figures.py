@@ -107,3 +107,55 @@ def test_a_response_keeps_its_own_policy_and_gets_no_cors():
     assert "Access-Control-Allow-Origin" not in headers and headers["Content-Type"] == "text/html"
     assert dict(secured_headers([("Content-Type", "text/html")])) == {"Content-Type": "text/html",
                                                                       **SECURITY_HEADERS}
+
+
+def test_the_charts_series_is_the_timelines_per_operation_and_stays_bounded_over_a_long_run():
+    import json
+
+    from dbsurge.measure.live import SERIES_OPS, SERIES_S, LiveFigures
+
+    plan = StagePlan.parse("3s@10tps,3s@20tps")
+    agg = _aggregator(plan, [])
+    for t in range(6):  # two operations: each has its own percentiles, ALL has them merged
+        agg.open_seconds[T0 + t]["read"].add(_second(10, 1000))
+        agg.open_seconds[T0 + t]["write"].add(_second(5 if t != 4 else 0, 8000, {"timeout": 1} if t == 4 else None))
+    written = agg.flush(now=T0 + 8.0).rows
+    series = agg.live.series()
+    timeline = [r for r in written if r["operation"] == "ALL"]
+    assert series["time_s"] == list(range(T0, T0 + 6))
+    assert series["target_tps"] == [r["target_tps"] for r in timeline] == [10.0] * 3 + [20.0] * 3
+    assert series["achieved_tps"] == [r["achieved_tps"] for r in timeline] == [15, 15, 15, 15, 10, 15]
+    assert series["failures"] == [0, 0, 0, 0, 1, 0]
+    assert series["lag_p99_ms"] == [float(r["lag_p99_ms"]) for r in timeline]
+    assert sorted(series["operations"]) == ["ALL", "read", "write"]
+    assert series["operations"]["ALL"]["p99_ms"] == [r["p99_ms"] for r in timeline]
+    assert series["operations"]["read"]["p50_ms"] == [1.0] * 6
+    # a second without a success of an operation is a gap in its line, not a 0 ms point
+    writes = [r for r in written if r["operation"] == "write"]
+    assert series["operations"]["write"]["p99_ms"] == [r["p99_ms"] if r["ok"] else None for r in writes]
+    assert series["operations"]["write"]["p99_ms"][4] is None and writes[4]["p99_ms"] == 0
+    # the seconds after one the page has: those only, every column cut alike
+    after = agg.live.series(since=T0 + 3)
+    assert after["time_s"] == [T0 + 4, T0 + 5] and after["achieved_tps"] == [10, 15] and after["since"] == T0 + 3
+    assert after["operations"]["write"]["p99_ms"] == series["operations"]["write"]["p99_ms"][4:]
+    assert agg.live.series(since=T0 + 5)["time_s"] == [] and agg.live.series(since=0)["time_s"] == series["time_s"]
+
+    # a day-long run at one point a second, with more operations than the chart draws: the series, its
+    # memory and the answer it makes stay those of the last SERIES_S seconds
+    live = LiveFigures()
+    names = [f"op{i}" for i in range(SERIES_OPS + 4)]
+    sizes = []
+    cell = Cell()  # the percentiles come from the rows; an empty cell keeps a day of seconds quick to feed
+    cell.ok = 3
+    rows = [{"operation": op, "ok": 3, "p50_ms": 1.5, "p95_ms": 1.5, "p99_ms": 1.5} for op in names]
+    for sec in range(T0, T0 + 86_400, 1):
+        live.add_second(sec, None, 3.0, cell, {"ok": 3, "p99_ms": 1.5, "lag_p99_ms": 0.1}, rows)
+        if sec - T0 in (SERIES_S, 86_399):
+            sizes.append(len(json.dumps(live.series())))
+    series = live.series()
+    assert len(live.series_points) == len(series["time_s"]) == SERIES_S
+    assert series["time_s"][0] == T0 + 86_400 - SERIES_S and series["time_s"][-1] == T0 + 86_399
+    assert all(len(v) == SERIES_S for op in series["operations"].values() for v in op.values())
+    assert series["operation_names"] == names[:SERIES_OPS] and series["operations_left_out"] == names[SERIES_OPS:]
+    assert len(series["operations"]) == SERIES_OPS + 1  # and ALL
+    assert sizes[0] == sizes[1] < 400_000, sizes  # the answer after a day is the size it was after 15 minutes

@@ -126,6 +126,9 @@ def _charts_beside_the_panel(page, shots: Path) -> None:
     page.get_by_role("tab", name="Charts").click()
     page.wait_for_selector("main [_echarts_instance_]")
     time.sleep(1)  # the charts' first draw
+    # above Locust's charts, whose counters they are and where the per-second figures are
+    note = page.locator("main .dbsurge-charts-note")
+    assert note.count() == 1 and note.is_visible() and "Locust's own counters" in note.inner_text()
     page.screenshot(path=str(shots / "3-charts.png"))
     panel = page.locator("#dbsurge-panel").bounding_box()
     charts = [page.locator("main [_echarts_instance_]").nth(i).bounding_box()
@@ -231,3 +234,161 @@ def test_endpoints_refuse_bad_input_and_serve_no_report_before_the_end(locust_we
     live = _get(base + "/dbsurge/live")
     assert live["plan"]["running"] is False and live["plan"]["results"] is None and live["rows"] == []
     assert live["plan"]["max_rate"] == 200.0  # 10 times the plan's peak
+
+
+# -- the chart: a staged plan from `dbsurge run --web`, read in the panel -------------------------------------------
+
+STAGED = "6s@20tps,4s@ramp(20tps..60tps),6s@60tps,10s@20tps"  # a step, a ramp, a step up, a step down
+STAGE_NAMES = ["20tps", "20tps..60tps", "60tps", "20tps#2"]
+
+
+def _box(page, selector: str) -> dict:
+    return page.locator(selector).bounding_box()
+
+
+def test_the_chart_draws_the_plans_stages_and_the_timelines_seconds(tmp_path, pg_uri):
+    """`dbsurge run --web`, a four-stage plan, two operations, one rate override from the panel: the chart
+    shows a band per stage (labelled), the planned steps and ramp, the achieved rate, p50/p95/p99 per
+    operation on a ms axis, lag, the override's line, and the note on Locust's own chart; its series is
+    timeline.csv's, second for second. The screenshot (``chart.png``) is the chart as it is read."""
+    from playwright.sync_api import sync_playwright
+
+    from dbsurge.utc import utc_iso
+
+    port = free_port()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape", "stages",
+           "--stages", STAGED, "--workload-option", "products=2000", "--no-db-sampler", "--web", "--web-port", str(port),
+           "--results-dir", str(results)]
+    log_path = tmp_path / "dbsurge.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    errors: list[str] = []
+    try:
+        _wait_for(lambda: _get(base + "/dbsurge/plan")["plan"] == STAGED, 60, "the web UI and its plan")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1500})  # the panel, chart and all, in view
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base + "/")
+            # before the start: the plan's four stages as bands, the plan ahead drawn from them
+            _wait_for(lambda: page.locator("#dbsurge-chart-tps .ds-band").count() == 4, 20, "the plan's bands")
+            assert page.locator("#dbsurge-chart-tps .ds-line-ahead").count() == 1
+            page.click("#dbsurge-wide")
+            page.get_by_role("button", name="Start").click()
+            _wait_for(lambda: _get(base + "/dbsurge/plan")["stage_index"] == 2, 40, "the 60 TPS stage")
+            time.sleep(2)
+            page.fill("#dbsurge-rate", "40")
+            page.click("#dbsurge-set-rate")
+            _wait_for(lambda: int(page.get_attribute("#dbsurge-chart-tps .ds-line-achieved", "data-points")) >= 19,
+                      40, "19 seconds in the chart")
+            live = page.evaluate("fetch('./dbsurge/live').then(r => r.json())")
+            # the page asks for the seconds after its last and keeps them: the seconds it draws have no gap
+            # and none twice, and are the server's
+            drawn = {k: int(page.get_attribute("#dbsurge-chart-tps", f"data-{k}")) for k in ("seconds", "first-s",
+                                                                                            "last-s")}
+            assert drawn["first-s"] == live["series"]["time_s"][0], (drawn, live["series"]["time_s"])
+            assert drawn["seconds"] == drawn["last-s"] - drawn["first-s"] + 1 >= 19, drawn
+            since = _get(f"{base}/dbsurge/live?since={live['series']['time_s'][-3]}")["series"]
+            assert since["time_s"][:2] == live["series"]["time_s"][-2:] and since["since"] == live["series"]["time_s"][-3]
+            page.evaluate("document.getElementById('dbsurge-panel').scrollTop = 0")  # the rate field scrolled it
+            box, panel = _box(page, "#dbsurge-chart"), _box(page, "#dbsurge-panel")
+            assert panel["y"] <= box["y"] and box["y"] + box["height"] <= 1500, (box, panel)  # all of it in view
+            page.screenshot(path=str(shots / "chart.png"), clip=box)
+            chart = _chart_facts(page)
+            assert re.fullmatch(r"last second, \d+:\d\d: achieved [\d.]+ of [\d.]+ TPS planned( \u00b7 failed \d+)? \u00b7 "
+                                r"p50 / p95 / p99 [\d.]+ / [\d.]+ / [\d.]+ ms \u00b7 lag p99 [\d.]+ ms",
+                                page.inner_text("#dbsurge-chart-now")), page.inner_text("#dbsurge-chart-now")
+            # the pointer over a second: a line across the three charts, that second's figures read out
+            tps_box = _box(page, "#dbsurge-chart-tps")
+            page.mouse.move(tps_box["x"] + tps_box["width"] * 0.35, tps_box["y"] + tps_box["height"] / 2)
+            _wait_for(lambda: page.locator("#dbsurge-chart .ds-hover").count() == 3, 5, "the pointer's second")
+            assert re.match(r"second \d+:\d\d: achieved ", page.inner_text("#dbsurge-chart-now"))
+            page.screenshot(path=str(shots / "chart-pointer.png"), clip=_box(page, "#dbsurge-chart"))
+            browser.close()
+        proc.wait(timeout=90)  # `dbsurge run --web` ends with its plan
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    assert not errors, errors
+    assert proc.returncode == 0, log_path.read_text()[-3000:]
+
+    # a band per stage in each chart, labelled on the top one; the override's line in each
+    assert chart["bands"] == [STAGE_NAMES] * 3, chart["bands"]
+    assert [t.split(" \u00b7 ")[0] for t in chart["band_labels"]] == STAGE_NAMES, chart["band_labels"]
+    assert chart["overrides"] == [1, 1, 1] and "override 1: 40 TPS" in chart["override_label"]
+    # planned (a step a second) and achieved, percentiles per operation and ALL, lag: each a line with points
+    assert chart["planned_points"] >= 19 and chart["achieved_points"] >= 19 and chart["lag_points"] >= 19
+    assert sorted(chart["operations"]) == ["ALL", "order_create", "product_lookup"], chart["operations"]
+    assert all(n >= 15 for n in chart["p99_points"].values()), chart["p99_points"]
+    # legible: full panel width, tall, 13 px text and more, ticks with units
+    assert chart["width"] >= 700 and chart["tps_height"] >= 300 and chart["ms_height"] >= 300, chart
+    assert chart["smallest_font_px"] >= 13, chart
+    assert any(t.endswith(" ms") for t in chart["ms_ticks"]) and "0:10" in chart["time_ticks"], chart
+    assert "Locust's Charts tab" in chart["note"] and "Read rates and percentiles here" in chart["note"]
+
+    # the chart's series is timeline.csv's: the same seconds, planned and achieved TPS, p99 per operation, lag
+    series = live["series"]
+    timeline = read_csv(next(results.glob("*/timeline.csv")))
+    rows = {(r["time_utc"], r["operation"]): r for r in timeline}
+    assert len(series["time_s"]) >= 19
+    for i, sec in enumerate(series["time_s"]):
+        row = rows[(utc_iso(sec), "ALL")]
+        assert float(row["achieved_tps"]) == series["achieved_tps"][i], (sec, row)
+        assert float(row["target_tps"]) == series["target_tps"][i], (sec, row)
+        assert float(row["lag_p99_ms"]) == series["lag_p99_ms"][i], (sec, row)
+        for op in ("order_create", "product_lookup", "ALL"):
+            p99 = series["operations"][op]["p99_ms"][i]
+            if p99 is not None:
+                assert float(rows[(utc_iso(sec), op)]["p99_ms"]) == p99, (sec, op)
+    # the planned rate the chart draws, by the seconds wholly inside each stage: a step at 20, a ramp, a step
+    # at 60, then 40 from the override on (the plan's last stage included)
+    def planned(a: float, b: float) -> list[float]:
+        zero = series["start_epoch_s"]
+        return [t for sec, t in zip(series["time_s"], series["target_tps"]) if a <= sec - zero and sec + 1 - zero <= b]
+
+    assert set(planned(0, 6)) == {20.0} and len(planned(0, 6)) >= 5, series["target_tps"]
+    ramp = planned(6, 10)
+    assert len(ramp) >= 3 and ramp == sorted(ramp) and 20 < ramp[0] < ramp[-1] < 60, series["target_tps"]
+    override_at = live["plan"]["overrides"][0]["at_s"]
+    assert set(planned(10, override_at)) == {60.0}, series["target_tps"]
+    assert set(planned(override_at, 26)) == {40.0} and len(planned(override_at, 26)) >= 3, series["target_tps"]
+
+
+def _chart_facts(page) -> dict:
+    """What the chart's SVGs hold, read in the page."""
+    return page.evaluate("""() => {
+      const q = (sel) => Array.from(document.querySelectorAll(sel));
+      const pts = (sel) => Number((document.querySelector(sel) || {getAttribute: () => 0}).getAttribute('data-points'));
+      const charts = ['#dbsurge-chart-tps', '#dbsurge-chart-ms', '#dbsurge-chart-lag'];
+      const p99 = {};
+      q('#dbsurge-chart-ms .ds-line-pct[data-percentile="p99"]').forEach(p => {
+        p99[p.getAttribute('data-operation')] = Number(p.getAttribute('data-points')); });
+      const fonts = q('#dbsurge-chart text, #dbsurge-chart .ds-legend, #dbsurge-chart .ds-chart-note').map(
+        e => parseFloat(getComputedStyle(e).fontSize));
+      return {
+        bands: charts.map(c => q(c + ' .ds-band').map(b => b.getAttribute('data-stage'))),
+        band_labels: q('#dbsurge-chart-tps .ds-band-label').map(t => t.textContent),
+        overrides: charts.map(c => q(c + ' .ds-override-mark').length),
+        override_label: q('#dbsurge-chart-tps .ds-override-mark text').map(t => t.textContent).join(' '),
+        planned_points: pts('#dbsurge-chart-tps .ds-line-planned'),
+        achieved_points: pts('#dbsurge-chart-tps .ds-line-achieved'),
+        lag_points: pts('#dbsurge-chart-lag .ds-line-lag'),
+        operations: Object.keys(p99), p99_points: p99,
+        width: document.querySelector('#dbsurge-chart-tps').getBoundingClientRect().width,
+        tps_height: document.querySelector('#dbsurge-chart-tps').getBoundingClientRect().height,
+        ms_height: document.querySelector('#dbsurge-chart-ms').getBoundingClientRect().height,
+        smallest_font_px: Math.min(...fonts),
+        ms_ticks: q('#dbsurge-chart-ms .ds-tick').map(t => t.textContent),
+        time_ticks: q('#dbsurge-chart-tps .ds-tick').map(t => t.textContent),
+        note: document.querySelector('#dbsurge-locust-note').textContent,
+      };
+    }""")

@@ -328,7 +328,7 @@ class Aggregator:
                 pause()
         rows.append(all_row)
         if not provisional:
-            self.live.add_second(sec, self._row_key(sec), target, total, all_row)
+            self.live.add_second(sec, self._row_key(sec), target, total, all_row, rows)
             done = {op: cells[op].ok for op in cells}
             done[ALL] = total.ok
             self.completed_ok[sec] = done
