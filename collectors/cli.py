@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dbsurge.errors import UserError, clip
 from dbsurge.help_examples import epilog
-from dbsurge.option_names import parser_error
+from dbsurge.option_names import OneLineParser
 from dbsurge.rundir_check import check_run_dir, check_run_dirs
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
@@ -29,11 +29,8 @@ from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, wri
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises `UserError` (one line) instead of printing usage and exiting."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise parser_error(self, message)
+#: argparse that raises `UserError` (one line) instead of printing usage and exiting: the engine's own.
+_Parser = OneLineParser
 
 
 def parse_duration(text: str) -> float:

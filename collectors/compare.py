@@ -832,9 +832,9 @@ def write_csv(path: Path, sides: Sequence[Side], rows: Sequence[Row]) -> None:
 
 def compare_main(argv: Sequence[str]) -> int:
     """``dbsurge compare``."""
-    from .cli import _Parser
+    from dbsurge.option_names import OneLineParser
 
-    parser = _Parser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
+    parser = OneLineParser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
                      epilog=epilog("compare"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="two or more run directories (or --repeat parents)")
     parser.add_argument("--labels", help="one label per run, comma-separated, e.g. D1,A2")

@@ -239,10 +239,12 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     if any(a in ("-h", "--help") for a in argv):
         help_parser().print_help()
         return 0
-    from .repeat import asks_for_repeat, repeat_main
+    from .repeat import RunCommand, asks_for_repeat, repeat_main
 
     if asks_for_repeat(argv):
-        return repeat_main(argv)  # N runs in one parent directory
+        # N runs in one parent directory; repeat imports nothing of this module: it is handed what it needs
+        return repeat_main(argv, RunCommand(parser=_run_parser, locust_namespace=_locust_namespace,
+                                            check_plan=check_plan, main=run_main))
     args, rest = _run_parser().parse_known_args(argv)
     ns = _locust_namespace(rest)
     args.workload = args.workload or os.environ.get("DBSURGE_WORKLOAD")

@@ -19,7 +19,8 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
@@ -71,9 +72,19 @@ def parse_repeat(text: str | None) -> int:
     return int(text)
 
 
-def repeat_main(argv: list[str]) -> int:
-    """``dbsurge run ... --repeat N``."""
-    from .cli import _locust_namespace, _run_parser, check_plan, run_main
+@dataclass(frozen=True)
+class RunCommand:
+    """What `repeat_main` needs of ``dbsurge run``, handed in by it (the command imports this module, not the
+    other way): its parser, the Locust namespace of the rest of a command line, its plan check, and itself."""
+
+    parser: Callable[[], argparse.ArgumentParser]
+    locust_namespace: Callable[[list[str]], argparse.Namespace]
+    check_plan: Callable[[argparse.Namespace, argparse.Namespace], None]
+    main: Callable[[list[str]], int]
+
+
+def repeat_main(argv: list[str], run: RunCommand) -> int:
+    """``dbsurge run ... --repeat N``: N runs of ``run.main`` in one parent directory."""
     from .embedded import resolve_embedded
     from .rundir import RunDirectory, new_run_id, utc_iso
     from .validate import check_results_dir, results_dir_option, validate_run_id
@@ -82,9 +93,9 @@ def repeat_main(argv: list[str]) -> int:
     count = parse_repeat(text)
     run_id, argv = take_option(argv, "--run-id")
     results_dir, argv = take_option(argv, "--results-dir")
-    args, rest = _run_parser().parse_known_args(argv)
-    ns = _locust_namespace(rest)  # what each run reads from the environment and config files too
-    check_plan(argparse.Namespace(**{**vars(args), "shape": args.shape or os.environ.get("DBSURGE_SHAPE")}), ns)
+    args, rest = run.parser().parse_known_args(argv)
+    ns = run.locust_namespace(rest)  # what each run reads from the environment and config files too
+    run.check_plan(argparse.Namespace(**{**vars(args), "shape": args.shape or os.environ.get("DBSURGE_SHAPE")}), ns)
     results_dir = results_dir_option(results_dir if results_dir is not None else getattr(ns, "results_dir", None))
     args.target = args.target or ns.target
     if not args.target:
@@ -106,7 +117,7 @@ def repeat_main(argv: list[str]) -> int:
         for i in range(1, count + 1):
             print(f"dbsurge: repetition {i} of {count} -> {parent.path / str(i)}", flush=True)
             try:
-                code = run_main([*argv, "--target", uri, "--results-dir", str(parent.path), "--run-id", str(i)])
+                code = run.main([*argv, "--target", uri, "--results-dir", str(parent.path), "--run-id", str(i)])
             except UserError as e:
                 if i == 1:
                     raise
