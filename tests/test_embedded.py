@@ -168,7 +168,7 @@ def test_embedded_cli_start_status_stop(capsys):
         assert capsys.readouterr().out.strip() == uri
         embedded_main(["status"])
         assert capsys.readouterr().out.splitlines() == [f"postgres: running {uri}", "mongo: stopped",
-                                                       "dynamodb: stopped"]
+                                                       "dynamodb: stopped", "cassandra: stopped"]
     finally:
         embedded_main(["stop", "postgres"])
     assert "stopped embedded postgres" in capsys.readouterr().err
@@ -209,3 +209,38 @@ def test_resolve_embedded_reuses_a_running_server_or_starts_one(capsys):
     finally:
         handle.stop()
     assert not handle.is_running() and not handle.data_dir.exists()  # a run's server leaves nothing behind
+
+
+# --- embedded-cassandra without what it needs outside Python (the server itself: tests/test_cql_contract.py) ---
+
+_NO_JDK_DIRS = ("import sys; from dbsurge import cassandra_jvm; cassandra_jvm.JVM_DIRS = (); "
+                "from dbsurge.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize(("hide", "expected"), [
+    ("java", "dbsurge: embedded-cassandra needs Java 17: apt-get install openjdk-17-jre-headless"),
+    ("mvn", "dbsurge: embedded-cassandra needs Maven to fetch Cassandra 5.0.6's jars once: apt-get install maven"),
+])
+def test_embedded_cassandra_without_java_or_maven_says_what_to_install(tmp_path, hide, expected):
+    """A PATH without `java` (and no JDK where one is looked for), or without `mvn` and no jars cached yet: one
+    line naming the Debian package, exit 2, before anything starts."""
+    import shutil
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("java", "mvn"):
+        found = shutil.which(tool)
+        if tool != hide and found:
+            (bin_dir / tool).symlink_to(found)
+        elif tool != hide:
+            pytest.skip(f"{tool} is not installed here: the other half of this test needs it")
+    env = {**os.environ, "PATH": str(bin_dir), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "DBSURGE_HOME": str(tmp_path / "home")}
+    env.pop("JAVA_HOME", None)
+    for argv in (["embedded", "start", "cassandra"], ["load", "--workload", "ycsb", "--target", "embedded-cassandra"]):
+        proc = subprocess.run([sys.executable, "-c", _NO_JDK_DIRS, *argv], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == expected, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "cache" / "dbsurge" / "cassandra-5.0.6" / "lib").exists()
