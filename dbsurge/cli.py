@@ -372,7 +372,17 @@ def load_main(argv: list[str]) -> int:
         target = open_target(for_master(uri, args.target_secret, args.target_secret_endpoint_url), topts)
         target.check()
         wl = get_workload(args.workload, target, wopts)
-        n = wl.load(progress=not args.quiet)
+        try:
+            n = wl.load(progress=not args.quiet)
+        except UserError:
+            raise
+        except Exception as exc:
+            # The database refused the load (a driver's error, not ours): one line, as for a failed check.
+            if target.classify(exc) == "other":
+                raise
+            from .targets import describe_failure
+
+            raise UserError(f"{args.workload} load on {target.display} failed: {describe_failure(exc)}") from None
         print(f"{args.workload}: {n} rows/documents in place on {target.display}")
         return 0
     finally:

@@ -1,47 +1,95 @@
-"""The CQL binding against a real CQL server: YCSB-A load (batched and not) and run, through `dbsurge` itself.
+"""The CQL binding against a real CQL server: Apache Cassandra 5.0 started by dbsurge itself (`embedded-cassandra`),
+or the server ``DBSURGE_TEST_CQL_URI`` names (the compose ``scylla`` profile gives a ScyllaDB)::
 
-No CQL server installs on these machines, so this module runs only where ``DBSURGE_TEST_CQL_URI`` names
-one, e.g. the compose ``scylla`` profile::
-
-    docker compose --profile scylla up -d scylla        # wait until it is healthy
+    .venv/bin/python -m pytest -q tests/test_cql_contract.py        # Java 17 and Maven: a real Cassandra
     DBSURGE_TEST_CQL_URI=cql://127.0.0.1:9042 .venv/bin/python -m pytest -q tests/test_cql_contract.py
 
-Without it every test here is skipped, and says why.
+One server serves the whole module (the session fixture `cql_uri`, tests/conftest.py); without Java or Maven every
+test here skips and says what to install, except in CI, where they fail. Serial: the runs assert delivered rates,
+and one Cassandra JVM is all two cores can spare.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from ledger_checks import ledger
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
-URI = os.environ.get("DBSURGE_TEST_CQL_URI", "").strip()
-pytestmark = [
-    pytest.mark.skipif(not URI, reason="no CQL server: set DBSURGE_TEST_CQL_URI=cql://HOST:9042 (the compose "
-                                       "scylla profile gives one) to run the CQL contract tests"),
-    pytest.mark.serial,  # the run asserts a delivered rate
-]
+pytestmark = pytest.mark.serial
 pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
 
 RECORDS = 2000
 KEYSPACE = "dbsurge_contract"
+EMBEDDED = not os.environ.get("DBSURGE_TEST_CQL_URI", "").strip()
 
 
-def test_check_and_a_bad_consistency_fail_or_pass_in_one_line(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def target(cql_uri: str) -> str:
+    """What the runs pass as --target: the name `embedded-cassandra` (resolved to the kept server), or the URI."""
+    return "embedded-cassandra" if EMBEDDED else cql_uri
+
+
+def _session(cql_uri: str):
+    """A plain driver session on the server, to read back what the runs wrote (closed by the caller)."""
+    from cassandra.cluster import Cluster
+
     from dbsurge.targets import open_target
 
-    open_target(URI).check()
-    proc = dbsurge("load", "--workload", "ycsb", "--target", URI, "--target-option", "consistency=MOST",
+    target = open_target(cql_uri)
+    cluster = Cluster(["127.0.0.1"] if EMBEDDED else list(target.hosts), port=target.port)
+    return cluster, cluster.connect()
+
+
+def _kept_server() -> dict:
+    home = Path(os.environ["DBSURGE_HOME"]) / "embedded"
+    return json.loads((home / "state.json").read_text())["cassandra"]
+
+
+@pytest.mark.skipif(not EMBEDDED, reason="the embedded server's own checks")
+def test_embedded_cassandra_is_one_jvm_on_loopback_answering_cql(cql_uri: str, tmp_path: Path) -> None:
+    from dbsurge.cassandra_jvm import CASSANDRA_VERSION
+
+    cluster, session = _session(cql_uri)
+    try:
+        assert session.execute("SELECT release_version FROM system.local").one().release_version == CASSANDRA_VERSION
+    finally:
+        cluster.shutdown()
+    kept = _kept_server()
+    jvm = psutil.Process(kept["pid"])
+    cmdline = jvm.cmdline()
+    assert "org.apache.cassandra.service.CassandraDaemon" in cmdline and "-Xmx512m" in cmdline
+    assert any(arg.startswith("-javaagent:") and "/jamm-" in arg for arg in cmdline)
+    listening = {(c.laddr.ip, c.laddr.port) for c in jvm.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    # CQL and the storage port, both on loopback; no JMX port
+    assert len(listening) == 2 and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+    assert ("127.0.0.1", kept["port"]) in listening
+    log = Path(kept["data_dir"]) / "cassandra.log"
+    assert "Startup complete" in log.read_text()
+    status = dbsurge("embedded", "status", "cassandra", cwd=tmp_path, timeout=60)
+    assert status.stdout.strip() == f"cassandra: running {cql_uri}", explain(status)
+
+
+def test_check_and_a_bad_consistency_fail_or_pass_in_one_line(cql_uri: str, target: str, tmp_path: Path) -> None:
+    from dbsurge.targets import open_target
+
+    checked = open_target(cql_uri)
+    checked.check()
+    assert checked.server["release_version"] and checked.server["protocol_version"] >= 4
+    proc = dbsurge("load", "--workload", "ycsb", "--target", target, "--target-option", "consistency=MOST",
                    cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "consistency" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize(("batch", "table"), [("1", "ut_contract_single"), ("50", "ut_contract_batch")])
-def test_ycsb_load_with_and_without_unlogged_batches(tmp_path: Path, batch: str, table: str) -> None:
-    proc = dbsurge("scenario", "ycsb-load", "--target", URI, "--records", str(RECORDS), "--clients", "4",
+@pytest.mark.parametrize(("batch", "table"), [("1", "ut_contract_single"), ("20", "ut_contract_batch")])
+def test_ycsb_load_with_and_without_unlogged_batches(cql_uri: str, target: str, tmp_path: Path, batch: str,
+                                                     table: str) -> None:
+    proc = dbsurge("scenario", "ycsb-load", "--target", target, "--records", str(RECORDS), "--clients", "4",
                    "--batch-size", batch, "--drop", "--workload-option", f"table={table}",
                    "--workload-option", f"keyspace={KEYSPACE}", "--results-dir", str(tmp_path / "results"),
                    cwd=tmp_path, timeout=600)
@@ -49,21 +97,78 @@ def test_ycsb_load_with_and_without_unlogged_batches(tmp_path: Path, batch: str,
     row = read_csv(only_run_dir(tmp_path / "results") / "ycsb-load.csv")[0]
     assert row["inserted"] == str(RECORDS) and row["failures"] == "0", row
     assert row["calls"] == str(RECORDS // int(batch))
+    cluster, session = _session(cql_uri)
+    try:  # every record is in the server, with YCSB's ten fields
+        assert session.execute(f"SELECT count(*) FROM {KEYSPACE}.{table}").one()[0] == RECORDS
+        record = session.execute(f"SELECT * FROM {KEYSPACE}.{table} LIMIT 1").one()
+        assert len(record) == 11 and all(len(getattr(record, f"field{i}")) == 100 for i in range(10))
+    finally:
+        cluster.shutdown()
 
 
-@pytest.mark.parametrize("consistency", ["ONE", "QUORUM"])
-def test_ycsb_a_run_at_a_constant_rate(tmp_path: Path, consistency: str) -> None:
-    load = dbsurge("load", "--workload", "ycsb", "--target", URI, "--workload-option", f"recordcount={RECORDS}",
-                   "--workload-option", f"keyspace={KEYSPACE}", "--workload-option", "batchsize=50",
-                   cwd=tmp_path, timeout=600)
+def test_a_batch_over_the_servers_threshold_is_one_line(target: str, tmp_path: Path) -> None:
+    # Cassandra refuses a batch over batch_size_fail_threshold (50 KiB by default): 100 YCSB records are ~100 KiB
+    proc = dbsurge("load", "--workload", "ycsb", "--target", target, "--workload-option", "recordcount=200",
+                   "--workload-option", "batchsize=100", "--workload-option", f"keyspace={KEYSPACE}",
+                   "--workload-option", "table=ut_too_big", "--quiet", cwd=tmp_path, timeout=120)
+    if "Batch too large" not in proc.stderr and proc.returncode == 0:
+        pytest.skip("this server takes 100 KiB batches (ScyllaDB's threshold is 1 MiB)")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, explain(proc)
+    assert "batch_size_fail_threshold" in proc.stderr and "lower --workload-option batchsize" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _load(target: str, tmp_path: Path, keyspace: str, *extra: str) -> None:
+    load = dbsurge("load", "--workload", "ycsb", "--target", target, "--workload-option", f"recordcount={RECORDS}",
+                   "--workload-option", f"keyspace={keyspace}", "--workload-option", "batchsize=20", *extra,
+                   "--quiet", cwd=tmp_path, timeout=600)
     assert load.returncode == 0, explain(load)
-    proc = dbsurge("run", "--workload", "ycsb", "--target", URI, "--shape", "constant", "--rate", "200",
-                   "--duration", "5s", "--workload-option", f"recordcount={RECORDS}",
+
+
+@pytest.mark.parametrize(("consistency", "seconds"), [("ONE", 10), ("QUORUM", 5)])
+def test_ycsb_a_run_at_a_constant_rate(cql_uri: str, target: str, tmp_path: Path, consistency: str,
+                                       seconds: int) -> None:
+    _load(target, tmp_path, KEYSPACE)
+    started_us = int(time.time() * 1e6)
+    proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
+                   "--duration", f"{seconds}s", "--workload-option", f"recordcount={RECORDS}",
                    "--workload-option", f"keyspace={KEYSPACE}", "--target-option", f"consistency={consistency}",
                    "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
-    assert total["planned"] == 1000 and total["ok"] == 1000
+    assert total["planned"] == 200 * seconds and total["ok"] == 200 * seconds
     meta = read_json(run / "run.json")
-    assert meta["target"]["kind"] == "cql" and meta["target"]["consistency"] == consistency
+    described = meta["target"]
+    assert described["kind"] == "cql" and described["consistency"] == consistency
+    assert described["routing"].startswith("token-aware")
+    if EMBEDDED:  # Cassandra advertises no SCYLLA_* extensions: no shard awareness; protocol v5 negotiated
+        assert meta["target_name"] == "embedded-cassandra"
+        assert described["shard_aware"] is False and described["negotiated_protocol_version"] == 5
+        assert described["server_release"].startswith("5.0.")
+    updates = next(r for r in read_csv(run / "summary.csv") if r["operation"] == "update")
+    cluster, session = _session(cql_uri)
+    try:  # the run's updates are in the server: fields written since the run started, at most one per update
+        fields = [f"field{i}" for i in range(10)]
+        written = sum(1 for row in session.execute(
+            f"SELECT {', '.join(f'writetime({f})' for f in fields)} FROM {KEYSPACE}.usertable")
+            for stamp in row if stamp is not None and stamp >= started_us)
+        assert 0.3 * int(updates["ok"]) <= written <= int(updates["ok"]), (written, updates["ok"])
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.skipif(not EMBEDDED, reason="needs a single-node server: QUORUM of 3 replicas cannot be met there")
+def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(target: str, tmp_path: Path) -> None:
+    _load(target, tmp_path, "dbsurge_rf3", "--workload-option", "replicationfactor=3")  # ONE: one replica is enough
+    proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "50",
+                   "--duration", "3s", "--workload-option", f"recordcount={RECORDS}", "--workload-option",
+                   "keyspace=dbsurge_rf3", "--target-option", "consistency=QUORUM", "--no-load",
+                   "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
+    # every arrival accounted for, each failed: the run was delivered with failures (exit 0 without a --check)
+    assert "Traceback" not in proc.stderr and proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 150 and total["failures"] == 150 and total["ok"] == 0
+    assert total["failed_server"] == 150 and "server:Unavailable" in total["failed_detail"], total
+    assert read_json(run / "run.json")["results"]["failed_by_kind"] == {"server:Unavailable": 150}

@@ -170,6 +170,8 @@ class CqlTarget(Target):
         self._cluster: Any = None
         self._session: Any = None
         self._prepared: dict[str, Any] = {}
+        #: What `check` learnt from the server (release, negotiated protocol, shard awareness), for run.json.
+        self.server: dict[str, Any] = {}
 
     # ---- the driver's objects -------------------------------------------------------------------
 
@@ -259,7 +261,8 @@ class CqlTarget(Target):
         try:
             cluster = Cluster(**self.cluster_kwargs(connect_timeout_s=min(5.0, self.connect_timeout_s)))
             session = cluster.connect()
-            session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
+            row = session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
+            self.server = self._server_facts(cluster, row.one())
         except TargetError:
             raise
         except Exception as exc:
@@ -267,6 +270,18 @@ class CqlTarget(Target):
         finally:
             if cluster is not None:
                 cluster.shutdown()
+
+    @staticmethod
+    def _server_facts(cluster: Any, row: Any) -> dict[str, Any]:
+        """The server's release, the protocol version the driver settled on, and whether routing is shard-aware.
+
+        Shard awareness needs the server to advertise ``SCYLLA_SHARD`` and its kin in its SUPPORTED answer:
+        ScyllaDB does, Apache Cassandra does not, so on Cassandra the driver routes by token to the node only.
+        """
+        hosts = list(cluster.metadata.all_hosts())
+        return {"release_version": getattr(row, "release_version", None),
+                "protocol_version": cluster.protocol_version,
+                "shard_aware": bool(hosts) and all(getattr(h, "sharding_info", None) is not None for h in hosts)}
 
     # ---- failures -------------------------------------------------------------------------------
 
@@ -292,7 +307,9 @@ class CqlTarget(Target):
             return "timeout"
         if isinstance(exc, cassandra.RateLimitReached):
             return "throttled"
-        if isinstance(exc, (NoHostAvailable, cassandra.AuthenticationFailed)):
+        if isinstance(exc, NoHostAvailable):
+            return self._classify_no_host(exc)
+        if isinstance(exc, cassandra.AuthenticationFailed):
             return "connect"
         if isinstance(exc, ConnectionException):
             return "disconnect"
@@ -308,6 +325,20 @@ class CqlTarget(Target):
         if isinstance(exc, cassandra.RequestExecutionException):
             return f"server:{type(exc).__name__.removesuffix('ErrorMessage') or 'error'}"
         return "other"
+
+    def _classify_no_host(self, exc: BaseException) -> str:
+        """``NoHostAvailable`` is the driver's wrapper for "every host it tried failed", and not only to connect:
+        its default retry policy answers a coordinator's Unavailable by trying the next host, and on a single
+        node there is none, so a QUORUM the replicas cannot meet arrives as NoHostAvailable({host: Unavailable}).
+        When every host failed the same way on a live connection, that is the failure; otherwise ``connect``.
+        """
+        inner = [e for e in (getattr(exc, "errors", None) or {}).values() if isinstance(e, BaseException)]
+        kinds = {self.classify(e) for e in inner if type(e).__name__ != "NoHostAvailable"}
+        if len(kinds) == 1 and len(inner) == len(getattr(exc, "errors", {}) or {}):
+            kind = kinds.pop()
+            if kind.startswith("server:") or kind in ("timeout", "throttled"):
+                return kind
+        return "connect"
 
     def _explain(self, exc: BaseException) -> str:
         from dbsurge.redact import redact_text
@@ -335,7 +366,12 @@ class CqlTarget(Target):
                 "consistency": self.consistency_name, "serial_consistency": self.serial_consistency_name,
                 "local_dc": self.local_dc, "tls": self.tls, "tls_ca_file": self.tls_ca_file,
                 "connect_timeout_s": self.connect_timeout_s, "op_timeout_s": self.op_timeout_s,
-                "protocol_version": self.protocol_version, "reactor": self.reactor, "driver": driver}
+                "protocol_version": self.protocol_version, "reactor": self.reactor, "driver": driver,
+                # token-aware routing always; shard-aware only where the server is ScyllaDB (`_server_facts`)
+                "routing": "token-aware over DC-aware round robin",
+                "server_release": self.server.get("release_version"),
+                "negotiated_protocol_version": self.server.get("protocol_version"),
+                "shard_aware": self.server.get("shard_aware")}
 
 
 def _split_netloc(uri: str, display: str) -> tuple[tuple[tuple[str, ...], int], str | None, str | None]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dbsurge.errors import TargetError
 from dbsurge.workloads.ycsb_keys import ClientKeys, scan_length_generator
 
 CQL_KEY = "y_id"  # YCSB's cassandra binding's key column
@@ -125,8 +126,18 @@ def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
     def insert(rows: list[tuple]) -> None:
         if len(rows) == 1:
             session.execute(prepared, tuple(rows[0]))
-        else:
+            return
+        from cassandra import InvalidRequest
+
+        try:
             session.execute(insert_batch(target, prepared, rows))
+        except InvalidRequest as exc:
+            if "batch too large" not in str(exc).lower():
+                raise
+            size = sum(len(str(v)) for row in rows for v in row)
+            raise TargetError(f"target {target.display}: an UNLOGGED BATCH of {len(rows)} records (about "
+                              f"{size // 1024} KiB) is over the server's batch_size_fail_threshold: lower "
+                              f"--workload-option batchsize, or raise the threshold in cassandra.yaml") from None
 
     return insert
 
