@@ -71,8 +71,8 @@ def shape_path(shape: str) -> str:
 RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
                                    help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
-                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb (started and "
-                                        "stopped for the run)")),
+                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb / "
+                                        "embedded-cassandra (started and stopped for the run)")),
     ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
@@ -347,7 +347,7 @@ def load_main(argv: list[str]) -> int:
                       epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb "
+                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb / embedded-cassandra "
                         "(default: $DBSURGE_TARGET)")
     p.add_argument("--target-secret", default=os.environ.get("DBSURGE_TARGET_SECRET"), metavar="ARN",
                    help="AWS Secrets Manager secret with the password (RDS format)")
