@@ -11,15 +11,21 @@ and one Cassandra JVM is all two cores can spare.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
 import pytest
 from ledger_checks import ledger
-from runs import dbsurge, explain, only_run_dir, read_csv, read_json
+from runs import dbsurge, explain, only_run_dir, read_csv, read_json, run_files
 
 pytestmark = pytest.mark.serial
 pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
@@ -49,6 +55,60 @@ def _session(cql_uri: str):
 def _kept_server() -> dict:
     home = Path(os.environ["DBSURGE_HOME"]) / "embedded"
     return json.loads((home / "state.json").read_text())["cassandra"]
+
+
+@pytest.mark.skipif(not EMBEDDED, reason="an embedded server of its own, with PasswordAuthenticator")
+def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) -> None:
+    """First in the module: its own JVM, stopped before the session's server starts (one JVM at a time)."""
+    from dbsurge import cassandra_jvm
+    from dbsurge.embedded import EmbeddedCassandra, embedded_main
+    from dbsurge.errors import UserError
+
+    try:
+        cassandra_jvm.find_java()
+        cassandra_jvm.cassandra_jars()
+    except UserError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must run the CQL tests against a real Cassandra: {exc}")
+        pytest.skip(f"no CQL server: {exc}")
+    with contextlib.redirect_stdout(io.StringIO()) as status:
+        embedded_main(["status", "cassandra"])
+    if status.getvalue().strip() != "cassandra: stopped":
+        pytest.skip("the session's Cassandra already runs: one JVM at a time (run this test first, or alone)")
+    secret = "s3cret-Pw-4-dbsurge"
+    server = EmbeddedCassandra(server_dir, password_auth=True, delete_on_stop=True)
+    server.start()  # ready once the default superuser cassandra/cassandra answers
+    try:
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import Cluster
+
+        cluster = Cluster(["127.0.0.1"], port=server.port,
+                          auth_provider=PlainTextAuthProvider("cassandra", "cassandra"))
+        try:
+            cluster.connect().execute(f"CREATE ROLE dbsurge_app WITH PASSWORD = '{secret}' AND LOGIN = true "
+                                      "AND SUPERUSER = true")
+        finally:
+            cluster.shutdown()
+        uri = f"cql://dbsurge_app@127.0.0.1:{server.port}"
+        wrong = dbsurge("load", "--workload", "ycsb", "--target", uri, cwd=tmp_path, timeout=120,
+                        env={"DBSURGE_TARGET_PASSWORD": "not-the-password"})
+        assert wrong.returncode == 2 and "authentication failed" in wrong.stderr, explain(wrong)
+        assert "Traceback" not in wrong.stderr and "not-the-password" not in wrong.stderr + wrong.stdout
+        proc = dbsurge("run", "--workload", "ycsb", "--target", uri, "--shape", "constant", "--rate", "50",
+                       "--duration", "3s", "--workload-option", "recordcount=500", "--workload-option",
+                       f"keyspace={KEYSPACE}_auth", "--results-dir", str(tmp_path / "results"), cwd=tmp_path,
+                       timeout=300, env={"DBSURGE_TARGET_PASSWORD": secret})
+        assert proc.returncode == 0, explain(proc)
+        run = only_run_dir(tmp_path / "results")
+        total = ledger(run)
+        assert total["planned"] == 150 and total["ok"] == 150
+        assert read_json(run / "run.json")["target"]["user"] == "dbsurge_app"
+        for path in [p for p in run.rglob("*") if p.is_file()]:  # the password is nowhere in the run's files
+            assert secret.encode() not in path.read_bytes(), path
+        assert secret not in proc.stdout + proc.stderr
+    finally:
+        server.stop()
+    assert not server.is_running() and not server_dir.exists()
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="the embedded server's own checks")
@@ -172,3 +232,106 @@ def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(
     assert total["planned"] == 150 and total["failures"] == 150 and total["ok"] == 0
     assert total["failed_server"] == 150 and "server:Unavailable" in total["failed_detail"], total
     assert read_json(run / "run.json")["results"]["failed_by_kind"] == {"server:Unavailable": 150}
+
+
+def test_two_processes_each_with_its_own_driver_session(target: str, tmp_path: Path) -> None:
+    _load(target, tmp_path, KEYSPACE)
+    proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
+                   "--duration", "5s", "--processes", "2", "--workload-option", f"recordcount={RECORDS}",
+                   "--workload-option", f"keyspace={KEYSPACE}", "--results-dir", str(tmp_path / "results"),
+                   cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 1000 and total["ok"] == 1000
+    per_worker = read_json(run / "run.json")["results"]["operations_per_worker"]
+    assert len(per_worker) == 2 and all(n > 0 for n in per_worker.values()), per_worker
+
+
+# --- the server frozen and killed under load (a kept server: these act on the session's JVM; the kill is last) ---
+
+def _counts(total: dict) -> dict:
+    """The ledger's non-zero counts and failure details, for an assertion's message."""
+    return {k: v for k, v in total.items() if (isinstance(v, int) and v) or k == "failed_detail"}
+
+
+def _background_run(target: str, tmp_path: Path, rate: int, seconds: int, *extra: str) -> subprocess.Popen:
+    out, err = open(tmp_path / "stdout.txt", "w"), open(tmp_path / "stderr.txt", "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", target, "--shape", "constant",
+         "--rate", str(rate), "--duration", f"{seconds}s", "--workload-option", f"recordcount={RECORDS}",
+         "--workload-option", f"keyspace={KEYSPACE}", "--no-load", "--results-dir", str(tmp_path / "results"),
+         *extra], cwd=tmp_path, stdout=out, stderr=err, text=True)
+
+
+def _run_started(tmp_path: Path, timeout: float = 120) -> tuple[Path, float]:
+    """The run directory once run.json names its time zero, and that time (epoch seconds)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for path in run_files(tmp_path / "results", "run.json"):
+            with contextlib.suppress(ValueError, KeyError):
+                started = read_json(path)["started_utc"]
+                return path.parent, datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+        time.sleep(0.05)
+    raise AssertionError("no run directory appeared")
+
+
+def _finished(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str]:
+    try:
+        code = proc.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the run did not end on time") from None
+    text = (tmp_path / "stdout.txt").read_text() + (tmp_path / "stderr.txt").read_text()
+    assert "Traceback" not in text, text[-3000:]
+    return code, text
+
+
+@pytest.mark.skipif(not EMBEDDED, reason="freezes the embedded server's JVM")
+def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) -> None:
+    from dbsurge.embedded import EmbeddedCassandra
+
+    _load(target, tmp_path, KEYSPACE)
+    server = EmbeddedCassandra(Path(_kept_server()["data_dir"]))
+    proc = _background_run(target, tmp_path, 50, 12, "--target-option", "op_timeout=1s")
+    run, t0 = _run_started(tmp_path)
+    time.sleep(max(0.0, t0 + 3 - time.time()))
+    server.pause()  # SIGSTOP: the JVM answers nothing, its sockets stay open
+    try:
+        time.sleep(3)
+    finally:
+        server.resume()
+    code, text = _finished(proc, tmp_path)
+    total = ledger(run)
+    assert total["planned"] == 600 and total["ok"] + total["failures"] == 600, total
+    # the operations in flight when it froze waited out op_timeout (the driver's OperationTimedOut); the arrivals
+    # behind them waited for a free user and went through after the resume (the lag, blamed on the target)
+    assert total["failed_timeout"] >= 1 and total["failures"] == total["failed_timeout"], _counts(total)
+    assert total["ok"] >= 400, _counts(total)
+    assert "the target kept every user busy" in text
+    assert code == 0, text[-3000:]
+
+
+@pytest.mark.skipif(not EMBEDDED, reason="kills the embedded server's JVM")
+def test_a_killed_jvm_books_connect_failures_and_the_ledger_balances(target: str, tmp_path: Path) -> None:
+    from dbsurge.embedded import EmbeddedCassandra, embedded_main
+
+    _load(target, tmp_path, KEYSPACE)
+    kept = _kept_server()
+    proc = _background_run(target, tmp_path, 50, 8, "--target-option", "op_timeout=2s", "--target-option",
+                           "connect_timeout=1s")
+    run, t0 = _run_started(tmp_path)
+    time.sleep(max(0.0, t0 + 3 - time.time()))
+    os.kill(kept["pid"], signal.SIGKILL)
+    try:
+        code, text = _finished(proc, tmp_path)
+        total = ledger(run)
+        assert total["planned"] == 400 and total["ok"] >= 100, total
+        lost = total["failures"] + total["not_sent"]
+        assert lost >= 150 and total["failed_connect"] + total["failed_disconnect"] >= 100, total
+        assert total["failed_other"] == 0, total
+    finally:  # the session's server again, on its port and data (the tests after this one find it as before)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            embedded_main(["start", "cassandra"])
+        assert out.getvalue().strip() == f"cql://127.0.0.1:{kept['port']}"
+        assert EmbeddedCassandra(Path(kept["data_dir"])).ping()

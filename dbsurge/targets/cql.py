@@ -19,6 +19,7 @@ timeout), ``protocol_version``, ``reactor`` (see `choose_connection_class`).
 from __future__ import annotations
 
 import atexit
+import logging
 import ssl
 import sys
 import threading
@@ -55,11 +56,39 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 REACTORS = ("auto", "asyncore", "asyncio", "libev")
 
 
+#: The driver's loggers that log a failed (re)connection with its traceback.
+DRIVER_LOGGERS = ("cassandra.cluster", "cassandra.connection", "cassandra.pool", "cassandra.io.asyncorereactor",
+                  "cassandra.policies", "cassandra.metadata")
+
+
+class _OneLineDriverLogs(logging.Filter):
+    """The driver logs each failed attempt to reach a host with the whole traceback: a server killed under load
+    printed pages of them into the run's output. Keep the message and the error's last line; drop the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage().rstrip(': ')}: {type(exc).__name__}: {one_line(str(exc), 200)}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_driver_tracebacks() -> None:
+    """Install `_OneLineDriverLogs` on the driver's loggers (once; safe to call again)."""
+    for name in DRIVER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OneLineDriverLogs) for f in logger.filters):
+            logger.addFilter(_OneLineDriverLogs())
+
+
 def _driver() -> Any:
     try:
         import cassandra
     except ImportError:
         raise TargetError("CQL targets need scylla-driver: pip install 'dbsurge[cql]'") from None
+    quiet_driver_tracebacks()
     return cassandra
 
 
