@@ -4,8 +4,8 @@
   first use and stopped at the end of the session. Tests that pause or restart them must leave
   them running (resume in a `finally`).
 - `pg_uri` / `mongo_uri`: their URIs.
-- `cql_uri`: a real Apache Cassandra (`embedded-cassandra`, kept in the session's DBSURGE_HOME), or
-  ``DBSURGE_TEST_CQL_URI``; skips without Java or Maven, fails so in CI. Only serial tests use it (one JVM).
+- `cql_uri`: a real Apache Cassandra for a module (`embedded-cassandra`, kept in the session's DBSURGE_HOME),
+  or ``DBSURGE_TEST_CQL_URI``; skips without Java or Maven, fails so in CI. Only serial tests use it (one JVM).
 - `server_dir`: a fresh directory for a test that starts its own embedded server.
 - DBSURGE_HOME points at a session directory for every test, so that nothing touches ~/.dbsurge,
   and any server `dbsurge embedded start` left there is stopped at the end.
@@ -131,11 +131,12 @@ def mongo_uri(mongo_server: EmbeddedMongo) -> str:
     return mongo_server.uri
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cql_uri(dbsurge_home: Path) -> Iterator[str]:
-    """A CQL server for the session: ``DBSURGE_TEST_CQL_URI`` when set (a ScyllaDB, say), else a real Apache
+    """A CQL server for a test module: ``DBSURGE_TEST_CQL_URI`` when set (a ScyllaDB, say), else a real Apache
     Cassandra started as `dbsurge embedded start cassandra` would (a kept server in the session's $DBSURGE_HOME,
-    so that ``--target embedded-cassandra`` in the tests' runs reuses it: one JVM for the session).
+    so that ``--target embedded-cassandra`` in the tests' runs reuses it: one JVM for the module). Module scope:
+    the JVM (a GiB, and CPU now and then) is gone before the timing tests that `make test` runs after it.
 
     Without Java (or Maven, before the jars are cached) the tests that use it skip and say what to install;
     in CI (CI=true) they fail instead, since `make test` installs both.

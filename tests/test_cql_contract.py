@@ -218,6 +218,19 @@ def test_ycsb_a_run_at_a_constant_rate(cql_uri: str, target: str, tmp_path: Path
         cluster.shutdown()
 
 
+def test_the_consistency_scenario_on_a_keyspace_not_loaded_yet(target: str, tmp_path: Path) -> None:
+    """Study 002's command: one run per level after the run's own load; the first run's look for its data on a
+    table that does not exist yet is quiet (the driver logged a failed PREPARE there as an ERROR)."""
+    proc = dbsurge("scenario", "ycsb-run", "--target", target, "--quick", "--consistency", "ONE,QUORUM",
+                   "--workload-option", "keyspace=dbsurge_scenario", "--results-dir", str(tmp_path / "results"),
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, explain(proc)
+    assert "ERROR" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, explain(proc)
+    rows = read_csv(only_run_dir(tmp_path / "results") / "ycsb-run.csv")
+    assert [r["consistency"] for r in rows] == ["ONE", "QUORUM"]
+    assert all(r["failures"] == "0" and int(r["operations"]) > 0 for r in rows), rows
+
+
 @pytest.mark.skipif(not EMBEDDED, reason="needs a single-node server: QUORUM of 3 replicas cannot be met there")
 def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(target: str, tmp_path: Path) -> None:
     _load(target, tmp_path, "dbsurge_rf3", "--workload-option", "replicationfactor=3")  # ONE: one replica is enough

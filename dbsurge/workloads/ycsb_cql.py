@@ -107,10 +107,26 @@ def table_has_rows(workload: Any, session: Any) -> bool:
         return False
 
 
+def table_known_missing(workload: Any, session: Any) -> bool:
+    """True when the driver's schema metadata has no such keyspace or table.
+
+    Preparing a statement on a missing table only fails, and the driver logs that failure as an ERROR line, which
+    a first run (whose data is not loaded yet) printed before its load. Unknown (no metadata): False.
+    """
+    metadata = getattr(getattr(getattr(session, "session", None), "cluster", None), "metadata", None)
+    if metadata is None:
+        return False
+    cql = statements(workload)
+    keyspace = metadata.keyspaces.get(cql.keyspace)
+    return keyspace is None or cql.table not in keyspace.tables
+
+
 def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
     """Which of ``keys`` exist, by one prepared point read each (no IN lists: they fan out over the cluster)."""
     from cassandra import InvalidRequest
 
+    if table_known_missing(workload, session):
+        return set()
     try:
         exists = session.prepare(statements(workload).exists())
     except InvalidRequest:
