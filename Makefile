@@ -64,14 +64,17 @@ prometheus:
 	  else echo "prometheus not found and not root: the Prometheus scrape test will be skipped"; fi; }
 
 # Java 17 and Maven for embedded-cassandra (tests/test_cql_contract.py): Cassandra 5.0 runs on 17 (24 and newer refuse
-# it), and Maven fetches its jars once into ~/.cache/dbsurge/. Debian's packages.
-cassandra:
+# it), and Maven fetches its jars once into ~/.cache/dbsurge/ (here, before the tests, outside their time limits).
+# Debian's packages.
+cassandra: $(STAMP)
 	@{ { ls /usr/lib/jvm/*17*/bin/java || java -version 2>&1 | grep -q 'version "17'; } >/dev/null 2>&1 \
 	   && command -v mvn >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven \
 	      >/dev/null) || echo "Java 17 or Maven could not be installed: the Cassandra tests will be skipped (fail in CI)"; \
 	  else echo "Java 17 or Maven not found and not root: the Cassandra tests will be skipped (fail in CI)"; fi; }
+	@$(BIN)/python -c "from dbsurge import cassandra_jvm; cassandra_jvm.find_java(); cassandra_jvm.cassandra_jars()" \
+	  2>/dev/null || echo "Cassandra's jars could not be fetched now: the Cassandra tests will try again"
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install -q ruff && $(BIN)/ruff check dbsurge locustfiles shapes collectors tests bench

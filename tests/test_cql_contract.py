@@ -27,7 +27,9 @@ import pytest
 from ledger_checks import ledger
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json, run_files
 
-pytestmark = pytest.mark.serial
+#: serial: one JVM at a time, and the runs assert rates. 900 s: the first test may fetch Cassandra's jars (once per
+#: machine) and start a JVM on busy cores before its own work.
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(900)]
 pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
 
 RECORDS = 2000
@@ -284,7 +286,7 @@ def _run_started(tmp_path: Path, timeout: float = 120) -> tuple[Path, float]:
         for path in run_files(tmp_path / "results", "run.json"):
             with contextlib.suppress(ValueError, KeyError):
                 started = read_json(path)["started_utc"]
-                return path.parent, datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+                return path.parent, datetime.fromisoformat(started).timestamp()
         time.sleep(0.05)
     raise AssertionError("no run directory appeared")
 
@@ -337,7 +339,7 @@ def test_a_killed_jvm_books_connect_failures_and_the_ledger_balances(target: str
     time.sleep(max(0.0, t0 + 3 - time.time()))
     os.kill(kept["pid"], signal.SIGKILL)
     try:
-        code, text = _finished(proc, tmp_path)
+        _finished(proc, tmp_path)  # no traceback; the exit code is the verdict on the failures, not asserted here
         total = ledger(run)
         assert total["planned"] == 400 and total["ok"] >= 100, total
         lost = total["failures"] + total["not_sent"]

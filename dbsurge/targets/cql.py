@@ -336,10 +336,8 @@ class CqlTarget(Target):
             return "timeout"
         if isinstance(exc, cassandra.RateLimitReached):
             return "throttled"
-        if isinstance(exc, NoHostAvailable):
-            return self._classify_no_host(exc)
-        if isinstance(exc, cassandra.AuthenticationFailed):
-            return "connect"
+        if isinstance(exc, (NoHostAvailable, cassandra.AuthenticationFailed)):
+            return self._classify_no_host(exc)  # authentication failed: no hosts' errors, so connect
         if isinstance(exc, ConnectionException):
             return "disconnect"
         if isinstance(exc, OverloadedErrorMessage):
