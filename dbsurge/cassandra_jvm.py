@@ -7,7 +7,7 @@ dependencies, resolved once by Maven (`dbsurge/cassandra-pom.xml`) into a cache 
 not through Cassandra's shell scripts (which the jar does not ship): `jvm_command` carries over what
 ``conf/jvm-server.options``, ``conf/jvm17-server.options`` and ``bin/cassandra`` give a server on Java 17 (the jamm
 agent that measures objects for memtable accounting, the module ``--add-exports``/``--add-opens`` the server
-reflects through, G1), with a heap fixed at 512 MiB by default and the start-up waits of a multi-node cluster cut
+reflects through, G1), with a heap fixed at 512 MiB by default (DBSURGE_CASSANDRA_HEAP) and the start-up waits of a multi-node cluster cut
 (gossip settling, ring delay, the superuser set-up delay). No JMX: Cassandra opens it only when a JMX port
 property is given, and nothing here needs nodetool.
 
@@ -154,14 +154,20 @@ def jamm_jar(lib: Path) -> Path:
     return jars[-1]
 
 
+def default_heap() -> str:
+    """The server's heap unless the caller gives one: DBSURGE_CASSANDRA_HEAP (``768M``, ``1G``), else 512 MiB."""
+    return os.environ.get("DBSURGE_CASSANDRA_HEAP", "").strip() or DEFAULT_HEAP
+
+
 def heap_mb(heap: str) -> int:
     """``512M`` / ``1G`` / ``768m`` in MiB; the server's heap must stay between 256 MiB and 1 GiB on these machines."""
     found = re.fullmatch(r"\s*(\d+)\s*([mMgG])\s*", heap)
     if not found:
-        raise UserError(f"embedded-cassandra heap {heap!r}: expected a size such as 512M or 1G")
+        raise UserError(f"embedded-cassandra heap {heap!r} (DBSURGE_CASSANDRA_HEAP): expected a size such as 512M "
+                        "or 1G")
     mb = int(found.group(1)) * (1024 if found.group(2) in "gG" else 1)
     if not 256 <= mb <= 4096:
-        raise UserError(f"embedded-cassandra heap {heap!r}: expected 256M to 4G")
+        raise UserError(f"embedded-cassandra heap {heap!r} (DBSURGE_CASSANDRA_HEAP): expected 256M to 4G")
     return mb
 
 

@@ -667,7 +667,7 @@ class EmbeddedCassandra(EmbeddedMongo):
     ) -> None:
         from dbsurge import cassandra_jvm
 
-        self.heap = heap or cassandra_jvm.DEFAULT_HEAP
+        self.heap = heap or cassandra_jvm.default_heap()
         cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
         self.password_auth = password_auth
         super().__init__(data_dir, port, delete_on_stop=delete_on_stop)

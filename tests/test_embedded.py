@@ -244,3 +244,29 @@ def test_embedded_cassandra_without_java_or_maven_says_what_to_install(tmp_path,
         assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == expected, proc.stderr
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "cache" / "dbsurge" / "cassandra-5.0.6" / "lib").exists()
+
+
+def test_embedded_cassandra_jvm_options_and_heap(tmp_path, monkeypatch):
+    """The command line and cassandra.yaml a start would use (nothing starts): the jamm agent from the jars, the heap
+    from DBSURGE_CASSANDRA_HEAP, loopback and the given ports; a bad heap is one line before anything starts."""
+    from dbsurge import cassandra_jvm
+    from dbsurge.embedded import EmbeddedCassandra
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "jamm-0.4.0.jar").touch()
+    monkeypatch.setenv("DBSURGE_CASSANDRA_HEAP", "1G")
+    server = EmbeddedCassandra(tmp_path / "server")
+    cmd = cassandra_jvm.jvm_command("java", lib, server.data_dir, server.heap)
+    assert cmd[-1] == "org.apache.cassandra.service.CassandraDaemon" and "-Xmx1024m" in cmd and "-Xms1024m" in cmd
+    assert f"-javaagent:{lib / 'jamm-0.4.0.jar'}" in cmd and "--add-opens=java.base/java.lang=ALL-UNNAMED" in cmd
+    assert not any("jmxremote" in arg or "jmx.local.port" in arg for arg in cmd)
+    cassandra_jvm.write_config(server.data_dir, 19042, 17000, password_auth=True)
+    yaml = (server.data_dir / "cassandra.yaml").read_text()
+    for line in ("listen_address: 127.0.0.1", "rpc_address: 127.0.0.1", "native_transport_port: 19042",
+                 "storage_port: 17000", "num_tokens: 1", "auto_snapshot: false", "authenticator: PasswordAuthenticator",
+                 f"commitlog_directory: {server.data_dir / 'commitlog'}"):
+        assert line in yaml.splitlines(), line
+    monkeypatch.setenv("DBSURGE_CASSANDRA_HEAP", "lots")
+    with pytest.raises(UserError, match="DBSURGE_CASSANDRA_HEAP"):
+        EmbeddedCassandra(tmp_path / "other")
