@@ -113,6 +113,40 @@ def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) ->
     assert not server.is_running() and not server_dir.exists()
 
 
+@pytest.mark.skipif(not EMBEDDED, reason="a run's own embedded server")
+def test_a_runs_own_cassandra_goes_with_the_run_even_when_interrupted(tmp_path: Path) -> None:
+    """Before the module's server starts (one JVM at a time): `--target embedded-cassandra` with no kept server
+    starts one for the run; SIGINT mid-run ends the run, and the JVM and its directory with it."""
+    from dbsurge.embedded import embedded_main
+
+    with contextlib.redirect_stdout(io.StringIO()) as status:
+        embedded_main(["status", "cassandra"])
+    if status.getvalue().strip() != "cassandra: stopped":
+        pytest.skip("the module's Cassandra already runs: one JVM at a time (run this test first, or alone)")
+    out, err = open(tmp_path / "stdout.txt", "w"), open(tmp_path / "stderr.txt", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", "embedded-cassandra",
+         "--shape", "constant", "--rate", "50", "--duration", "120s", "--workload-option", "recordcount=200",
+         "--results-dir", str(tmp_path / "results")], cwd=tmp_path, stdout=out, stderr=err, text=True)
+    try:
+        run, _ = _run_started(tmp_path, timeout=300)
+        jvms = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "org.apache.cassandra.service.CassandraDaemon" in p.cmdline()]
+        assert len(jvms) == 1
+        jvm, data_dir = jvms[0], Path(jvms[0].cwd())
+        assert (data_dir / "cassandra.log").exists()
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        code, text = _finished(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code != 0 and "SIGINT" in text, text[-2000:]
+    assert not jvm.is_running() or jvm.status() == psutil.STATUS_ZOMBIE
+    assert not data_dir.exists()
+    assert read_json(run / "run.json")["target_name"] == "embedded-cassandra"
+
+
 @pytest.mark.skipif(not EMBEDDED, reason="the embedded server's own checks")
 def test_embedded_cassandra_is_one_jvm_on_loopback_answering_cql(cql_uri: str, tmp_path: Path) -> None:
     from dbsurge.cassandra_jvm import CASSANDRA_VERSION
@@ -143,6 +177,9 @@ def test_check_and_a_bad_consistency_fail_or_pass_in_one_line(cql_uri: str, targ
     checked = open_target(cql_uri)
     checked.check()
     assert checked.server["release_version"] and checked.server["protocol_version"] >= 4
+    older = open_target(cql_uri, {"protocol_version": "4"})  # asked for: the driver keeps to it
+    older.check()
+    assert older.server["protocol_version"] == 4 and older.describe()["negotiated_protocol_version"] == 4
     proc = dbsurge("load", "--workload", "ycsb", "--target", target, "--target-option", "consistency=MOST",
                    cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "consistency" in proc.stderr and "Traceback" not in proc.stderr
