@@ -71,8 +71,8 @@ def shape_path(shape: str) -> str:
 RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
                                    help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
-                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb (started and "
-                                        "stopped for the run)")),
+                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb / "
+                                        "embedded-cassandra (started and stopped for the run)")),
     ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
@@ -366,7 +366,7 @@ def load_main(argv: list[str]) -> int:
                       epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb "
+                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb / embedded-cassandra "
                         "(default: $DBSURGE_TARGET)")
     p.add_argument("--target-secret", default=os.environ.get("DBSURGE_TARGET_SECRET"), metavar="ARN",
                    help="AWS Secrets Manager secret with the password (RDS format)")
@@ -391,7 +391,17 @@ def load_main(argv: list[str]) -> int:
         target = open_target(for_master(uri, args.target_secret, args.target_secret_endpoint_url), topts)
         target.check()
         wl = get_workload(args.workload, target, wopts)
-        n = wl.load(progress=not args.quiet)
+        try:
+            n = wl.load(progress=not args.quiet)
+        except UserError:
+            raise
+        except Exception as exc:
+            # The database refused the load (a driver's error, not ours): one line, as for a failed check.
+            if target.classify(exc) == "other":
+                raise
+            from .targets import describe_failure
+
+            raise UserError(f"{args.workload} load on {target.display} failed: {describe_failure(exc)}") from None
         print(f"{args.workload}: {n} rows/documents in place on {target.display}")
         return 0
     finally:

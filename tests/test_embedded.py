@@ -168,7 +168,7 @@ def test_embedded_cli_start_status_stop(capsys):
         assert capsys.readouterr().out.strip() == uri
         embedded_main(["status"])
         assert capsys.readouterr().out.splitlines() == [f"postgres: running {uri}", "mongo: stopped",
-                                                       "dynamodb: stopped"]
+                                                       "dynamodb: stopped", "cassandra: stopped"]
     finally:
         embedded_main(["stop", "postgres"])
     assert "stopped embedded postgres" in capsys.readouterr().err
@@ -209,3 +209,64 @@ def test_resolve_embedded_reuses_a_running_server_or_starts_one(capsys):
     finally:
         handle.stop()
     assert not handle.is_running() and not handle.data_dir.exists()  # a run's server leaves nothing behind
+
+
+# --- embedded-cassandra without what it needs outside Python (the server itself: tests/test_cql_contract.py) ---
+
+_NO_JDK_DIRS = ("import sys; from dbsurge import cassandra_jvm; cassandra_jvm.JVM_DIRS = (); "
+                "from dbsurge.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize(("hide", "expected"), [
+    ("java", "dbsurge: embedded-cassandra needs Java 17: apt-get install openjdk-17-jre-headless"),
+    ("mvn", "dbsurge: embedded-cassandra needs Maven to fetch Cassandra 5.0.6's jars once: apt-get install maven"),
+])
+def test_embedded_cassandra_without_java_or_maven_says_what_to_install(tmp_path, hide, expected):
+    """A PATH without `java` (and no JDK where one is looked for), or without `mvn` and no jars cached yet: one
+    line naming the Debian package, exit 2, before anything starts."""
+    import shutil
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("java", "mvn"):
+        found = shutil.which(tool)
+        if tool != hide and found:
+            (bin_dir / tool).symlink_to(found)
+        elif tool != hide:
+            pytest.skip(f"{tool} is not installed here: the other half of this test needs it")
+    env = {**os.environ, "PATH": str(bin_dir), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "DBSURGE_HOME": str(tmp_path / "home")}
+    env.pop("JAVA_HOME", None)
+    for argv in (["embedded", "start", "cassandra"], ["load", "--workload", "ycsb", "--target", "embedded-cassandra"]):
+        proc = subprocess.run([sys.executable, "-c", _NO_JDK_DIRS, *argv], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == expected, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "cache" / "dbsurge" / "cassandra-5.0.6" / "lib").exists()
+
+
+def test_embedded_cassandra_jvm_options_and_heap(tmp_path, monkeypatch):
+    """The command line and cassandra.yaml a start would use (nothing starts): the jamm agent from the jars, the heap
+    from DBSURGE_CASSANDRA_HEAP, loopback and the given ports; a bad heap is one line before anything starts."""
+    from dbsurge import cassandra_jvm
+    from dbsurge.embedded import EmbeddedCassandra
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "jamm-0.4.0.jar").touch()
+    monkeypatch.setenv("DBSURGE_CASSANDRA_HEAP", "1G")
+    server = EmbeddedCassandra(tmp_path / "server")
+    cmd = cassandra_jvm.jvm_command("java", lib, server.data_dir, server.heap)
+    assert cmd[-1] == "org.apache.cassandra.service.CassandraDaemon" and "-Xmx1024m" in cmd and "-Xms1024m" in cmd
+    assert f"-javaagent:{lib / 'jamm-0.4.0.jar'}" in cmd and "--add-opens=java.base/java.lang=ALL-UNNAMED" in cmd
+    assert not any("jmxremote" in arg or "jmx.local.port" in arg for arg in cmd)
+    cassandra_jvm.write_config(server.data_dir, 19042, 17000, password_auth=True)
+    yaml = (server.data_dir / "cassandra.yaml").read_text()
+    for line in ("listen_address: 127.0.0.1", "rpc_address: 127.0.0.1", "native_transport_port: 19042",
+                 "storage_port: 17000", "num_tokens: 1", "auto_snapshot: false", "authenticator: PasswordAuthenticator",
+                 f"commitlog_directory: {server.data_dir / 'commitlog'}"):
+        assert line in yaml.splitlines(), line
+    monkeypatch.setenv("DBSURGE_CASSANDRA_HEAP", "lots")
+    with pytest.raises(UserError, match="DBSURGE_CASSANDRA_HEAP"):
+        EmbeddedCassandra(tmp_path / "other")

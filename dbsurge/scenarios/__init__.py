@@ -49,7 +49,7 @@ def scenario_help() -> str:
     width = max(len(name) for name in SCENARIOS)
     lines = [USAGE, "", "scenarios:"]
     lines += [f"  {name.ljust(width)}  {line}" for name, (_, line) in SCENARIOS.items()]
-    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo|embedded-dynamodb,",
+    lines += ["", "common options: --target URI|embedded-postgres|embedded-mongo|embedded-dynamodb|embedded-cassandra,",
               "  --target-option K=V, --workload-option K=V, --quick (scaled-down defaults for embedded targets),",
               "  --seed, --results-dir, --run-id, --from results/<run-id> (print a finished run's table again)", "",
               epilog("scenario")]

@@ -34,7 +34,7 @@ def scenario_parser(name: str, description: str, *, cloudwatch: bool = False) ->
     """A parser with the options every scenario takes."""
     p = ScenarioParser(prog=f"dbsurge scenario {name}", description=description)
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI, or embedded-postgres / embedded-mongo / embedded-dynamodb "
+                   help="database URI, or embedded-postgres / embedded-mongo / embedded-dynamodb / embedded-cassandra "
                         "(default: $DBSURGE_TARGET)")
     p.add_argument("--target-option", action="append", default=None, metavar="KEY=VALUE",
                    help="binding option, e.g. connect_timeout=15, isolation=serializable, w=1 (repeatable)")

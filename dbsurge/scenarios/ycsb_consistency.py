@@ -31,7 +31,7 @@ def target_family(target: str) -> str | None:
     """``cql`` or ``dynamodb`` from a target URI or embedded name; None for the others."""
     name = (target or "").strip().lower()
     scheme = name.split("://", 1)[0] if "://" in name else name
-    if scheme in ("cql", "scylla"):
+    if scheme in ("cql", "scylla", "embedded-cassandra"):
         return "cql"
     if scheme in ("dynamodb", "alternator", "embedded-dynamodb"):
         return "dynamodb"
@@ -42,9 +42,9 @@ def parse_levels(text: str, target: str) -> list[str]:
     """``"ONE,QUORUM"`` -> ``["ONE", "QUORUM"]``, checked against what the target accepts (`UserError`)."""
     family = target_family(target)
     if family is None:
-        raise UserError("--consistency compares CQL consistency levels (cql://, scylla://) or DynamoDB read "
-                        "consistency (dynamodb://, alternator://, embedded-dynamodb); for MongoDB and PostgreSQL "
-                        "run once per --target-option instead")
+        raise UserError("--consistency compares CQL consistency levels (cql://, scylla://, embedded-cassandra) or "
+                        "DynamoDB read consistency (dynamodb://, alternator://, embedded-dynamodb); for MongoDB and "
+                        "PostgreSQL run once per --target-option instead")
     levels = [part.strip().upper() for part in text.split(",") if part.strip()]
     allowed = CQL_LEVELS if family == "cql" else tuple(DYNAMODB_LEVELS)
     bad = [level for level in levels if level not in allowed]

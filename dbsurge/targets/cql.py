@@ -19,6 +19,7 @@ timeout), ``protocol_version``, ``reactor`` (see `choose_connection_class`).
 from __future__ import annotations
 
 import atexit
+import logging
 import ssl
 import sys
 import threading
@@ -56,11 +57,39 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 REACTORS = ("auto", "asyncore", "asyncio", "libev")
 
 
+#: The driver's loggers that log a failed (re)connection with its traceback.
+DRIVER_LOGGERS = ("cassandra.cluster", "cassandra.connection", "cassandra.pool", "cassandra.io.asyncorereactor",
+                  "cassandra.policies", "cassandra.metadata")
+
+
+class _OneLineDriverLogs(logging.Filter):
+    """The driver logs each failed attempt to reach a host with the whole traceback: a server killed under load
+    printed pages of them into the run's output. Keep the message and the error's last line; drop the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage().rstrip(': ')}: {type(exc).__name__}: {one_line(str(exc), 200)}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_driver_tracebacks() -> None:
+    """Install `_OneLineDriverLogs` on the driver's loggers (once; safe to call again)."""
+    for name in DRIVER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OneLineDriverLogs) for f in logger.filters):
+            logger.addFilter(_OneLineDriverLogs())
+
+
 def _driver() -> Any:
     try:
         import cassandra
     except ImportError:
         raise TargetError("CQL targets need scylla-driver: pip install 'dbsurge[cql]'") from None
+    quiet_driver_tracebacks()
     return cassandra
 
 
@@ -171,6 +200,8 @@ class CqlTarget(Target):
         self._cluster: Any = None
         self._session: Any = None
         self._prepared: dict[str, Any] = {}
+        #: What `check` learnt from the server (release, negotiated protocol, shard awareness), for run.json.
+        self.server: dict[str, Any] = {}
 
     # ---- the driver's objects -------------------------------------------------------------------
 
@@ -260,7 +291,8 @@ class CqlTarget(Target):
         try:
             cluster = Cluster(**self.cluster_kwargs(connect_timeout_s=min(5.0, self.connect_timeout_s)))
             session = cluster.connect()
-            session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
+            row = session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
+            self.server = self._server_facts(cluster, row.one())
         except TargetError:
             raise
         except Exception as exc:
@@ -268,6 +300,18 @@ class CqlTarget(Target):
         finally:
             if cluster is not None:
                 cluster.shutdown()
+
+    @staticmethod
+    def _server_facts(cluster: Any, row: Any) -> dict[str, Any]:
+        """The server's release, the protocol version the driver settled on, and whether routing is shard-aware.
+
+        Shard awareness needs the server to advertise ``SCYLLA_SHARD`` and its kin in its SUPPORTED answer:
+        ScyllaDB does, Apache Cassandra does not, so on Cassandra the driver routes by token to the node only.
+        """
+        hosts = list(cluster.metadata.all_hosts())
+        return {"release_version": getattr(row, "release_version", None),
+                "protocol_version": cluster.protocol_version,
+                "shard_aware": bool(hosts) and all(getattr(h, "sharding_info", None) is not None for h in hosts)}
 
     # ---- failures -------------------------------------------------------------------------------
 
@@ -294,7 +338,7 @@ class CqlTarget(Target):
         if isinstance(exc, cassandra.RateLimitReached):
             return "throttled"
         if isinstance(exc, (NoHostAvailable, cassandra.AuthenticationFailed)):
-            return "connect"
+            return self._classify_no_host(exc)  # authentication failed: no hosts' errors, so connect
         if isinstance(exc, ConnectionException):
             return "disconnect"
         if isinstance(exc, OverloadedErrorMessage):
@@ -309,6 +353,20 @@ class CqlTarget(Target):
         if isinstance(exc, cassandra.RequestExecutionException):
             return f"server:{type(exc).__name__.removesuffix('ErrorMessage') or 'error'}"
         return "other"
+
+    def _classify_no_host(self, exc: BaseException) -> str:
+        """``NoHostAvailable`` is the driver's wrapper for "every host it tried failed", and not only to connect:
+        its default retry policy answers a coordinator's Unavailable by trying the next host, and on a single
+        node there is none, so a QUORUM the replicas cannot meet arrives as NoHostAvailable({host: Unavailable}).
+        When every host failed the same way on a live connection, that is the failure; otherwise ``connect``.
+        """
+        inner = [e for e in (getattr(exc, "errors", None) or {}).values() if isinstance(e, BaseException)]
+        kinds = {self.classify(e) for e in inner if type(e).__name__ != "NoHostAvailable"}
+        if len(kinds) == 1 and len(inner) == len(getattr(exc, "errors", {}) or {}):
+            kind = kinds.pop()
+            if kind.startswith("server:") or kind in ("timeout", "throttled"):
+                return kind
+        return "connect"
 
     def _explain(self, exc: BaseException) -> str:
         from dbsurge.redact import redact_text
@@ -336,7 +394,12 @@ class CqlTarget(Target):
                 "consistency": self.consistency_name, "serial_consistency": self.serial_consistency_name,
                 "local_dc": self.local_dc, "tls": self.tls, "tls_ca_file": self.tls_ca_file,
                 "connect_timeout_s": self.connect_timeout_s, "op_timeout_s": self.op_timeout_s,
-                "protocol_version": self.protocol_version, "reactor": self.reactor, "driver": driver}
+                "protocol_version": self.protocol_version, "reactor": self.reactor, "driver": driver,
+                # token-aware routing always; shard-aware only where the server is ScyllaDB (`_server_facts`)
+                "routing": "token-aware over DC-aware round robin",
+                "server_release": self.server.get("release_version"),
+                "negotiated_protocol_version": self.server.get("protocol_version"),
+                "shard_aware": self.server.get("shard_aware")}
 
 
 def _split_netloc(uri: str, display: str) -> tuple[tuple[tuple[str, ...], int], str | None, str | None]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dbsurge.errors import TargetError
 from dbsurge.workloads.ycsb_keys import ClientKeys, scan_length_generator
 
 CQL_KEY = "y_id"  # YCSB's cassandra binding's key column
@@ -106,10 +107,26 @@ def table_has_rows(workload: Any, session: Any) -> bool:
         return False
 
 
+def table_known_missing(workload: Any, session: Any) -> bool:
+    """True when the driver's schema metadata has no such keyspace or table.
+
+    Preparing a statement on a missing table only fails, and the driver logs that failure as an ERROR line, which
+    a first run (whose data is not loaded yet) printed before its load. Unknown (no metadata): False.
+    """
+    metadata = getattr(getattr(getattr(session, "session", None), "cluster", None), "metadata", None)
+    if metadata is None:
+        return False
+    cql = statements(workload)
+    keyspace = metadata.keyspaces.get(cql.keyspace)
+    return keyspace is None or cql.table not in keyspace.tables
+
+
 def present_keys(workload: Any, session: Any, keys: Sequence[str]) -> set[str]:
     """Which of ``keys`` exist, by one prepared point read each (no IN lists: they fan out over the cluster)."""
     from cassandra import InvalidRequest
 
+    if table_known_missing(workload, session):
+        return set()
     try:
         exists = session.prepare(statements(workload).exists())
     except InvalidRequest:
@@ -125,8 +142,18 @@ def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
     def insert(rows: list[tuple]) -> None:
         if len(rows) == 1:
             session.execute(prepared, tuple(rows[0]))
-        else:
+            return
+        from cassandra import InvalidRequest
+
+        try:
             session.execute(insert_batch(target, prepared, rows))
+        except InvalidRequest as exc:
+            if "batch too large" not in str(exc).lower():
+                raise
+            size = sum(len(str(v)) for row in rows for v in row)
+            raise TargetError(f"target {target.display}: an UNLOGGED BATCH of {len(rows)} records (about "
+                              f"{size // 1024} KiB) is over the server's batch_size_fail_threshold: lower "
+                              f"--workload-option batchsize, or raise the threshold in cassandra.yaml") from None
 
     return insert
 
