@@ -23,6 +23,7 @@ import time
 import gevent
 from locust import LoadTestShape
 
+from .pool_size import grown_pool
 from .stage_plan import StagePlan
 
 HEADROOM = 2.0
@@ -67,7 +68,7 @@ class ArrivalRateShape(LoadTestShape):
         # before the run has measured anything: what the preflight probe measured, else a guess
         service = max(service or run.probe_service_s or ASSUMED_SERVICE_S, 0.0005)
         wanted = math.ceil((rate * service * HEADROOM + MIN_USERS_PER_WORKER * members) * inflate)
-        users = min(max(wanted, getattr(self, "_users", 0)), int(opts.max_users))
+        users = min(grown_pool(getattr(self, "_users", 0), wanted), int(opts.max_users))
         if wanted > int(opts.max_users) and schedule is not None and t < schedule.end_s:
             run.capped_stages.add(schedule.stage_at(t))
         self._users = users

@@ -374,3 +374,17 @@ def test_what_a_process_made_before_time_zero_is_frozen():
     assert out.returncode == 0, out.stderr
     frozen, still_seen = map(int, out.stdout.split())
     assert frozen >= 5000 and still_seen == 0
+
+
+def test_the_pool_grows_in_steps_not_a_user_a_tick():
+    """Sized before time zero it takes what the plan wants; once running, a measured service time that creeps up
+    does not add a user a tick (each new user connects on the load host mid-run: a stall), only a want past 25%
+    more than the pool grows it, with headroom."""
+    from dbsurge.pool_size import grown_pool
+
+    assert grown_pool(0, 4) == 4
+    sizes = [4]
+    for wanted in (5, 5, 5, 6, 6):  # what the demo's stage 1 asked for, tick after tick
+        sizes.append(grown_pool(sizes[-1], wanted))
+    assert sizes == [4, 4, 4, 4, 8, 8]
+    assert grown_pool(8, 3) == 8  # never smaller
