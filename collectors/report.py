@@ -481,6 +481,8 @@ def render_markdown(data: ReportData, part: ScenarioPart | None = None) -> str:
         lines.append("")
     if panels(data):
         lines += ["Plots: report.html and timeline.png beside this file.", ""]
+    elif part is not None and part.view.figures:
+        lines += ["Figures: report.html beside this file.", ""]
     return "\n".join(lines)
 
 

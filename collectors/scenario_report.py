@@ -19,6 +19,9 @@ from typing import Any
 
 from .scenario_figures import ScenarioView, scenario_view
 
+#: A table longer than this (the first window's every read) is folded under its title.
+FOLD_ROWS = 40
+
 
 @dataclass
 class ScenarioPart:
@@ -90,7 +93,10 @@ def section_html(part: ScenarioPart, run_dir: Path, meta: dict, html_table: Any,
     out.append(f"<h2>{html.escape(part.report.heading)}</h2>")
     for table in part.report.tables:
         slug = html.escape(table.csv_name.removesuffix(".csv"))
-        out += [f'<h3 id="table-{slug}">{html.escape(table.title)}</h3>', html_table(table.headers, table.rows),
+        body = html_table(table.headers, table.rows)
+        if len(table.rows) > FOLD_ROWS:  # a per-read trace: folded, so the figures stay near the top
+            body = f"<details><summary>All {len(table.rows):,} rows</summary>{body}</details>"
+        out += [f'<h3 id="table-{slug}">{html.escape(table.title)}</h3>', body,
                 f'<p class="note">Raw numbers: {html.escape(table.csv_name)}.</p>']
     if part.report.notes:
         out.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(n)}</li>" for n in part.report.notes)
@@ -112,8 +118,10 @@ def sub_runs(run_dir: Path, meta: dict) -> list[tuple[str, str]]:
     for r in meta.get("runs") or []:
         if not isinstance(r, dict) or not r.get("run_dir"):
             continue
-        label = (f"{r['workers']} workers" if "workers" in r else f"consistency {r['consistency']}"
-                 if "consistency" in r else str(r["run_dir"]))
+        if "workers" in r:
+            label = f"{r['workers']} worker" + ("" if r["workers"] == 1 else "s")
+        else:
+            label = f"consistency {r['consistency']}" if "consistency" in r else str(r["run_dir"])
         if (Path(run_dir) / r["run_dir"] / "report.html").is_file():
             out.append((f"{label}: {r['run_dir']}/report.html", f"{r['run_dir']}/report.html"))
     return out
