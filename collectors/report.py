@@ -332,7 +332,9 @@ def _facts(data: ReportData, part: ScenarioPart | None = None) -> list[tuple[str
     if part is not None:  # the scenario's result leads, as the engine's verdict does
         facts.insert(0, ("Scenario", mode_label(part, run.meta)))
         facts.insert(0, ("Result", part.view.result))
-    status = completeness(data)
+    # a scenario whose run.json keeps no times of its own (capacity's parent of step runs) cannot be judged by them
+    judged = part is None or "started_utc" in run.meta
+    status = completeness(data) if judged else None
     if status:
         facts.insert(0, ("Status", status))
     verdict = (run.meta.get("results") or {}).get("verdict")
