@@ -383,3 +383,18 @@ def test_a_scenario_report_shows_its_table_and_figures_in_chromium(tmp_path):
     assert len(images) == 2, images
     for done, natural, width, height in images:
         assert done and natural >= 800 and width >= 600 and height >= 100, images
+
+
+def test_a_scenario_whose_table_cannot_be_built_says_why_and_keeps_the_rest(tmp_path):
+    """A damaged raw file (trace.csv without its latency column): the page names the error in one sentence
+    and keeps the facts and events; the scenario's other files are not rewritten from nothing."""
+    run = _rewarm_run(tmp_path)
+    rows = (run / "trace.csv").read_text().splitlines()
+    (run / "trace.csv").write_text("\n".join(r.rsplit(",", 4)[0] for r in rows) + "\n")  # cut the last columns
+    (run / "events.jsonl").write_text(json.dumps({"time_utc": "2026-09-29T08:00:00.500Z", "kind": "run_start",
+                                                  "scenario": "rewarm"}) + "\n")
+    assert report_main([str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "The scenario's tables could not be built: KeyError: &#x27;latency_ms&#x27;" in page
+    assert "<h2>Events</h2>" in page and "run_start" in page and "<img" not in page
+    assert not (run / "rewarm.csv").exists()
