@@ -12,7 +12,10 @@
   percentile), target versus achieved rate, lag and drops, and capacity and cache hit ratio, on one
   axis of seconds since the run started with UTC along the top;
 - the cost, when there is one to show: a local run costs nothing that dbsurge can price, so its
-  report has no cost section rather than a table of $0.0000.
+  report has no cost section rather than a table of $0.0000;
+- for a scenario's run, the scenario's own tables (the `Report` summary.md holds), its figures and links
+  to its engine runs, under the facts (`collectors.scenario_report`): an in-process scenario has no
+  engine tables, so that section is most of its page.
 
 A section without data is left out. The HTML embeds every plot as a base64 PNG and uses no script,
 stylesheet, font or image from elsewhere, so a browser opens it from disk. ``timeline.png`` holds
