@@ -12,7 +12,10 @@
   percentile), target versus achieved rate, lag and drops, and capacity and cache hit ratio, on one
   axis of seconds since the run started with UTC along the top;
 - the cost, when there is one to show: a local run costs nothing that dbsurge can price, so its
-  report has no cost section rather than a table of $0.0000.
+  report has no cost section rather than a table of $0.0000;
+- for a scenario's run, the scenario's own tables (the `Report` summary.md holds), its figures and links
+  to its engine runs, under the facts (`collectors.scenario_report`): an in-process scenario has no
+  engine tables, so that section is most of its page.
 
 A section without data is left out. The HTML embeds every plot as a base64 PNG and uses no script,
 stylesheet, font or image from elsewhere, so a browser opens it from disk. ``timeline.png`` holds
@@ -39,6 +42,7 @@ from dbsurge.errors import UserError
 from .cost import CostReport, estimate_cost
 from .merge import merge_run, stage_capacity_frame
 from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events, read_stages
+from .scenario_report import ScenarioPart, mode_label, raw_files, scenario_part, section_html
 from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
 
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
@@ -323,11 +327,17 @@ def completeness(data: ReportData) -> str | None:
             f"last data at {last or 'unknown'}. Tables hold what was written until then.")
 
 
-def _facts(data: ReportData) -> list[tuple[str, str]]:
+def _facts(data: ReportData, part: ScenarioPart | None = None) -> list[tuple[str, str]]:
     run = data.run
     window = run.window()
-    facts = [("Run", run.run_id), ("Target", run.target), ("Workload", run.workload), ("Plan", run.plan_text)]
-    status = completeness(data)
+    target = run.target or str(run.meta.get("target_display") or run.meta.get("target_name") or "")
+    facts = [("Run", run.run_id), ("Target", target), ("Workload", run.workload), ("Plan", run.plan_text)]
+    if part is not None:  # the scenario's result leads, as the engine's verdict does
+        facts.insert(0, ("Scenario", mode_label(part, run.meta)))
+        facts.insert(0, ("Result", part.view.result))
+    # a scenario whose run.json keeps no times of its own (capacity's parent of step runs) cannot be judged by them
+    judged = part is None or "started_utc" in run.meta
+    status = completeness(data) if judged else None
     if status:
         facts.insert(0, ("Status", status))
     verdict = (run.meta.get("results") or {}).get("verdict")
@@ -351,8 +361,11 @@ table{border-collapse:collapse;font-size:.85em;margin:.6em 0}th,td{border:1px so
 text-align:left}th{background:#eef2f7}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #e3e7ed}figcaption{font-size:.8em;color:#555}
 .note{font-size:.85em;color:#555}summary{cursor:pointer;font-weight:600;margin-top:1.2em}
+h3{font-size:1em;margin:1.2em 0 .2em}ul.notes{font-size:.85em;color:#333;padding-left:1.2em}
 """
 
+_SCENARIO_TIME_NOTE = ("Seconds since the run started along the bottom, the same instants in UTC along the top; "
+                       "dotted red lines mark errors.")
 _TIME_NOTE = ("Every plot shares one time axis: seconds since the run started along the bottom, the same instants in "
               "UTC along the top. Shaded bands are the plan's stages; dotted red lines mark errors and rate changes. "
               "Per-second values go by the second an operation completed; the tables go by intended start.")
@@ -373,8 +386,11 @@ def _figure_html(name: str, caption: str, png: bytes) -> str:
             f'alt="{html.escape(caption.split(".")[0])}"><figcaption>{html.escape(caption)}</figcaption></figure>')
 
 
-def render_html(data: ReportData, images: dict[str, bytes]) -> str:
-    """The report page; ``images`` holds each panel's PNG by panel name (`timeline_plots.panels`)."""
+def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart | None = None) -> str:
+    """The report page; ``images`` holds each panel's PNG by panel name (`timeline_plots.panels`).
+
+    ``part``: a scenario's tables and figures, right under the facts (`collectors.scenario_report`).
+    """
     title = f"dbsurge report: {data.run.run_id}"
     parts = [
         "<!doctype html>",
@@ -382,8 +398,11 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in _facts(data)) + "</dl>",
+        "<dl>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in _facts(data, part))
+        + "</dl>",
     ]
+    if part is not None:
+        parts += section_html(part, data.run.path, data.run.meta, html_table, _figure_html)
     parts += _section("Operations", operation_rows(data),
                       "Response time from the intended start (what the user waited), successful operations only; "
                       "svc = service time (from the actual start); milliseconds with microsecond precision.",
@@ -396,7 +415,9 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
         parts += _section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
     figures = [_figure_html(p.name, p.caption, images[p.name]) for p in panels(data) if p.name in images]
     if figures:
-        parts += ["<h2>Timeline</h2>", f'<p class="note">{html.escape(_TIME_NOTE)}</p>', *figures]
+        engine = bool(data.run.stages) or (data.run.path / "stages.csv").is_file()
+        parts += ["<h2>Timeline</h2>" if engine else "<h2>Over the run</h2>",
+                  f'<p class="note">{html.escape(_TIME_NOTE if engine else _SCENARIO_TIME_NOTE)}</p>', *figures]
     parts += _section("Ledger", ledger_rows(data),
                       "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
     detail_headers, detail_rows = stage_operation_rows(data)
@@ -410,7 +431,7 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
                  ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]
         parts += ["<h2>Events</h2>", html_table(["Time (UTC)", "Kind", "Details"], rows)]
     files = ["merged.csv (one row per second)", "cost.csv", *(["timeline.png"] if figures else []), "summary.md",
-             "metrics/"]
+             "metrics/", *(raw_files(data.run.path) if part is not None else [])]
     parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
 
@@ -435,10 +456,13 @@ def _md_section(title: str, table: Table, *notes: str) -> list[str]:
     return [f"## {title}", "", markdown_table(headers, rows), "", *(f"{n}\n" for n in notes if n)]
 
 
-def render_markdown(data: ReportData) -> str:
-    """summary.md: the facts, the operation, stage and ledger tables, the cost when there is one."""
+def render_markdown(data: ReportData, part: ScenarioPart | None = None) -> str:
+    """summary.md: the facts, the operation, stage and ledger tables, the cost when there is one.
+
+    A scenario's own tables follow (`build_report` keeps its section); its result is among the facts.
+    """
     lines = [f"# dbsurge run {data.run.run_id}", ""]
-    lines += [f"- **{k}**: {v}" for k, v in _facts(data)]
+    lines += [f"- **{k}**: {v}" for k, v in _facts(data, part)]
     lines.append("")
     lines += _md_section("Operations", operation_rows(data),
                          "Response time from the intended start; svc = service time; ms.", _operation_thin_note(data))
@@ -453,7 +477,8 @@ def render_markdown(data: ReportData) -> str:
             [data.cost.prices.note, *data.cost.notes]), ""]
     elif cost_failure(data):
         lines += ["## Cost", "", f"No cost estimate: {cost_failure(data)}", ""]
-    lines += _generator_lines(data.run.meta.get("results") or {})
+    if part is None or (data.run.path / "stages.csv").is_file():  # an in-process scenario had no plan to keep
+        lines += _generator_lines(data.run.meta.get("results") or {})
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
         lines += ["## Events", ""]
@@ -461,6 +486,8 @@ def render_markdown(data: ReportData) -> str:
         lines.append("")
     if panels(data):
         lines += ["Plots: report.html and timeline.png beside this file.", ""]
+    elif part is not None and part.view.figures:
+        lines += ["Figures: report.html beside this file.", ""]
     return "\n".join(lines)
 
 
@@ -489,9 +516,15 @@ def _generator_lines(results: dict) -> list[str]:
     return lines + [""]
 
 
-def build_report(run_dir: str | Path) -> Path:
-    """Write ``report.html``, ``timeline.png`` and ``summary.md`` (and ``merged.csv``, ``cost.csv``)."""
+def build_report(run_dir: str | Path, scenario: Any = None) -> Path:
+    """Write ``report.html``, ``timeline.png`` and ``summary.md`` (and ``merged.csv``, ``cost.csv``).
+
+    A scenario's run (run.json names one) gets its study tables and figures too: ``scenario`` is the
+    `dbsurge.scenarios.report.Report` the scenario just wrote into summary.md; without it (``dbsurge report``)
+    the report is built again from the raw files and its CSVs and summary.md section rewritten with it.
+    """
     data = load_report_data(run_dir)
+    part = scenario_part(data.run.path, data.run.meta, scenario, write=scenario is None)
     images, timeline = render_images(data)
     path = data.run.path
     if timeline is not None:
@@ -504,8 +537,8 @@ def build_report(run_dir: str | Path) -> Path:
         old = summary.read_text()
         if SCENARIO_MARK in old:
             kept = "\n" + old[old.index(SCENARIO_MARK):]
-    summary.write_text(render_markdown(data) + kept)
+    summary.write_text(render_markdown(data, part) + kept)
     out = path / "report.html"
-    out.write_text(render_html(data, images))
+    out.write_text(render_html(data, images, part))
     return out
 

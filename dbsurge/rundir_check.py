@@ -192,8 +192,8 @@ RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     "max_lag": (lambda v: isinstance(v, str) or _is_number(v), "a duration"),
     "role": (_STR, "a role"),
-    # a count; a list of counts in a scalability run (`ycsb-run --scale-workers 1,2,4`)
-    "workers": (lambda v: _is_count(v) or _list_of(_is_count)(v), "a count or a list of counts"),
+    # an engine run's worker processes; the worker counts of `dbsurge scenario ycsb-run --scale-workers`
+    "workers": (lambda v: _is_count(v) or (_list_of(_is_count)(v) and bool(v)), "a count or a list of counts"),
     "cloudwatch": (lambda v: isinstance(v, str) or _list_of(_STR)(v), "a list of PRESET:ID"),
     "runners": (_list_of(lambda r: isinstance(r, (str, dict))), "a list of runners"),
     "region": (_STR, "a region"),

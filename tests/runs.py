@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,3 +53,84 @@ def read_json(path: Path) -> dict:
 
 def explain(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+
+
+
+class _ReportPage(HTMLParser):
+    """The scenario section of a report.html: each table under its title, the figures' ids and the links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, tuple[list[str], list[list[str]]]] = {}
+        self.figures: list[str] = []
+        self.links: list[str] = []
+        self.section = False
+        self._title = ""
+        self._text: list[str] | None = None
+        self._row: list[str] | None = None
+        self._head = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "section" and a.get("id") == "scenario":
+            self.section = True
+        if not self.section:
+            return
+        if tag in ("h3", "th", "td"):
+            self._text = []
+        elif tag == "table":
+            self.tables[self._title] = ([], [])
+        elif tag == "thead":
+            self._head = True
+        elif tag == "tr":
+            self._row = []
+        elif tag == "figure" and (a.get("id") or "").startswith("plot-"):
+            self.figures.append(a["id"][len("plot-"):])
+        elif tag == "img":
+            assert (a.get("src") or "").startswith("data:image/png;base64,"), "a figure that is not an embedded PNG"
+        elif tag == "a":
+            self.links.append(a.get("href") or "")
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self.section = False
+        elif tag == "h3" and self._text is not None:
+            self._title, self._text = "".join(self._text), None
+        elif tag in ("th", "td") and self._text is not None and self._row is not None:
+            self._row.append("".join(self._text))
+            self._text = None
+        elif tag == "thead":
+            self._head = False
+        elif tag == "tr" and self._row is not None:
+            headers, rows = self.tables[self._title]
+            (headers.extend if self._head else rows.append)(self._row)
+            self._row = None
+
+
+def report_page(run: Path) -> _ReportPage:
+    """The scenario section of ``run``/report.html, parsed (tables as the page shows them, figure ids, links)."""
+    page = _ReportPage()
+    page.feed((Path(run) / "report.html").read_text())
+    return page
+
+
+def scenario_report(run: Path, cwd: Path) -> _ReportPage:
+    """report.html of a scenario's run, checked: its tables and at least one figure, and ``dbsurge report RUN``
+    builds the same page again from the run directory's files (after report.html is removed)."""
+    first = report_page(run)
+    assert first.tables and first.figures, (list(first.tables), first.figures)
+    (Path(run) / "report.html").unlink()
+    proc = dbsurge("report", str(run), cwd=cwd, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    again = report_page(run)
+    assert again.tables == first.tables and again.figures == first.figures and again.links == first.links
+    return again
+
+
+def cell(text: str) -> float:
+    """A number of a report table's cell (``1,234.5 docs/s``, ``0.812``)."""
+    return float(text.replace(",", "").split()[0])

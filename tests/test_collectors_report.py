@@ -320,3 +320,81 @@ def test_a_run_with_rate_overrides_has_their_table(tmp_path):
     assert [r["segment"] for r in table] == [r["segment"] for r in rows]
     assert table[1]["target TPS"] == "40.0" and table[1]["achieved TPS"] == "39.8"
     assert "## Rate overrides" in (run / "summary.md").read_text()
+
+
+def _rewarm_run(parent: Path) -> Path:
+    """A rewarm run directory as the scenario writes it: run.json and trace.csv, 10 s of 5 clients x 20 reads/s,
+    whose first 300 ms of reads are slow (page fetches of a cold cache) and the rest fast."""
+    run = parent / "rewarm-run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({
+        "run_id": "rewarm-run", "scenario": "rewarm", "started_utc": "2026-09-29T08:00:00.000Z",
+        "ended_utc": "2026-09-29T08:00:12.000Z", "time_zero_utc": "2026-09-29T08:00:01.000Z",
+        "target": {"kind": "mongo", "display": "mongodb://127.0.0.1:27017/"},
+        "target_display": "mongodb://127.0.0.1:27017/", "workload": "documents", "hot_set": 100,
+        "settings": {"clients": 5, "rate": 20.0, "duration_s": 10.0, "bucket_s": 2.0, "first_window_s": 0.5}}))
+    with open(run / "trace.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["t_since_start_s", "client", "id", "latency_ms", "service_ms", "ok", "error"])
+        for k in range(1000):
+            t = k / 100
+            latency = 120.0 + k if t < 0.3 else 1.0 + (k % 7) / 10
+            writer.writerow([f"{t:.6f}", k % 5, k % 100, f"{latency:.3f}", f"{latency:.3f}", 1, ""])
+    return run
+
+
+@pytest.mark.browser
+def test_a_scenario_report_shows_its_table_and_figures_in_chromium(tmp_path):
+    """`dbsurge report` on a scenario's run: its study tables and figures, visible in a browser."""
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+
+    run = _rewarm_run(tmp_path)
+    assert report_main([str(run)]) == 0
+    buckets = read_csv(run / "rewarm.csv")  # written by the report from trace.csv, as the scenario writes it
+    assert [int(b["count"]) for b in buckets] == [200] * 5
+    assert float(buckets[0]["p99_ms"]) > 100 > float(buckets[1]["max_ms"])  # 0.3 s of slow reads in the first
+    problems: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+            page.goto((run / "report.html").as_uri())
+            page.wait_for_load_state("load")
+            facts = page.locator("dl").inner_text()
+            table = page.locator("#scenario table").first
+            table_visible = table.is_visible()
+            rows = table.locator("tbody tr").all_inner_texts()
+            images = page.eval_on_selector_all(
+                "#scenario figure img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, "
+                "i.getBoundingClientRect().width, i.getBoundingClientRect().height])")
+            page.screenshot(path=str(tmp_path / "rewarm-report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert problems == []
+    assert "Result" in facts and "P50 of bucket 0" in facts and "rewarm" in facts
+    assert table_visible and len(rows) == len(buckets)
+    for row, bucket in zip(rows, buckets):
+        cells = row.split("\t")
+        assert cells[2] == bucket["count"] and float(cells[4]) == pytest.approx(float(bucket["p50_ms"]), abs=5e-4)
+    assert len(images) == 2, images
+    for done, natural, width, height in images:
+        assert done and natural >= 800 and width >= 600 and height >= 100, images
+
+
+def test_a_scenario_whose_table_cannot_be_built_says_why_and_keeps_the_rest(tmp_path):
+    """A damaged raw file (trace.csv without its latency column): the page names the error in one sentence
+    and keeps the facts and events; the scenario's other files are not rewritten from nothing."""
+    run = _rewarm_run(tmp_path)
+    rows = (run / "trace.csv").read_text().splitlines()
+    (run / "trace.csv").write_text("\n".join(r.rsplit(",", 4)[0] for r in rows) + "\n")  # cut the last columns
+    (run / "events.jsonl").write_text(json.dumps({"time_utc": "2026-09-29T08:00:00.500Z", "kind": "run_start",
+                                                  "scenario": "rewarm"}) + "\n")
+    assert report_main([str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "The scenario's tables could not be built: KeyError: &#x27;latency_ms&#x27;" in page
+    assert "<h2>Events</h2>" in page and "run_start" in page and "<img" not in page
+    assert not (run / "rewarm.csv").exists()

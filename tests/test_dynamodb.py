@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from botocore import exceptions as bce
 from ledger_checks import ledger
-from runs import dbsurge, explain, only_run_dir, read_csv, read_json
+from runs import cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
 
 from dbsurge.embedded import EmbeddedDynamo
 from dbsurge.errors import TargetError, WorkloadError
@@ -323,6 +323,13 @@ def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: Emb
         assert read_json(sub / "run.json")["target"]["consistent_read"] is expected
         assert ledger(sub)["planned"] == 60
     assert "read p99 vs EVENTUAL" in proc.stdout
+    page = scenario_report(run, tmp_path)
+    [(headers, shown)] = page.tables.values()
+    assert headers[:4] == ["consistency", "throughput ops/s", "read p99 ms", "update p99 ms"]
+    assert [r[0] for r in shown] == ["EVENTUAL", "STRONG"]
+    assert [cell(r[1]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=0.05)
+    assert page.figures == ["ycsb-run"]
+    assert page.links == ["runs/consistency-EVENTUAL/report.html", "runs/consistency-STRONG/report.html"]
     bad = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--consistency", "ONE,QUORUM",
                   cwd=tmp_path, timeout=60)
     assert bad.returncode == 2 and "eventual, strong" in bad.stderr and "Traceback" not in bad.stderr

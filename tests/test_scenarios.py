@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import psycopg
 import pytest
-from runs import dbsurge, explain, only_run_dir, read_csv, read_json
+from runs import cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
 
 from dbsurge.scenarios.latency import summarize_ms
 from dbsurge.workloads.ycsb import YcsbWorkload
@@ -101,6 +101,15 @@ def test_idle_quick_times_connection_first_query_and_twenty_more(tmp_path, pg_ur
         assert float(r["first_query_ms"]) == float(mine[1]["latency_ms"])
         p50 = summarize_ms(_floats(mine[2:], "latency_ms"))["p50_ms"]
         assert float(r["next_p50_ms"]) == pytest.approx(p50)
+    # report.html holds the same table (rebuilt the same by `dbsurge report`) and the probes' figure
+    page = scenario_report(run, tmp_path)
+    [(headers, rows)] = page.tables.values()
+    assert headers == ["run", "first connection", "first query", "p50 of next 20", "result"]
+    assert [r[0] for r in rows] == [r["run"] for r in table] and [r[4] for r in rows] == ["success", "success"]
+    for shown, r in zip(rows, table):
+        for text, column in zip(shown[1:4], ("first_connection_ms", "first_query_ms", "next_p50_ms")):
+            assert cell(text) == pytest.approx(float(r[column]), abs=5e-4)
+    assert page.figures == ["idle-probes"]
     meta = read_json(run / "run.json")
     assert meta["operation"] == "product_lookup" and meta["target"]["connect_timeout_s"] == 15
     for path in run.iterdir():
@@ -191,6 +200,14 @@ def test_cache_restart_makes_the_cold_snapshot_cold_and_says_so(tmp_path):
         delta = (sc[key] - sw[key]) / sw[key] * 100
         assert float(table[metric]["delta_pct"]) == pytest.approx(delta, abs=0.01)
     assert table["errors"]["warm"] == table["errors"]["cold"] == "0"
+    page = scenario_report(run, tmp_path)
+    [(headers, shown)] = page.tables.values()
+    assert headers == ["", "WARM", "COLD", "delta"] and [r[0] for r in shown] == list(table)
+    for r in shown[:7]:  # the percentiles, the first read and the first 10 reads: ms, and the change in %
+        assert cell(r[1]) == pytest.approx(float(table[r[0]]["warm"]), abs=5e-4)
+        assert cell(r[2]) == pytest.approx(float(table[r[0]]["cold"]), abs=5e-4)
+        assert r[3].startswith(f"{float(table[r[0]]['delta_pct']):+.0f}%")
+    assert page.figures == ["cache-percentiles", "cache-reads"]
     # The server says its own cache was empty for the cold snapshot...
     assert float(table["server cache hit %"]["cold"]) < float(table["server cache hit %"]["warm"])
     # ...and with the server's files evicted from the OS page cache too, cold reads go to storage: slower.
@@ -222,6 +239,14 @@ def test_rewarm_traces_every_read_and_buckets_them(tmp_path, mongo_uri):
     assert float(buckets[0]["p50_ms"]) == pytest.approx(summarize_ms(_floats(in_first, "latency_ms"))["p50_ms"])
     first = read_csv(run / "rewarm-first-window.csv")
     assert len(first) == len(in_first) == 100
+    page = scenario_report(run, tmp_path)
+    (headers, shown), (_, traced) = page.tables.values()
+    assert headers[:5] == ["bucket", "time window", "reads", "failures", "P50"]
+    assert [r[2] for r in shown] == [b["count"] for b in buckets]
+    assert [cell(r[4]) for r in shown] == pytest.approx([float(b["p50_ms"]) for b in buckets], abs=5e-4)
+    assert [cell(r[6]) for r in shown] == pytest.approx([float(b["p99_ms"]) for b in buckets], abs=5e-4)
+    assert [cell(r[3]) for r in traced] == pytest.approx([float(r["latency_ms"]) for r in first], abs=5e-4)
+    assert page.figures == ["rewarm-buckets", "rewarm-first-window"]
     top = max(trace, key=lambda r: float(r["latency_ms"]))
     assert f"Maximum of the run: {float(top['latency_ms']):.3f} ms at t={float(top['t_since_start_s']):.3f}s" \
         in proc.stdout
@@ -247,6 +272,14 @@ def test_longscan_times_the_scan_batch_by_batch(tmp_path, server, request):
     assert float(rows["last 10 batches"]["change_pct"]) == pytest.approx((last - first) / first * 100, rel=1e-6)
     assert float(rows["query time"]["value"]) >= sum(float(b["elapsed_ms"]) for b in batches) / 1000 * 0.99
     assert rows["capacity at start"]["value"] == rows["capacity at end"]["value"] == ""
+    page = scenario_report(run, tmp_path)
+    [(_, shown)] = page.tables.values()
+    by = {r[0]: r for r in shown}
+    assert list(by) == list(rows) and by["batches"][1] == "40"
+    for name in ("first 10 batches", "middle 10 batches", "last 10 batches"):
+        assert cell(by[name][1]) == pytest.approx(float(rows[name]["value"]), abs=0.05)
+    assert by["last 10 batches"][2] == f"{float(rows['last 10 batches']['change_pct']):+.1f}% vs first"
+    assert page.figures == ["longscan-batches"]
 
 
 def _docdb_minutes(moto_url: str, cluster: str, monkeypatch, tmp_path) -> tuple[dict, dict]:
@@ -313,6 +346,12 @@ def test_ycsb_load_inserts_the_workloads_own_records(tmp_path, pg_uri):
     assert row["inserted"] == "2000" and row["latency_per"] == "insert" and row["clients"] == "4"
     assert float(row["p99_ms"]) == pytest.approx(summarize_ms(_floats(inserts, "latency_ms"))["p99_ms"])
     assert "p50 ms per insert" in proc.stdout
+    page = scenario_report(run, tmp_path)
+    [(headers, [shown])] = page.tables.values()
+    assert headers[:5] == ["records", "clients", "batch size", "seconds", "inserts/s"]
+    assert shown[:3] == ["2,000", "4", "1"] and cell(shown[4]) == pytest.approx(float(row["inserts_per_s"]), abs=0.05)
+    assert cell(shown[6]) == pytest.approx(float(row["p99_ms"]), abs=5e-4)
+    assert page.figures == ["ycsb-load-throughput", "ycsb-load-latency"]
     # the same rows `dbsurge load` would write
     from dbsurge.targets import open_target
     from dbsurge.workloads import get_workload
@@ -421,6 +460,15 @@ def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, p
     assert float(row["read_p99_ms"]) == float(summary["read"]["p99_ms"])
     assert float(row["update_p99_ms"]) == float(summary["update"]["p99_ms"])
     assert row["failures"] == "0" and row["distribution"] == "hotspot"
+    # the engine's report with the study's table and figure above its own sections
+    page = scenario_report(run, tmp_path)
+    [(headers, [shown])] = page.tables.values()
+    assert headers[:5] == ["distribution", "target TPS", "throughput ops/s", "read p99 ms", "update p99 ms"]
+    assert shown[0] == "hotspot" and cell(shown[2]) == pytest.approx(float(row["throughput_ops_s"]), abs=0.05)
+    assert cell(shown[3]) == pytest.approx(float(row["read_p99_ms"]), abs=5e-4)
+    assert page.figures == ["ycsb-run"]
+    html = (run / "report.html").read_text()
+    assert html.index('id="scenario"') < html.index("<h2>Operations</h2>") < html.index("<h2>Timeline</h2>")
 
 
 def test_ycsb_run_repeat_writes_each_repetition_and_the_spread(tmp_path, mongo_uri):
@@ -464,3 +512,12 @@ def test_ycsb_run_scalability_against_the_ideal_line(tmp_path, mongo_uri):
     assert compared.returncode == 0 and "% of ideal" in compared.stdout, explain(compared)
     reported = dbsurge("report", str(run), cwd=tmp_path, timeout=120)
     assert reported.returncode == 0 and "damaged" not in reported.stderr, explain(reported)
+    page = scenario_report(run, tmp_path)
+    [(headers, shown)] = page.tables.values()
+    assert headers[:5] == ["workers", "clients", "throughput ops/s", "ideal ops/s", "% of ideal"]
+    assert [r[0] for r in shown] == ["1", "2"]
+    assert [cell(r[2]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=0.05)
+    assert [cell(r[3]) for r in shown] == pytest.approx([float(r["ideal_ops_s"]) for r in rows], abs=0.05)
+    assert page.figures == ["ycsb-run-scale"]
+    assert page.links == ["runs/workers-1/report.html", "runs/workers-2/report.html"]
+    assert all((run / link).is_file() for link in page.links)

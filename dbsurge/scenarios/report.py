@@ -3,7 +3,8 @@
 A `Report` is built by a scenario's pure ``report(run_dir)`` from the run directory's files.
 `show_report` is the one place it leaves the process: each table's CSV (raw numbers) through
 `RunDirectory.write_csv`, the report as a section of summary.md after `SECTION_MARK` (replacing an
-earlier one, so ``--from`` and ``dbsurge report`` keep one), then the text on stdout, once.
+earlier one, so ``--from`` and ``dbsurge report`` keep one), report.html with the same tables and the
+scenario's figures (`dbsurge.collectors.report.build_report`), then the text on stdout, once.
 """
 
 from __future__ import annotations
@@ -69,11 +70,26 @@ def write_report(run_dir: Path, report: Report, *, title: str) -> None:
 
 
 def show_report(run_dir: Path, report: Report, scenario: str, *, title: str | None = None) -> Report:
-    """Write the report into the run directory (`write_report`) and print it with the directory's path."""
+    """Write the report into the run directory (`write_report`, report.html) and print it with the directory's path."""
     run_dir = Path(run_dir)
     write_report(run_dir, report, title=title or f"dbsurge scenario {scenario}: {run_dir.name}")
+    write_html(run_dir, report)
     print("\n" + report.text() + f"\n\nresults: {run_dir}", flush=True)
     return report
+
+
+def write_html(run_dir: Path, report: Report) -> None:
+    """report.html with this report's tables (the ones summary.md just got) and the scenario's figures.
+
+    The measurements are on disk whatever happens here: a page that cannot be drawn is one line saying how to
+    try again, not a failed scenario.
+    """
+    from dbsurge.collectors.report import build_report
+
+    try:
+        build_report(run_dir, scenario=report)
+    except Exception as e:  # noqa: BLE001 - the tables are printed and written; only the page is missing
+        say(f"report.html not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")
 
 
 def say(message: str) -> None:

@@ -28,7 +28,7 @@ from dbsurge.scenarios.capacity import stage_capacity_text
 from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
 from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
-from dbsurge.scenarios.report import Report, Table, write_report
+from dbsurge.scenarios.report import Report, Table, write_html, write_report
 
 NAME = "spike"
 STUDY = {"baseline_tps": 1000.0, "stage_seconds": 0.0}
@@ -80,7 +80,9 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     if (reps := repetitions(run_dir)) is not None:  # --repeat N went to dbsurge run: a table per repetition
         for sub in reps:
             annotate_run(sub, **annotation)
-            write_report(sub, report(sub), title=f"dbsurge scenario spike: {run_id}/{sub.name}")
+            table = report(sub)
+            write_report(sub, table, title=f"dbsurge scenario spike: {run_id}/{sub.name}")
+            write_html(sub, table)  # each repetition's report.html with its table, as a single run's
         print(f"\nresults: {run_dir} (repetitions 1..N; `dbsurge scenario spike --from {run_dir}/1` prints one)")
         return code
     if not (run_dir / "stages.csv").is_file():
