@@ -56,12 +56,29 @@ def operation_table(summary_rows: list[dict]) -> tuple[list[str], list[list[str]
     """Per operation over the whole run: successes' latency, and failures' beside it."""
     headers = ["operation", "planned", "ok", "failed", "failure rate", "ops/s", "p50 ms", "p95 ms", "p99 ms",
                "p99.9 ms", "max ms", "failed p99 ms", "svc p50 ms", "svc p99 ms", "lag p99 ms"]
-    rows = [[r["operation"], fmt_num(r.get("planned"), 0), fmt_num(r.get("ok"), 0), fmt_num(r["failures"], 0),
-             fmt_pct(r["failure_rate"]), fmt_num(r["achieved_tps"]), fmt_ms(r["p50_ms"]), fmt_ms(r["p95_ms"]),
-             fmt_ms(r["p99_ms"]), fmt_ms(r["p999_ms"]), fmt_ms(r["max_ms"]), fmt_ms(r.get("failed_p99_ms")),
-             fmt_ms(r["service_p50_ms"]), fmt_ms(r["service_p99_ms"]), fmt_ms(r["lag_p99_ms"])]
-            for r in summary_rows]
+    rows = []
+    for r in summary_rows:
+        ok = _succeeded(r)  # the percentiles are of successes: none succeeded, none to show (not 0.000 ms)
+
+        def shown(column: str, r: dict = r, ok: bool = ok) -> str:
+            return fmt_ms(r[column]) if ok else "-"
+
+        rows.append([r["operation"], fmt_num(r.get("planned"), 0), fmt_num(r.get("ok"), 0), fmt_num(r["failures"], 0),
+                     fmt_pct(r["failure_rate"]), fmt_num(r["achieved_tps"]), shown("p50_ms"), shown("p95_ms"),
+                     shown("p99_ms"), shown("p999_ms"), shown("max_ms"), fmt_ms(r.get("failed_p99_ms")),
+                     shown("service_p50_ms"), shown("service_p99_ms"), fmt_ms(r["lag_p99_ms"])])
     return headers, rows
+
+
+def _succeeded(row: dict) -> bool:
+    """Whether any operation of the row succeeded (its response-time percentiles mean something)."""
+    try:
+        ok = row.get("ok")
+        if ok in (None, ""):  # older tables: count less failures
+            return float(row.get("count") or 0) - float(row.get("failures") or 0) > 0
+        return float(ok) > 0
+    except (TypeError, ValueError):
+        return True
 
 
 #: The ledger's columns as the tables show them: failures by family, not sent by reason.
@@ -124,10 +141,10 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
                fmt_num(total.get("achieved_tps"), 1)]
         for op in ops:
             r = by_op.get(op)
-            row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r and _measured(r) else "-")
+            row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r and _succeeded(r) else "-")
         # a stage nothing ran in (never reached: a Stop, a signal) has no latency, not a latency of 0
         measured = _measured(total)
-        row += [fmt_ms(total.get("service_p99_ms")) if measured else "-", fmt_pct(total.get("failure_rate")),
+        row += [fmt_ms(total.get("service_p99_ms")) if _succeeded(total) else "-", fmt_pct(total.get("failure_rate")),
                 fmt_ms(total.get("lag_p99_ms")) if measured else "-", fmt_num(total.get("dropped"), 0)]
         if capacity is not None:
             row.append(capacity.get(st, ""))

@@ -277,8 +277,9 @@ def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(
                    "--duration", "3s", "--workload-option", f"recordcount={RECORDS}", "--workload-option",
                    "keyspace=dbsurge_rf3", "--target-option", "consistency=QUORUM", "--no-load",
                    "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
-    # every arrival accounted for, each failed: the run was delivered with failures (exit 0 without a --check)
-    assert "Traceback" not in proc.stderr and proc.returncode == 0, explain(proc)
+    # every arrival accounted for, each failed: failures with no --check exit 1 (Locust's --exit-code-on-error)
+    assert "Traceback" not in proc.stderr and proc.returncode == 1, explain(proc)
+    assert "FAILED: every arrival accounted for, 150 operations failed" in proc.stdout, explain(proc)
     run = only_run_dir(tmp_path / "results")
     total = ledger(run)
     assert total["planned"] == 150 and total["failures"] == 150 and total["ok"] == 0
@@ -361,7 +362,7 @@ def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) 
     assert total["failed_timeout"] >= 1 and total["failures"] == total["failed_timeout"], _counts(total)
     assert total["ok"] >= 400, _counts(total)
     assert "the target kept every user busy" in text
-    assert code == 0, text[-3000:]
+    assert code == 1, text[-3000:]  # timeouts with no --check: Locust's --exit-code-on-error, not a pass
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="kills the embedded server's JVM")
