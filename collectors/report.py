@@ -31,17 +31,14 @@ import html
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dbsurge.errors import UserError
-
-from .cost import CostReport, estimate_cost
-from .merge import merge_run, stage_capacity_frame
-from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events, read_stages
+from .cost import CostReport
+from .report_data import ReportData, load_report_data
+from .rundata import format_utc
 from .scenario_report import ScenarioPart, mode_label, raw_files, scenario_part, section_html
 from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
 
@@ -49,50 +46,6 @@ SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
 
 Table = tuple[list[str], list[list[str]]]
-
-
-@dataclass
-class ReportData:
-    """Everything the plots and tables read."""
-
-    run: RunInfo
-    merged: pd.DataFrame
-    cloudwatch: pd.DataFrame
-    stages_csv: pd.DataFrame | None
-    capacity: pd.DataFrame
-    cost: CostReport | None
-    cost_error: str | None
-    events: list[dict]
-
-    @property
-    def operations(self) -> list[str]:
-        ops = []
-        for column in self.merged.columns:
-            if column.endswith(".p99_ms") and not column.startswith(("pg.", "mongo.", "cw.", "ALL.")):
-                ops.append(column[: -len(".p99_ms")])
-        return ops
-
-
-def load_report_data(run_dir: str | Path) -> ReportData:
-    """Merge the run, estimate its cost, and read what the report shows."""
-    run = open_run(run_dir)
-    merged = merge_run(run.path)
-    cloudwatch = read_cloudwatch(run.path)
-    cost, cost_error = None, None
-    try:
-        cost = estimate_cost(run.path)
-    except UserError as exc:
-        cost_error = str(exc)
-    return ReportData(
-        run=run,
-        merged=merged,
-        cloudwatch=cloudwatch,
-        stages_csv=read_stages(run.path),
-        capacity=stage_capacity_frame(run.stages, cloudwatch),
-        cost=cost,
-        cost_error=cost_error,
-        events=read_events(run.path),
-    )
 
 
 # -- number formats (cost and capacity; latency and rates use dbsurge.tables' formats) ------------------

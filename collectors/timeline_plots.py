@@ -41,7 +41,7 @@ import pandas as pd
 from .merge import capacity_frames, infer_period_s, series_label
 
 if TYPE_CHECKING:
-    from .report import ReportData
+    from .report_data import ReportData
 
 #: Fewest operations in a second for any per-second percentile to be drawn as a line.
 MIN_SAMPLES = 10
