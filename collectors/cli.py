@@ -7,6 +7,7 @@ user can fix raises `UserError`, which the CLI prints as one line.
                                   [--endpoint-url URL] [--margin 5m]
     dbsurge report results/<run> [results/<other> ...]   (several: with a comparison section)
     dbsurge cost results/<run> [--prices FILE] [--region R] [--runner TYPE[:COUNT] ...]
+                               [--database NAME[:COUNT] ...] [--database-price USD]
                                [--storage-gb GB] [--io-requests N]
 """
 
@@ -188,6 +189,11 @@ def cost_main(argv: Sequence[str]) -> int:
     parser.add_argument("--region", help="the region to price (default: run.json's, AWS_DEFAULT_REGION, us-east-1)")
     parser.add_argument("--runner", action="append", default=[], metavar="TYPE[:COUNT]",
                         help="load-generator instance type and count, e.g. c6g.4xlarge:2 (repeatable)")
+    parser.add_argument("--database", action="append", default=[], metavar="NAME[:COUNT]",
+                        help="a database of fixed size, billed by the hour: an entry of the prices file's "
+                             "[database_hour] and how many, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3 (repeatable)")
+    parser.add_argument("--database-price", metavar="USD",
+                        help="the fixed-size database's price per hour when the prices file has no entry, e.g. 12.5")
     parser.add_argument("--storage-gb", type=float, help="database storage in GB, priced per GB-month")
     parser.add_argument("--io-requests", type=float, help="billed I/O requests during the run")
     args = parser.parse_args(list(argv))
@@ -202,7 +208,8 @@ def _cost(args: argparse.Namespace) -> int:
     from .report import cost_tables, markdown_table
 
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
-                           storage_gb=args.storage_gb, io_requests=args.io_requests)
+                           storage_gb=args.storage_gb, io_requests=args.io_requests,
+                           databases=args.database or None, database_price=args.database_price)
     _keep_cost_inputs(Path(args.run_dir), args)
     (items_h, items), (stages_h, stages) = cost_tables(report)
     _say(markdown_table(items_h, items))
@@ -221,7 +228,11 @@ def _cost(args: argparse.Namespace) -> int:
 
 def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
     """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
+    from .cost import check_database_price
+
     given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
+             "database": args.database or None,
+             "database_price": None if args.database_price is None else check_database_price(args.database_price),
              "prices": str(Path(args.prices).resolve()) if args.prices else None, "region": args.region}
     given = {k: v for k, v in given.items() if v is not None}
     if given and (run_dir / "run.json").is_file():

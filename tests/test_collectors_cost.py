@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from dbsurge.collectors.cli import cost_main
 from dbsurge.collectors.cost import CostGuard, cost_frames, estimate_cost, integrate, load_prices
 from dbsurge.collectors.rundata import format_utc, normalize_cloudwatch, open_run
+from runs import dbsurge
 
 from dbsurge.errors import UserError
 
@@ -200,3 +202,56 @@ def test_cost_command_prints_the_tables(tmp_path, capsys):
     assert "| Aurora a2-spike/writer ACU-hours | 1.5647 ACU-hours | $0.1200 | $0.1878 |" in out
     assert "| 200% | 60.0 |" in out and "Prices: us-east-1 defaults" in out
     assert (run / "cost.csv").is_file()
+
+
+def test_a_fixed_size_database_is_billed_by_the_hour_and_ops_per_dollar_includes_it(tmp_path, capsys):
+    """Study 002 prices Atlas and ScyllaDB Cloud clusters by the hour: a 3-node cluster for the run's window."""
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    hours = 360.35 / 3600
+    alone = estimate_cost(run, runners=["m7g.4xlarge"], write=False)
+    sized = estimate_cost(run, runners=["m7g.4xlarge"], databases=["scylla-cloud-i4i.2xlarge:3"], write=False)
+    items = {item.name: item for item in sized.items}
+    db = items["database scylla-cloud-i4i.2xlarge x3"]
+    assert db.usage == pytest.approx(3 * hours) and db.unit_price_usd == 1.56
+    assert db.cost_usd == pytest.approx(3 * hours * 1.56)
+    assert sized.total_usd == pytest.approx(alone.total_usd + 3 * hours * 1.56)
+    assert sized.ops_per_usd == pytest.approx(sized.operations / (alone.total_usd + 3 * hours * 1.56))
+    stages = sized.stages.set_index("stage")
+    before = alone.stages.set_index("stage")
+    assert stages.loc["200%", "cost_usd"] == pytest.approx(before.loc["200%", "cost_usd"] + 3 * 60 / 3600 * 1.56)
+    # an Atlas tier is priced as a whole cluster; a price not in the file is given per hour
+    atlas = estimate_cost(run, databases=["atlas-m40"], database_price="12.5", write=False)
+    names = {i.name: i.cost_usd for i in atlas.items}
+    assert names["database atlas-m40 x1"] == pytest.approx(hours * 1.04)
+    assert names["database (--database-price)"] == pytest.approx(hours * 12.5)
+    # the command keeps what it priced: a later report of the run prices the same database
+    assert cost_main([str(run), "--database", "atlas-m40:2"]) == 0
+    out = capsys.readouterr().out
+    assert "| database atlas-m40 x2 |" in out
+    assert json.loads((run / "run.json").read_text())["cost_inputs"]["database"] == ["atlas-m40:2"]
+    again = estimate_cost(run, write=False)
+    assert {i.name for i in again.items} >= {"database atlas-m40 x2"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--database", "no-such-db"], "no database price for 'no-such-db'"),
+    (["--database", "atlas-m40:0"], "bad --database 'atlas-m40:0'"),
+    (["--database", "atlas m40"], "bad --database"),
+    (["--database-price", "-3"], "bad --database-price '-3'"),
+    (["--database-price", "nan"], "bad --database-price 'nan'"),
+])
+def test_bad_database_options_are_user_errors(tmp_path, args, message):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    with pytest.raises(UserError, match=re.escape(message)):
+        cost_main([str(run), *args])
+    assert not (run / "cost.csv").exists()
+
+
+def test_an_unknown_database_is_one_line_from_the_command(tmp_path):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    proc = dbsurge("cost", str(run), "--database", "no-such-db", cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("dbsurge: no database price for 'no-such-db'") and "Traceback" not in proc.stderr
