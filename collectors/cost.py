@@ -241,6 +241,7 @@ class CostReport:
     stages: pd.DataFrame
     operations: int | None
     notes: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)  # the capacity units billed (ACU, DPU, ...): which services
 
     @property
     def total_usd(self) -> float:
@@ -481,7 +482,8 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
                                                     "operations", "ops_per_usd"])
     if io_requests is not None and run.stages:
         notes.append("per-stage costs leave out I/O")
-    return CostReport(run.run_id, prices, window_s, items, stage_frame, operations, notes)
+    return CostReport(run.run_id, prices, window_s, items, stage_frame, operations, notes,
+                      list(dict.fromkeys(use.unit for use in usages)))
 
 
 def _stage_row(stage: Stage, cloudwatch: pd.DataFrame, prices: Prices, runners: list[tuple[str, int]],

@@ -255,3 +255,94 @@ def test_an_unknown_database_is_one_line_from_the_command(tmp_path):
     proc = dbsurge("cost", str(run), "--database", "no-such-db", cwd=tmp_path, timeout=120)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("dbsurge: no database price for 'no-such-db'") and "Traceback" not in proc.stderr
+
+
+# -- cost as billed: Cost Explorer (moto's server is the endpoint) -------------------------------------------------
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """Fake credentials; nothing from the developer's own AWS setup, and no real endpoint."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_CE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _queue_ce_results(moto_url: str, *results: dict) -> None:
+    """Cost Explorer's answers, queued on the moto server through its own HTTP API (it tracks no cost itself)."""
+    import urllib.request
+
+    body = json.dumps({"results": list(results)}).encode()
+    request = urllib.request.Request(f"{moto_url}/moto-api/static/ce/cost-and-usage-results", data=body,
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 201
+
+
+def _group(usage_type: str, usd: float, quantity: float, unit: str) -> dict:
+    return {"Keys": [usage_type], "Metrics": {"UnblendedCost": {"Amount": str(usd), "Unit": "USD"},
+                                              "UsageQuantity": {"Amount": str(quantity), "Unit": unit}}}
+
+
+def test_actual_charges_are_printed_beside_the_estimate_with_the_likely_causes(tmp_path, capsys, aws_env, moto_url):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    _queue_ce_results(moto_url, {"ResultsByTime": [{
+        "TimePeriod": {"Start": "2026-09-29", "End": "2026-09-30"}, "Total": {}, "Estimated": True,
+        "Groups": [_group("USE1-Aurora:ServerlessV2Usage", 0.30, 2.5, "ACU-Hr"),
+                   _group("USE1-SpotUsage:m7g.4xlarge", 0.02, 0.1, "Hrs"),
+                   _group("USE1-DataTransfer-Regional-Bytes", 0.05, 5.0, "GB")]}]})
+    assert cost_main([str(run), "--runner", "m7g.4xlarge", "--actual", "--endpoint-url", moto_url]) == 0
+    out = capsys.readouterr().out
+    estimate = estimate_cost(run, write=False).total_usd
+    assert "Cost Explorer, DAILY 2026-09-29 to 2026-09-30 (end exclusive), services Amazon Elastic Compute Cloud" in out
+    assert "| USE1-Aurora:ServerlessV2Usage | 2.5 ACU-Hr | $0.3000 |" in out
+    assert "| Total |  | $0.3700 |" in out
+    assert f"Estimate ${estimate:.4f}, actual $0.3700: difference {0.37 - estimate:+.4f} USD" in out
+    causes = out.split("Likely causes (study 001):")[1]
+    assert "daily periods cover 24 h for a 0.10 h run" in causes
+    assert "USE1-DataTransfer-Regional-Bytes $0.05" in causes and "USE1-SpotUsage" not in causes
+    assert "usage after the harness's last measurement" in causes and "marks these charges estimated" in causes
+    assert "billed at the Spot price" not in causes  # a charge above the estimate: not what over-prices it
+    frame = pd.read_csv(run / "cost_actual.csv")
+    assert list(frame["usage_type"]) == ["USE1-Aurora:ServerlessV2Usage", "USE1-DataTransfer-Regional-Bytes",
+                                         "USE1-SpotUsage:m7g.4xlarge"]
+    assert frame["actual_usd"].sum() == pytest.approx(0.37) and set(frame["granularity"]) == {"DAILY"}
+    # the same query (moto answers it the same) with an Atlas cluster priced: the estimate is now above the charge
+    assert cost_main([str(run), "--database", "atlas-m40", "--actual", "--endpoint-url", moto_url]) == 0
+    causes = capsys.readouterr().out.split("Likely causes (study 001):")[1]
+    assert f"${360.35 / 3600 * 1.04:.4f} of the estimate is a database billed by its vendor" in causes
+    assert "billed at the Spot price" in causes and "daily periods cover" not in causes
+
+
+def test_cost_explorer_periods_and_filter():
+    from dbsurge.collectors.billing import build_filter, query_period
+
+    a, b = datetime(2026, 9, 29, 8, 20, tzinfo=UTC), datetime(2026, 9, 29, 10, 20, tzinfo=UTC)
+    assert query_period(a, b, "DAILY") == ("2026-09-29", "2026-09-30")
+    assert query_period(a, datetime(2026, 9, 30, 0, 0, tzinfo=UTC), "DAILY") == ("2026-09-29", "2026-09-30")
+    assert query_period(datetime(2026, 9, 29, 23, 50, tzinfo=UTC), datetime(2026, 9, 30, 0, 10, tzinfo=UTC),
+                        "DAILY") == ("2026-09-29", "2026-10-01")
+    assert query_period(a, b, "HOURLY") == ("2026-09-29T08:00:00Z", "2026-09-29T11:00:00Z")
+    assert build_filter([], []) is None
+    assert build_filter(["Amazon DynamoDB"], [("run", "e002")]) == {"And": [
+        {"Dimensions": {"Key": "SERVICE", "Values": ["Amazon DynamoDB"]}}, {"Tags": {"Key": "run", "Values": ["e002"]}}]}
+
+
+def test_cost_explorer_unreachable_or_bad_options_are_one_line(tmp_path, aws_env):
+    import socket
+
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UserError, match="cannot reach Cost Explorer at http://127.0.0.1"):
+        cost_main([str(run), "--actual", "--endpoint-url", f"http://127.0.0.1:{port}"])
+    with pytest.raises(UserError, match="bad --actual-granularity 'MONTHLY'"):
+        cost_main([str(run), "--actual", "--actual-granularity", "MONTHLY"])
+    with pytest.raises(UserError, match="bad --actual-tag"):
+        cost_main([str(run), "--actual", "--actual-tag", "novalue"])
