@@ -92,9 +92,9 @@ def size_rows(sides: Sequence[Any], sizes: Sequence[float]) -> tuple[list[Any], 
     per_usd = [_cost(side)[1] for side in sides]
     if any(f.values for f in per_usd):
         rows.append(Row(STAGE, "operations per $", "ops", per_usd))
-    notes = [f"By database size: each run's throughput against the first's ({sides[0].label}, size "
-             f"{base_size:g}) beside the linear ideal, as study 002 reads it (340% of the theoretical 600%: "
-             "achieved scaling % of theoretical scaling %; 100% of theoretical is linear)."]
+    notes = [(f"By database size: each run's throughput against the first's ({sides[0].label}, size "
+              f"{base_size:g}) beside the linear ideal, as study 002 reads it (340% of the theoretical 600%: "
+              "achieved scaling % of theoretical scaling %; 100% of theoretical is linear).")]
     if not any(f.values for f in per_usd):
         notes.append("No run has a price: `dbsurge cost RUN --database NAME:COUNT` on each run gives operations "
                      "per $ here.")

@@ -284,6 +284,7 @@ def test_compare_sizes_reads_throughput_against_the_linear_ideal(tmp_path: Path,
 
 def test_compare_sizes_below_linear_and_bad_sizes(tmp_path: Path, capsys) -> None:
     from dbsurge.collectors.compare import compare_main
+
     from dbsurge.errors import UserError
 
     runs = _sized_copies(tmp_path, [1, 2])
