@@ -215,10 +215,11 @@ def cost_main(argv: Sequence[str]) -> int:
     actual.add_argument("--endpoint-url", help="Cost Explorer endpoint (default: AWS's)")
     args = parser.parse_args(list(argv))
     if args.actual:
-        from .billing import check_granularity, parse_tag
+        from .billing import check_granularity, make_client, parse_tag
 
         args.actual_granularity = check_granularity(args.actual_granularity)
         args.actual_tag = [parse_tag(t) for t in args.actual_tag]
+        args.ce_client = make_client(args.profile, args.endpoint_url)  # a bad URL or profile before any estimate
     check_run_dir(args.run_dir)
     check_writable(args.run_dir, "cost.csv")
     with _writing("the cost"):
@@ -261,7 +262,7 @@ def _actual(args: argparse.Namespace, report: Any) -> None:
     if services and priced_runners and not args.actual_service:
         services.append(RUNNER_SERVICE)
     got = actual_charges(start, end, granularity=args.actual_granularity, services=services, tags=args.actual_tag,
-                         profile=args.profile, endpoint_url=args.endpoint_url)
+                         endpoint_url=args.endpoint_url, client=args.ce_client)
     rows = [[line.usage_type, f"{line.quantity:,.4g} {line.unit}".strip(), f"${line.amount_usd:.4f}"]
             for line in got.lines]
     rows.append(["Total", "", f"${got.total_usd:.4f}"])

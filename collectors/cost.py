@@ -345,7 +345,7 @@ def databases_from_meta(meta: dict) -> list[tuple[str, int]]:
     out = []
     for item in given if isinstance(given, list) else [given] if given else []:
         if isinstance(item, dict) and item.get("name"):
-            out.append(parse_database(f"{item['name']}:{int(item.get('count', 1) or 1)}"))
+            out.append(parse_database(f"{item['name']}:{item.get('count', 1)}"))
         elif isinstance(item, str):
             out.append(parse_database(item))
     return out

@@ -337,12 +337,15 @@ def test_cost_explorer_unreachable_or_bad_options_are_one_line(tmp_path, aws_env
 
     run = tmp_path / "run_spike"
     shutil.copytree(FIXTURE, run)
+    with pytest.raises(UserError, match="bad --actual-granularity 'MONTHLY'"):
+        cost_main([str(run), "--actual", "--actual-granularity", "MONTHLY"])
+    with pytest.raises(UserError, match="bad --actual-tag"):
+        cost_main([str(run), "--actual", "--actual-tag", "novalue"])
+    with pytest.raises(UserError, match="invalid Cost Explorer endpoint URL 'notaurl'"):
+        cost_main([str(run), "--actual", "--endpoint-url", "notaurl"])
+    assert not (run / "cost.csv").exists()  # refused before any estimate
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(UserError, match="cannot reach Cost Explorer at http://127.0.0.1"):
         cost_main([str(run), "--actual", "--endpoint-url", f"http://127.0.0.1:{port}"])
-    with pytest.raises(UserError, match="bad --actual-granularity 'MONTHLY'"):
-        cost_main([str(run), "--actual", "--actual-granularity", "MONTHLY"])
-    with pytest.raises(UserError, match="bad --actual-tag"):
-        cost_main([str(run), "--actual", "--actual-tag", "novalue"])
