@@ -268,7 +268,9 @@ def _actual(args: argparse.Namespace, report: Any) -> None:
     rows.append(["Total", "", f"${got.total_usd:.4f}"])
     _say("")
     where = "; ".join(got.filters) or "the whole account (no service or tag to filter by: give --actual-tag)"
-    _say(f"Cost Explorer, {got.granularity} {got.start} to {got.end} (end exclusive), {where}:")
+    span = "whole UTC days" if got.granularity == "DAILY" else "whole hours"
+    _say(f"Cost Explorer, {got.granularity} {got.start} to {got.end} (end exclusive: {span}, not the run's minutes), "
+         f"{where}:")
     _say(markdown_table(["Usage type", "Usage", "Actual charge"], rows))
     diff = got.total_usd - report.total_usd
     pct = f" ({diff / report.total_usd * 100:+.0f}%)" if report.total_usd > 0 else ""

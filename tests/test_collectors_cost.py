@@ -298,7 +298,8 @@ def test_actual_charges_are_printed_beside_the_estimate_with_the_likely_causes(t
     assert cost_main([str(run), "--runner", "m7g.4xlarge", "--actual", "--endpoint-url", moto_url]) == 0
     out = capsys.readouterr().out
     estimate = estimate_cost(run, write=False).total_usd
-    assert "Cost Explorer, DAILY 2026-09-29 to 2026-09-30 (end exclusive), services Amazon Elastic Compute Cloud" in out
+    assert ("Cost Explorer, DAILY 2026-09-29 to 2026-09-30 (end exclusive: whole UTC days, not the run's minutes), "
+            "services Amazon Elastic Compute Cloud") in out
     assert "| USE1-Aurora:ServerlessV2Usage | 2.5 ACU-Hr | $0.3000 |" in out
     assert "| Total |  | $0.3700 |" in out
     assert f"Estimate ${estimate:.4f}, actual $0.3700: difference {0.37 - estimate:+.4f} USD" in out
