@@ -539,6 +539,7 @@ def estimate_cost(
     storage_gb = storage_gb if storage_gb is not None else saved.get("storage_gb")
     io_requests = io_requests if io_requests is not None else saved.get("io_requests")
     databases = databases or saved.get("database") or None
+    databases = [databases] if isinstance(databases, str) else databases
     database_price = database_price if database_price is not None else saved.get("database_price")
     database_list = ([parse_database(d) if isinstance(d, str) else d for d in databases] if databases
                      else databases_from_meta(run.meta))

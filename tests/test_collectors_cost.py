@@ -232,6 +232,15 @@ def test_a_fixed_size_database_is_billed_by_the_hour_and_ops_per_dollar_includes
     assert json.loads((run / "run.json").read_text())["cost_inputs"]["database"] == ["atlas-m40:2"]
     again = estimate_cost(run, write=False)
     assert {i.name for i in again.items} >= {"database atlas-m40 x2"}
+    meta = json.loads((run / "run.json").read_text())  # a hand-edited run.json: one name, not a list
+    del meta["cost_inputs"]
+    meta["database"] = {"name": "scylla-cloud-i4i.xlarge", "count": 6}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert "database scylla-cloud-i4i.xlarge x6" in {i.name for i in estimate_cost(run, write=False).items}
+    meta["cost_inputs"] = {"database": "atlas-m30"}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert [i.name for i in estimate_cost(run, write=False).items if i.name.startswith("database")] == [
+        "database atlas-m30 x1"]
 
 
 @pytest.mark.parametrize("args, message", [
