@@ -7,7 +7,10 @@ user can fix raises `UserError`, which the CLI prints as one line.
                                   [--endpoint-url URL] [--margin 5m]
     dbsurge report results/<run> [results/<other> ...]   (several: with a comparison section)
     dbsurge cost results/<run> [--prices FILE] [--region R] [--runner TYPE[:COUNT] ...]
+                               [--database NAME[:COUNT] ...] [--database-price USD]
                                [--storage-gb GB] [--io-requests N]
+                               [--actual [--actual-granularity DAILY|HOURLY] [--actual-tag K=V ...]
+                                         [--actual-service NAME ...] [--profile P] [--endpoint-url URL]]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dbsurge.errors import UserError, clip
 from dbsurge.help_examples import epilog
@@ -188,9 +192,34 @@ def cost_main(argv: Sequence[str]) -> int:
     parser.add_argument("--region", help="the region to price (default: run.json's, AWS_DEFAULT_REGION, us-east-1)")
     parser.add_argument("--runner", action="append", default=[], metavar="TYPE[:COUNT]",
                         help="load-generator instance type and count, e.g. c6g.4xlarge:2 (repeatable)")
+    parser.add_argument("--database", action="append", default=[], metavar="NAME[:COUNT]",
+                        help="a database of fixed size, billed by the hour: an entry of the prices file's "
+                             "[database_hour] and how many, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3 (repeatable)")
+    parser.add_argument("--database-price", metavar="USD",
+                        help="the fixed-size database's price per hour when the prices file has no entry, e.g. 12.5")
     parser.add_argument("--storage-gb", type=float, help="database storage in GB, priced per GB-month")
     parser.add_argument("--io-requests", type=float, help="billed I/O requests during the run")
+    actual = parser.add_argument_group("cost as billed (Cost Explorer)")
+    actual.add_argument("--actual", action="store_true",
+                        help="also read Cost Explorer's charges for the days (or hours) of the run, by usage type, "
+                             "and print them beside the estimate with the difference and its likely causes")
+    actual.add_argument("--actual-granularity", default="DAILY", metavar="DAILY|HOURLY",
+                        help="Cost Explorer's period: DAILY (UTC days, the default) or HOURLY (only if enabled for "
+                             "the account, last 14 days)")
+    actual.add_argument("--actual-tag", action="append", default=[], metavar="KEY=VALUE",
+                        help="only charges of resources with this cost-allocation tag (repeatable)")
+    actual.add_argument("--actual-service", action="append", default=[], metavar="NAME",
+                        help="only this Cost Explorer service (default: the run's: its capacity series' service, "
+                             "EC2 for runners) (repeatable)")
+    actual.add_argument("--profile", help="AWS profile for Cost Explorer (default: the standard AWS settings)")
+    actual.add_argument("--endpoint-url", help="Cost Explorer endpoint (default: AWS's)")
     args = parser.parse_args(list(argv))
+    if args.actual:
+        from .billing import check_granularity, make_client, parse_tag
+
+        args.actual_granularity = check_granularity(args.actual_granularity)
+        args.actual_tag = [parse_tag(t) for t in args.actual_tag]
+        args.ce_client = make_client(args.profile, args.endpoint_url)  # a bad URL or profile before any estimate
     check_run_dir(args.run_dir)
     check_writable(args.run_dir, "cost.csv")
     with _writing("the cost"):
@@ -202,7 +231,8 @@ def _cost(args: argparse.Namespace) -> int:
     from .report import cost_tables, markdown_table
 
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
-                           storage_gb=args.storage_gb, io_requests=args.io_requests)
+                           storage_gb=args.storage_gb, io_requests=args.io_requests,
+                           databases=args.database or None, database_price=args.database_price)
     _keep_cost_inputs(Path(args.run_dir), args)
     (items_h, items), (stages_h, stages) = cost_tables(report)
     _say(markdown_table(items_h, items))
@@ -212,6 +242,8 @@ def _cost(args: argparse.Namespace) -> int:
     _say("")
     _say("Prices: " + "; ".join([report.prices.note, *report.notes]))
     _say(f"wrote {Path(args.run_dir) / 'cost.csv'}")
+    if args.actual:
+        _actual(args, report)
     if (Path(args.run_dir) / "report.html").is_file():  # the report shows the same bill, not the one before
         from .report import build_report
 
@@ -219,9 +251,63 @@ def _cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _actual(args: argparse.Namespace, report: Any) -> None:
+    """Cost Explorer's charges beside the estimate, the difference and what can explain it; cost_actual.csv."""
+    from .billing import RUNNER_SERVICE, SERVICE_OF_UNIT, actual_charges, likely_causes
+    from .report import markdown_table
+
+    start, end = open_run(args.run_dir).window()  # estimate_cost has checked there is one
+    services = list(args.actual_service) or [SERVICE_OF_UNIT[u] for u in report.units if u in SERVICE_OF_UNIT]
+    priced_runners = any(i.name.startswith("runner ") and i.unit_price_usd for i in report.items)
+    if services and priced_runners and not args.actual_service:
+        services.append(RUNNER_SERVICE)
+    got = actual_charges(start, end, granularity=args.actual_granularity, services=services, tags=args.actual_tag,
+                         endpoint_url=args.endpoint_url, client=args.ce_client)
+    rows = [[line.usage_type, f"{line.quantity:,.4g} {line.unit}".strip(), f"${line.amount_usd:.4f}"]
+            for line in got.lines]
+    rows.append(["Total", "", f"${got.total_usd:.4f}"])
+    _say("")
+    where = "; ".join(got.filters) or "the whole account (no service or tag to filter by: give --actual-tag)"
+    span = "whole UTC days" if got.granularity == "DAILY" else "whole hours"
+    _say(f"Cost Explorer, {got.granularity} {got.start} to {got.end} (end exclusive: {span}, not the run's minutes), "
+         f"{where}:")
+    _say(markdown_table(["Usage type", "Usage", "Actual charge"], rows))
+    diff = got.total_usd - report.total_usd
+    pct = f" ({diff / report.total_usd * 100:+.0f}%)" if report.total_usd > 0 else ""
+    _say(f"Estimate ${report.total_usd:.4f}, actual ${got.total_usd:.4f}: difference {diff:+.4f} USD{pct}")
+    gaps = any("no datapoint" in i.note for i in report.items)
+    outside = sum(i.cost_usd for i in report.items if i.name.startswith("database ") and "rds-" not in i.name)
+    causes = likely_causes(got, report.total_usd, report.window_s, has_runners=priced_runners, gaps=gaps,
+                           default_prices=report.prices.defaults, outside_aws_usd=outside)
+    if causes and abs(diff) > 0.005:
+        _say("Likely causes (study 001):")
+        for cause in causes:
+            _say(f"  - {cause}")
+    _write_actual(Path(args.run_dir), got)
+
+
+def _write_actual(run_dir: Path, got: Any) -> None:
+    import csv
+
+    tmp = run_dir / "cost_actual.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["usage_type", "usage", "unit", "actual_usd", "period_start", "period_end", "granularity",
+                    "estimated"])
+        for line in got.lines:
+            w.writerow([line.usage_type, line.quantity, line.unit, line.amount_usd, got.start, got.end,
+                        got.granularity, got.estimated])
+    tmp.replace(run_dir / "cost_actual.csv")
+    _say(f"wrote {run_dir / 'cost_actual.csv'}")
+
+
 def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
     """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
+    from .cost import check_database_price
+
     given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
+             "database": args.database or None,
+             "database_price": None if args.database_price is None else check_database_price(args.database_price),
              "prices": str(Path(args.prices).resolve()) if args.prices else None, "region": args.region}
     given = {k: v for k, v in given.items() if v is not None}
     if given and (run_dir / "run.json").is_file():

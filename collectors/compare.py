@@ -47,6 +47,7 @@ from dbsurge.help_examples import epilog
 from dbsurge.rundir_check import check_run_dirs, check_run_json
 
 from .bootstrap import difference_interval, per_second
+from .sizes import parse_sizes, size_rows
 
 KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
          "capacity")
@@ -842,7 +843,10 @@ def compare_main(argv: Sequence[str]) -> int:
                                        "the first run)")
     parser.add_argument("--csv", help="write the table in long form here (default: beside the HTML)")
     parser.add_argument("--force", action="store_true", help="compare even when plans, workloads or data differ")
+    parser.add_argument("--sizes", metavar="N,N,...", help="each run's database size (nodes, vCPUs), e.g. 3,6,9: adds "
+                                                          "throughput against the linear ideal and ops per $")
     args = parser.parse_args(list(argv))
+    sizes = parse_sizes(args.sizes, len(args.run_dirs)) if args.sizes else None
     check_run_dirs(args.run_dirs)  # a damaged run is one line naming its file, before any table
     sides = open_sides(args.run_dirs, args.labels)
     blocking, notes = differences(sides)
@@ -852,6 +856,9 @@ def compare_main(argv: Sequence[str]) -> int:
         raise UserError(f"the runs are not comparable ({len(blocking)} difference{'s' if len(blocking) > 1 else ''}"
                         " listed above): pass --force to compare them anyway")
     rows = comparison_rows(sides)
+    if sizes:
+        extra, size_notes = size_rows(sides, sizes)
+        rows, notes = rows + extra, notes + size_notes
     print(text_report(sides, rows, blocking, notes), flush=True)
     name = f"compare-{'-vs-'.join(_safe(s.label) for s in sides)}.html"
     out = Path(args.html) if args.html else sides[0].path.parent / name

@@ -15,6 +15,12 @@ The studies report cost per run, per stage, and as operations per dollar (study 
 - **Runner hours** are the window's hours times the number of load generators of each instance
   type (``--runner c6g.4xlarge:2``, or ``runners`` in run.json); without one, the hours are shown
   at no price.
+- **A database of fixed size** (MongoDB Atlas, ScyllaDB Cloud, a provisioned RDS instance) is billed by the
+  hour whatever it serves: ``--database NAME[:COUNT]`` prices COUNT of a ``[database_hour]`` entry (an Atlas
+  tier is its whole replica set, a ScyllaDB Cloud or RDS entry one node) for the window's hours, and
+  ``--database-price USD`` (per hour, the whole database) prices one the file has no entry for. With it,
+  ops per dollar is study 002's figure: the cluster's hours and the generators' for the operations served;
+  without it, a fixed-size database costs nothing here and ops per dollar is the generator's cost alone.
 - **Storage** (``--storage-gb``) is priced per GB-month, prorated over 730 hours; **I/O**
   (``--io-requests``) per million requests; both for the service whose capacity series the run has.
 - Minutes that CloudWatch has no datapoint for are *not* filled in: the report says how much of
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 import tomllib
 from collections.abc import Callable, Iterable
@@ -40,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from dbsurge.errors import UserError
+from dbsurge.errors import UserError, clip
 from dbsurge.size_limits import FileRefused, read_bounded
 from dbsurge.validate import parse_runner
 
@@ -88,6 +95,10 @@ class Prices:
 
     def runner(self, instance_type: str) -> float | None:
         return self.get("runner_hour", instance_type)
+
+    def database(self, name: str) -> float | None:
+        """Dollars per hour of one ``name`` (a cluster, node or instance of a fixed-size database)."""
+        return self.get("database_hour", name)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -230,6 +241,7 @@ class CostReport:
     stages: pd.DataFrame
     operations: int | None
     notes: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)  # the capacity units billed (ACU, DPU, ...): which services
 
     @property
     def total_usd(self) -> float:
@@ -293,6 +305,71 @@ def runners_from_csv(run_dir: str | Path) -> tuple[list[tuple[str, int]], dict[s
     return [(str(t), int(n)) for t, n in counts.items()], hours
 
 
+_DATABASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+#: A database of a few thousand nodes is the most anyone prices; more is a typo.
+MAX_DATABASE_COUNT = 10_000
+
+
+def parse_database(text: Any) -> tuple[str, int]:
+    """``--database atlas-m40`` or ``scylla-cloud-i4i.2xlarge:3`` -> (price-file entry, count); else `UserError`.
+
+        >>> parse_database("scylla-cloud-i4i.2xlarge:3")
+        ('scylla-cloud-i4i.2xlarge', 3)
+    """
+    name, sep, count = str(text).strip().partition(":")
+    usage = "use NAME or NAME:COUNT, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3"
+    if not _DATABASE_NAME.fullmatch(name):
+        raise UserError(f"bad --database '{clip(text)}': {usage}")
+    if sep and not re.fullmatch(r"[0-9]{1,6}", count):
+        raise UserError(f"bad --database '{clip(text)}': the count must be a whole number of at least 1: {usage}")
+    n = int(count) if sep else 1
+    if not 1 <= n <= MAX_DATABASE_COUNT:
+        raise UserError(f"bad --database '{clip(text)}': the count must be from 1 to {MAX_DATABASE_COUNT}: {usage}")
+    return name, n
+
+
+def check_database_price(value: Any) -> float:
+    """``--database-price``: dollars per hour, a finite number above 0 (a free database needs no option)."""
+    try:
+        price = float(str(value).strip().removesuffix("/h").removeprefix("$"))
+    except ValueError:
+        price = float("nan")
+    if not (math.isfinite(price) and price > 0):
+        raise UserError(f"bad --database-price '{clip(value)}': give the database's dollars per hour, e.g. 12.5")
+    return price
+
+
+def databases_from_meta(meta: dict) -> list[tuple[str, int]]:
+    """run.json's optional ``database``: ``"atlas-m40"``, ``"NAME:COUNT"``, ``{"name": ..., "count": ...}`` or a list."""
+    given = meta.get("database")
+    out = []
+    for item in given if isinstance(given, list) else [given] if given else []:
+        if isinstance(item, dict) and item.get("name"):
+            out.append(parse_database(f"{item['name']}:{item.get('count', 1)}"))
+        elif isinstance(item, str):
+            out.append(parse_database(item))
+    return out
+
+
+def database_items(prices: Prices, databases: Iterable[tuple[str, int]], price_per_hour: float | None,
+                   hours: float) -> list[CostItem]:
+    """The fixed-size database's lines of the bill: its hours in the window at its hourly price."""
+    items = []
+    for name, count in databases:
+        price = prices.database(name)
+        if price is None:
+            known = ", ".join(sorted(prices.table.get("database_hour", {}))[:6])
+            raise UserError(f"no database price for {name!r} in {prices.region}: add it under "
+                            f"[regions.{prices.region}.database_hour] in a prices file (--prices), or give "
+                            f"--database-price USD per hour" + (f" (known: {known}, ...)" if known else ""))
+        items.append(CostItem(f"database {name} x{count}", hours * count, "hours", price, hours * count * price,
+                              "fixed size: billed by the hour"))
+    if price_per_hour is not None:
+        items.append(CostItem("database (--database-price)", hours, "hours", price_per_hour, hours * price_per_hour,
+                              "fixed size: billed by the hour"))
+    return items
+
+
 def successful_operations(stages: pd.DataFrame | None, summary: pd.DataFrame | None, timeline: pd.DataFrame | None
                           ) -> tuple[int | None, dict[str, int]]:
     """Successful operations in the run and per stage (``count - failures``, from the ALL rows)."""
@@ -331,6 +408,8 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
     runner_hours: dict[str, float] | None = None,
     storage_gb: float | None = None,
     io_requests: float | None = None,
+    databases: Iterable[tuple[str, int]] = (),
+    database_price: float | None = None,
 ) -> CostReport:
     """The cost report of a run from its frames. Pure.
 
@@ -359,6 +438,8 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
         items.append(CostItem(f"{_SERVICE_NAMES[section]} {use.series_id} {label}", use.amount, label, per_unit,
                               use.amount * (per_unit or 0.0), gap))
     service = services[0] if services else None
+    database_list = list(databases)
+    items += database_items(prices, database_list, database_price, hours)
     runner_list = list(runners)
     if runner_list:
         for instance_type, count in runner_list:
@@ -393,20 +474,23 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
                                   io_requests / 1e6 * price))
     operations, per_stage_ops = successful_operations(stages_csv, summary_csv, timeline)
     stage_rows = [
-        _stage_row(stage, cloudwatch, prices, runner_list, storage_gb, service, per_stage_ops.get(stage.name))
+        _stage_row(stage, cloudwatch, prices, runner_list, storage_gb, service, per_stage_ops.get(stage.name),
+                   database_items(prices, database_list, database_price, stage.duration_s / 3600.0))
         for stage in run.stages
     ]
     stage_frame = pd.DataFrame(stage_rows, columns=["stage", "start_utc", "end_utc", "duration_s", "cost_usd",
                                                     "operations", "ops_per_usd"])
     if io_requests is not None and run.stages:
         notes.append("per-stage costs leave out I/O")
-    return CostReport(run.run_id, prices, window_s, items, stage_frame, operations, notes)
+    return CostReport(run.run_id, prices, window_s, items, stage_frame, operations, notes,
+                      list(dict.fromkeys(use.unit for use in usages)))
 
 
 def _stage_row(stage: Stage, cloudwatch: pd.DataFrame, prices: Prices, runners: list[tuple[str, int]],
-               storage_gb: float | None, service: str | None, operations: int | None) -> dict:
+               storage_gb: float | None, service: str | None, operations: int | None,
+               database: Iterable[CostItem] = ()) -> dict:
     hours = stage.duration_s / 3600.0
-    cost = 0.0
+    cost = sum(item.cost_usd for item in database)
     for use in usage_in(cloudwatch, stage.start, stage.end):
         section, key = _PRICE_OF_UNIT[use.unit]
         price = prices.get(section, key) or 0.0
@@ -437,12 +521,14 @@ def estimate_cost(
     runners: Iterable[str | tuple[str, int]] | None = None,
     storage_gb: float | None = None,
     io_requests: float | None = None,
+    databases: Iterable[str | tuple[str, int]] | None = None,
+    database_price: float | str | None = None,
     write: bool = True,
 ) -> CostReport:
     """Estimate a run's cost from its directory; writes ``cost.csv``.
 
     What is not given comes from run.json's ``cost_inputs`` (what ``dbsurge cost`` was last asked:
-    runners, storage, I/O, prices file, region), so the report built later prices the same run the
+    runners, database, storage, I/O, prices file, region), so the report built later prices the same run the
     same way instead of falling back to a bill of nothing.
     """
     run = open_run(run_dir)
@@ -452,6 +538,11 @@ def estimate_cost(
     runners = runners or saved.get("runners") or None
     storage_gb = storage_gb if storage_gb is not None else saved.get("storage_gb")
     io_requests = io_requests if io_requests is not None else saved.get("io_requests")
+    databases = databases or saved.get("database") or None
+    databases = [databases] if isinstance(databases, str) else databases
+    database_price = database_price if database_price is not None else saved.get("database_price")
+    database_list = ([parse_database(d) if isinstance(d, str) else d for d in databases] if databases
+                     else databases_from_meta(run.meta))
     prices = load_prices(prices_path, region_of(run, region))
     runner_list = [parse_runner(r) if isinstance(r, str) else r for r in runners] if runners else runners_from_meta(run.meta)
     runner_hours: dict[str, float] = {}
@@ -468,6 +559,8 @@ def estimate_cost(
         runner_hours=runner_hours,
         storage_gb=storage_gb,
         io_requests=io_requests,
+        databases=database_list,
+        database_price=None if database_price is None else check_database_price(database_price),
     )
     if write:
         frame = report.to_frame()

@@ -25,12 +25,19 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "collect": ("dbsurge collect results/<run-id> --cloudwatch aurora:my-cluster --region us-east-1",),
     "report": ("dbsurge report results/<run-id>", "dbsurge report results/<a> results/<b>   # with a comparison"),
-    "cost": ("dbsurge cost results/<run-id> --runner c6g.4xlarge:2",),
+    "cost": (
+        "dbsurge cost results/<run-id> --runner c6g.4xlarge:2",
+        "dbsurge cost results/<run-id> --database scylla-cloud-i4i.2xlarge:3   # a 3-node cluster by the hour",
+        "dbsurge cost results/<run-id> --actual --actual-tag dbsurge-run=<run-id>   # beside Cost Explorer's charges",
+    ),
     "rerun": (
         "dbsurge rerun results/<run-id>                       # the same target (embedded-postgres again)",
         "dbsurge rerun results/<run-id> --target \"$OTHER_URI\" --run-id other",
     ),
-    "compare": ("dbsurge compare results/<a> results/<b> --labels SMALL,BIG --html compare.html",),
+    "compare": (
+        "dbsurge compare results/<a> results/<b> --labels SMALL,BIG --html compare.html",
+        "dbsurge compare results/<s> results/<m> results/<l> --sizes 3,6,9   # against the linear ideal",
+    ),
     "runners": (
         ("dbsurge runners up --run-id r1 --instance-type c6g.large --count 2 --spot --master-host 10.0.1.20 "
          "--join-token-secret arn:aws:secretsmanager:...:dbsurge-join"),

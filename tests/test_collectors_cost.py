@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from dbsurge.collectors.cli import cost_main
 from dbsurge.collectors.cost import CostGuard, cost_frames, estimate_cost, integrate, load_prices
 from dbsurge.collectors.rundata import format_utc, normalize_cloudwatch, open_run
+from runs import dbsurge
 
 from dbsurge.errors import UserError
 
@@ -200,3 +202,160 @@ def test_cost_command_prints_the_tables(tmp_path, capsys):
     assert "| Aurora a2-spike/writer ACU-hours | 1.5647 ACU-hours | $0.1200 | $0.1878 |" in out
     assert "| 200% | 60.0 |" in out and "Prices: us-east-1 defaults" in out
     assert (run / "cost.csv").is_file()
+
+
+def test_a_fixed_size_database_is_billed_by_the_hour_and_ops_per_dollar_includes_it(tmp_path, capsys):
+    """Study 002 prices Atlas and ScyllaDB Cloud clusters by the hour: a 3-node cluster for the run's window."""
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    hours = 360.35 / 3600
+    alone = estimate_cost(run, runners=["m7g.4xlarge"], write=False)
+    sized = estimate_cost(run, runners=["m7g.4xlarge"], databases=["scylla-cloud-i4i.2xlarge:3"], write=False)
+    items = {item.name: item for item in sized.items}
+    db = items["database scylla-cloud-i4i.2xlarge x3"]
+    assert db.usage == pytest.approx(3 * hours) and db.unit_price_usd == 1.56
+    assert db.cost_usd == pytest.approx(3 * hours * 1.56)
+    assert sized.total_usd == pytest.approx(alone.total_usd + 3 * hours * 1.56)
+    assert sized.ops_per_usd == pytest.approx(sized.operations / (alone.total_usd + 3 * hours * 1.56))
+    stages = sized.stages.set_index("stage")
+    before = alone.stages.set_index("stage")
+    assert stages.loc["200%", "cost_usd"] == pytest.approx(before.loc["200%", "cost_usd"] + 3 * 60 / 3600 * 1.56)
+    # an Atlas tier is priced as a whole cluster; a price not in the file is given per hour
+    atlas = estimate_cost(run, databases=["atlas-m40"], database_price="12.5", write=False)
+    names = {i.name: i.cost_usd for i in atlas.items}
+    assert names["database atlas-m40 x1"] == pytest.approx(hours * 1.04)
+    assert names["database (--database-price)"] == pytest.approx(hours * 12.5)
+    # the command keeps what it priced: a later report of the run prices the same database
+    assert cost_main([str(run), "--database", "atlas-m40:2"]) == 0
+    out = capsys.readouterr().out
+    assert "| database atlas-m40 x2 |" in out
+    assert json.loads((run / "run.json").read_text())["cost_inputs"]["database"] == ["atlas-m40:2"]
+    again = estimate_cost(run, write=False)
+    assert {i.name for i in again.items} >= {"database atlas-m40 x2"}
+    meta = json.loads((run / "run.json").read_text())  # a hand-edited run.json: one name, not a list
+    del meta["cost_inputs"]
+    meta["database"] = {"name": "scylla-cloud-i4i.xlarge", "count": 6}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert "database scylla-cloud-i4i.xlarge x6" in {i.name for i in estimate_cost(run, write=False).items}
+    meta["cost_inputs"] = {"database": "atlas-m30"}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert [i.name for i in estimate_cost(run, write=False).items if i.name.startswith("database")] == [
+        "database atlas-m30 x1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--database", "no-such-db"], "no database price for 'no-such-db'"),
+    (["--database", "atlas-m40:0"], "bad --database 'atlas-m40:0'"),
+    (["--database", "atlas m40"], "bad --database"),
+    (["--database-price", "-3"], "bad --database-price '-3'"),
+    (["--database-price", "nan"], "bad --database-price 'nan'"),
+])
+def test_bad_database_options_are_user_errors(tmp_path, args, message):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    with pytest.raises(UserError, match=re.escape(message)):
+        cost_main([str(run), *args])
+    assert not (run / "cost.csv").exists()
+
+
+def test_an_unknown_database_is_one_line_from_the_command(tmp_path):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    proc = dbsurge("cost", str(run), "--database", "no-such-db", cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("dbsurge: no database price for 'no-such-db'") and "Traceback" not in proc.stderr
+
+
+# -- cost as billed: Cost Explorer (moto's server is the endpoint) -------------------------------------------------
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """Fake credentials; nothing from the developer's own AWS setup, and no real endpoint."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_CE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _queue_ce_results(moto_url: str, *results: dict) -> None:
+    """Cost Explorer's answers, queued on the moto server through its own HTTP API (it tracks no cost itself)."""
+    import urllib.request
+
+    body = json.dumps({"results": list(results)}).encode()
+    request = urllib.request.Request(f"{moto_url}/moto-api/static/ce/cost-and-usage-results", data=body,
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 201
+
+
+def _group(usage_type: str, usd: float, quantity: float, unit: str) -> dict:
+    return {"Keys": [usage_type], "Metrics": {"UnblendedCost": {"Amount": str(usd), "Unit": "USD"},
+                                              "UsageQuantity": {"Amount": str(quantity), "Unit": unit}}}
+
+
+def test_actual_charges_are_printed_beside_the_estimate_with_the_likely_causes(tmp_path, capsys, aws_env, moto_url):
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    _queue_ce_results(moto_url, {"ResultsByTime": [{
+        "TimePeriod": {"Start": "2026-09-29", "End": "2026-09-30"}, "Total": {}, "Estimated": True,
+        "Groups": [_group("USE1-Aurora:ServerlessV2Usage", 0.30, 2.5, "ACU-Hr"),
+                   _group("USE1-SpotUsage:m7g.4xlarge", 0.02, 0.1, "Hrs"),
+                   _group("USE1-DataTransfer-Regional-Bytes", 0.05, 5.0, "GB")]}]})
+    assert cost_main([str(run), "--runner", "m7g.4xlarge", "--actual", "--endpoint-url", moto_url]) == 0
+    out = capsys.readouterr().out
+    estimate = estimate_cost(run, write=False).total_usd
+    assert ("Cost Explorer, DAILY 2026-09-29 to 2026-09-30 (end exclusive: whole UTC days, not the run's minutes), "
+            "services Amazon Elastic Compute Cloud") in out
+    assert "| USE1-Aurora:ServerlessV2Usage | 2.5 ACU-Hr | $0.3000 |" in out
+    assert "| Total |  | $0.3700 |" in out
+    assert f"Estimate ${estimate:.4f}, actual $0.3700: difference {0.37 - estimate:+.4f} USD" in out
+    causes = out.split("Likely causes (study 001):")[1]
+    assert "daily periods cover 24 h for a 0.10 h run" in causes
+    assert "USE1-DataTransfer-Regional-Bytes $0.05" in causes and "USE1-SpotUsage" not in causes
+    assert "usage after the harness's last measurement" in causes and "marks these charges estimated" in causes
+    assert "billed at the Spot price" not in causes  # a charge above the estimate: not what over-prices it
+    frame = pd.read_csv(run / "cost_actual.csv")
+    assert list(frame["usage_type"]) == ["USE1-Aurora:ServerlessV2Usage", "USE1-DataTransfer-Regional-Bytes",
+                                         "USE1-SpotUsage:m7g.4xlarge"]
+    assert frame["actual_usd"].sum() == pytest.approx(0.37) and set(frame["granularity"]) == {"DAILY"}
+    # the same query (moto answers it the same) with an Atlas cluster priced: the estimate is now above the charge
+    assert cost_main([str(run), "--database", "atlas-m40", "--actual", "--endpoint-url", moto_url]) == 0
+    causes = capsys.readouterr().out.split("Likely causes (study 001):")[1]
+    assert f"${360.35 / 3600 * 1.04:.4f} of the estimate is a database billed by its vendor" in causes
+    assert "billed at the Spot price" in causes and "daily periods cover" not in causes
+
+
+def test_cost_explorer_periods_and_filter():
+    from dbsurge.collectors.billing import build_filter, query_period
+
+    a, b = datetime(2026, 9, 29, 8, 20, tzinfo=UTC), datetime(2026, 9, 29, 10, 20, tzinfo=UTC)
+    assert query_period(a, b, "DAILY") == ("2026-09-29", "2026-09-30")
+    assert query_period(a, datetime(2026, 9, 30, 0, 0, tzinfo=UTC), "DAILY") == ("2026-09-29", "2026-09-30")
+    assert query_period(datetime(2026, 9, 29, 23, 50, tzinfo=UTC), datetime(2026, 9, 30, 0, 10, tzinfo=UTC),
+                        "DAILY") == ("2026-09-29", "2026-10-01")
+    assert query_period(a, b, "HOURLY") == ("2026-09-29T08:00:00Z", "2026-09-29T11:00:00Z")
+    assert build_filter([], []) is None
+    assert build_filter(["Amazon DynamoDB"], [("run", "e002")]) == {"And": [
+        {"Dimensions": {"Key": "SERVICE", "Values": ["Amazon DynamoDB"]}}, {"Tags": {"Key": "run", "Values": ["e002"]}}]}
+
+
+def test_cost_explorer_unreachable_or_bad_options_are_one_line(tmp_path, aws_env):
+    import socket
+
+    run = tmp_path / "run_spike"
+    shutil.copytree(FIXTURE, run)
+    with pytest.raises(UserError, match="bad --actual-granularity 'MONTHLY'"):
+        cost_main([str(run), "--actual", "--actual-granularity", "MONTHLY"])
+    with pytest.raises(UserError, match="bad --actual-tag"):
+        cost_main([str(run), "--actual", "--actual-tag", "novalue"])
+    with pytest.raises(UserError, match="invalid Cost Explorer endpoint URL 'notaurl'"):
+        cost_main([str(run), "--actual", "--endpoint-url", "notaurl"])
+    assert not (run / "cost.csv").exists()  # refused before any estimate
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UserError, match="cannot reach Cost Explorer at http://127.0.0.1"):
+        cost_main([str(run), "--actual", "--endpoint-url", f"http://127.0.0.1:{port}"])

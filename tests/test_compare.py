@@ -225,3 +225,75 @@ def test_compare_reads_the_scenario_kinds_the_studies_compare(tmp_path: Path, pg
     scan = scenario("longscan", "--target", mongo_uri)
     out = dbsurge("compare", str(scan), str(scan), "--labels", "A,B", cwd=tmp_path)
     assert out.returncode == 0 and "Long scan" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def _sized_copies(tmp_path: Path, factors: list[int]) -> list[Path]:
+    """Copies of the golden spike run whose every count is multiplied: the same plan served k times over."""
+    import shutil
+
+    import pandas as pd
+
+    fixture = Path(__file__).parent / "fixtures" / "run_spike"
+    out = []
+    for i, k in enumerate(factors):
+        run = tmp_path / f"size{i}"
+        shutil.copytree(fixture, run)
+        for name in ("stages.csv", "summary.csv", "timeline.csv"):
+            frame = pd.read_csv(run / name)
+            for column in ("count", "failures"):
+                frame[column] = frame[column] * k
+            frame.to_csv(run / name, index=False)
+        (run / "metrics" / "cloudwatch.csv").unlink()  # a ScyllaDB cluster: no serverless capacity to bill
+        meta = read_json(run / "run.json")  # the fixture's run.json predates target_display
+        meta["target_display"] = "aurora a2-spike"
+        (run / "run.json").write_text(__import__("json").dumps(meta))
+        out.append(run)
+    return out
+
+
+def test_compare_sizes_reads_throughput_against_the_linear_ideal(tmp_path: Path, capsys) -> None:
+    """Study 002: 3 -> 6 -> 9 nodes serving 2x and 3x the operations is 100% of the theoretical; ops per $ holds."""
+    from dbsurge.collectors.compare import compare_main
+    from dbsurge.collectors.cost import estimate_cost
+
+    runs = _sized_copies(tmp_path, [1, 2, 3])
+    for run, nodes in zip(runs, (3, 6, 9)):  # each run priced as its cluster: ScyllaDB Cloud nodes by the hour
+        estimate_cost(run, databases=[f"scylla-cloud-i4i.2xlarge:{nodes}"])
+        meta = read_json(run / "run.json")
+        meta["cost_inputs"] = {"database": [f"scylla-cloud-i4i.2xlarge:{nodes}"]}
+        (run / "run.json").write_text(__import__("json").dumps(meta))
+    assert compare_main([*map(str, runs), "--labels", "S,M,L", "--sizes", "3,6,9",
+                         "--html", str(tmp_path / "c.html")]) == 0
+    out = capsys.readouterr().out
+    rows = {r["figure"]: r for r in read_csv(tmp_path / "c.csv") if r["stage"] == "by database size"
+            and r["label"] == "L"}
+    assert float(rows["database size"]["value"]) == 9
+    assert float(rows["theoretical scaling %"]["value"]) == pytest.approx(300)
+    assert float(rows["achieved scaling %"]["value"]) == pytest.approx(300, rel=1e-3)  # counts x3
+    assert float(rows["% of theoretical"]["value"]) == pytest.approx(100, rel=1e-3)
+    small = {r["figure"]: r for r in read_csv(tmp_path / "c.csv") if r["stage"] == "by database size"
+             and r["label"] == "S"}
+    ops = float(small["throughput ops/s"]["value"]) * 360.35
+    hours = 360.35 / 3600
+    assert float(small["operations per $"]["value"]) == pytest.approx(ops / (3 * hours * 1.56), rel=1e-3)
+    # ops per $ stays the same when throughput and price both triple
+    assert float(rows["operations per $"]["value"]) == pytest.approx(float(small["operations per $"]["value"]),
+                                                                     rel=1e-3)
+    assert "% of theoretical" in out and "340% of the theoretical 600%" in out
+
+
+def test_compare_sizes_below_linear_and_bad_sizes(tmp_path: Path, capsys) -> None:
+    from dbsurge.collectors.compare import compare_main
+
+    from dbsurge.errors import UserError
+
+    runs = _sized_copies(tmp_path, [1, 2])
+    assert compare_main([*map(str, runs), "--sizes", "3,18", "--html", str(tmp_path / "c.html")]) == 0
+    rows = {(r["label"], r["figure"]): r["value"] for r in read_csv(tmp_path / "c.csv")
+            if r["stage"] == "by database size"}
+    assert float(rows[("size1", "% of theoretical")]) == pytest.approx(200 / 600 * 100, rel=1e-3)
+    assert "No run has a price" in capsys.readouterr().out
+    for bad, message in (("3", "one database size per run directory (2)"), ("3,x", "'x' is not a number"),
+                         ("3,0", "sizes must be above 0"), ("3,nan", "sizes must be above 0")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            compare_main([*map(str, runs), "--sizes", bad])
