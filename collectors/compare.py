@@ -85,7 +85,9 @@ class Side:
     @property
     def target(self) -> str:
         m = self.first_meta
-        return str(m.get("target_display") or m.get("target_name") or (m.get("target") or {}).get("display") or "")
+        target = m.get("target")
+        shown = target.get("display") if isinstance(target, dict) else target  # older run.json: the URI as text
+        return str(m.get("target_display") or m.get("target_name") or shown or "")
 
 
 def _meta(path: Path) -> dict:
