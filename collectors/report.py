@@ -40,11 +40,17 @@ from .cost import CostReport, estimate_cost
 from .merge import merge_run, stage_capacity_frame
 from .rundata import RunInfo, format_utc, open_run, read_cloudwatch, read_events, read_stages
 from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
+from .window_plots import longrun_figures
 
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
 
 Table = tuple[list[str], list[list[str]]]
+
+#: A scenario's own figures in report.html, by run.json's ``scenario``: (title, note, [(id, caption, PNG)]).
+SCENARIO_FIGURES: dict[str, Callable[[Any], tuple[str, str, list[tuple[str, str, bytes]]]]] = {
+    "longrun": longrun_figures,
+}
 
 
 @dataclass
@@ -397,6 +403,7 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
     figures = [_figure_html(p.name, p.caption, images[p.name]) for p in panels(data) if p.name in images]
     if figures:
         parts += ["<h2>Timeline</h2>", f'<p class="note">{html.escape(_TIME_NOTE)}</p>', *figures]
+    parts += _scenario_figures_html(data)
     parts += _section("Ledger", ledger_rows(data),
                       "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
     detail_headers, detail_rows = stage_operation_rows(data)
@@ -413,6 +420,18 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
              "metrics/"]
     parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
+
+
+def _scenario_figures_html(data: ReportData) -> list[str]:
+    """The scenario's own section (`SCENARIO_FIGURES`), nothing for a run of another kind or without figures."""
+    draw = SCENARIO_FIGURES.get(str(data.run.meta.get("scenario")))
+    if draw is None:
+        return []
+    title, note, figures = draw(data)
+    if not figures:
+        return []
+    return [f"<h2>{html.escape(title)}</h2>", f'<p class="note">{html.escape(note)}</p>',
+            *(_figure_html(name, caption, png) for name, caption, png in figures)]
 
 
 def _cost_html(data: ReportData) -> list[str]:
