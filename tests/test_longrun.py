@@ -118,7 +118,8 @@ def test_target_over_a_ramp_and_window_parsing():
 
 def test_bad_options_fail_in_one_line(tmp_path, pg_uri):
     for args in (["--windows", "0s"], ["--spike-factor", "1"], ["--rate", "-1"], ["--duration", "1m", "--windows",
-                 "2m"], ["--baseline", str(tmp_path / "nothing")], ["--no-such-option", "1"]):
+                 "2m"], ["--baseline", str(tmp_path / "nothing")], ["--no-such-option", "1"],
+                 ["--repeat", "2"]):
         proc = dbsurge("scenario", "longrun", "--quick", "--target", pg_uri, *args, cwd=tmp_path, timeout=60)
         assert proc.returncode == 2, explain(proc)
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("dbsurge: "), proc.stderr
@@ -137,8 +138,12 @@ def _hdrh_p99_ms(hlog: Path, op: str, first_start: float, last_start: float) -> 
 
 
 def test_a_short_long_run_on_postgres(tmp_path, pg_uri):
+    base = tmp_path / "base"  # a finished shorter run: only its summary.csv is read (whole-run P99 per operation)
+    base.mkdir()
+    (base / "summary.csv").write_text("stage,operation,count,p99_ms\nall,read,900,10.0\nall,update,900,20.0\n"
+                                      "all,ALL,1800,15.0\n")
     proc = dbsurge("scenario", "longrun", "--quick", "--target", pg_uri, "--rate", "200", "--duration", "60s",
-                   "--windows", "10s,30s", cwd=tmp_path, timeout=240)
+                   "--windows", "10s,30s", "--baseline", str(base), cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, explain(proc)
     run = only_run_dir(tmp_path / "results")
     assert read_json(run / "run.json")["longrun"]["windows"] == [10.0, 30.0]
@@ -173,6 +178,9 @@ def test_a_short_long_run_on_postgres(tmp_path, pg_uri):
                 label, op))
             assert float(s["avg_p99_ms"]) == pytest.approx(statistics.fmean(p99s), abs=1e-3)
             assert float(s["median_p99_ms"]) == pytest.approx(statistics.median(p99s), abs=1e-6)
+            baseline = {"read": 10.0, "update": 20.0}[op]
+            assert float(s["baseline_p99_ms"]) == baseline
+            assert float(s["avg_vs_baseline"]) == pytest.approx(float(s["avg_p99_ms"]) / baseline, abs=1e-3)
 
     # once a minute the engine samples its memory and the run directory: hour 1 of the table
     hours = read_csv(run / "longrun-hours.csv")

@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
@@ -90,14 +91,22 @@ def check(setup: Setup) -> None:
         raise UserError("--records must be positive")
     if args.processes is not None and args.processes == 0:
         raise UserError("--processes must not be 0")
-    if args.baseline is not None:
-        base = Path(args.baseline)
-        if not (base / "summary.csv").is_file():
-            raise UserError(f"--baseline {args.baseline}: not a finished run directory (no summary.csv)")
-        setup.values["baseline"] = str(base)
+    _check_runs(setup)
     setup.values["windows"] = windows
     if args.workload == "ycsb":
         setup.workload_options.setdefault("recordcount", str(args.records))
+
+
+def _check_runs(setup: Setup) -> None:
+    """One run directory is read: no ``--repeat``; a ``--baseline`` must be a finished run."""
+    if asks_for_repeat(setup.rest):
+        raise UserError("--repeat is not for a long run: its windows are read from one run directory; run the "
+                        "scenario again instead")
+    if setup.args.baseline is not None:
+        base = Path(setup.args.baseline)
+        if not (base / "summary.csv").is_file():
+            raise UserError(f"--baseline {setup.args.baseline}: not a finished run directory (no summary.csv)")
+        setup.values["baseline"] = str(base)
 
 
 def launch(setup: Setup, uri: str, run_id: str) -> int:
