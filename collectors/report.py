@@ -411,7 +411,8 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
         parts += ['<details id="stage-operations"><summary>Every stage and operation</summary>',
                   html_table(detail_headers, detail_rows), "</details>"]
     parts += _cost_html(data)
-    shown = [e for e in data.events if e.get("kind") not in ("stage",)]
+    # the engine's once-a-minute `resources` samples are a scenario's table (longrun), not 720 rows of events
+    shown = [e for e in data.events if e.get("kind") not in ("stage", "resources")]
     if shown:
         rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")),
                  ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]

@@ -188,6 +188,7 @@ def test_a_short_long_run_on_postgres(tmp_path, pg_uri):
     assert "P99 per window" in (run / "summary.md").read_text()
     page = (run / "report.html").read_text()
     assert 'id="plot-windows-10s-p99"' in page and 'id="plot-windows-30s-throughput"' in page
+    assert "rss_mb=" not in page  # the samples are the hours table, not rows of the page's events table
     # --from again: nothing new in the log, the same tables
     before = (run / "longrun.csv").read_text()
     again = dbsurge("scenario", "longrun", "--from", str(run), cwd=tmp_path, timeout=60)

@@ -283,7 +283,8 @@ def _report(meta: dict, run_dir: Path, tp_rows: list[dict], p99_rows: list[dict]
               csv_name=f"{NAME}.csv", csv_columns=P99_COLUMNS, csv_rows=p99_rows),
     ]
     if spikes:
-        tables.append(Table(title=f"Spikes ({len(spikes)}; the first {min(len(spikes), SHOWN_SPIKES)})",
+        tables.append(Table(title=f"Spikes ({len(spikes)}" + (f"; the first {SHOWN_SPIKES} shown)" if len(spikes) > SHOWN_SPIKES
+                                                         else ")"),
                             headers=["window", "operation", "#", "from s", "to s", "P99 ms", "x median"],
                             rows=[[s["window"], s["operation"], str(s["index"]), number(s["start_s"], 0),
                                    number(s["end_s"], 0), ms(s["p99_ms"]), f"{s['x_median']:.1f}"]
