@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import gevent
 
@@ -159,25 +160,29 @@ def _jsonable(v) -> bool:
 RESOURCE_EVERY_S = 60
 
 
-def _sample_resources(run: DbSurgeRun) -> None:
+def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
     """A ``resources`` event: the generator's memory on this host and the run directory's size.
 
     A long run is only as good as its generator: one that grows by a few MB an hour or a results disk
     that fills is found here, not at hour eleven. ``rss_mb`` is this process's resident memory plus its
     children's (the ``--processes`` workers; remote workers are not seen), ``run_dir_mb`` the files of the
-    run directory and its metrics/. About a millisecond once a minute; a failure is noted, never fatal.
+    run directory and its metrics/. A failure is noted, never fatal. Listing the children reads every
+    process of the host (1.1 ms among 109 processes, 2.8 ms for the whole sample on a loaded 2-core
+    machine), so ``pause()`` (a `Breather`) lets a local run's users run between the pieces.
     """
     import psutil  # Locust's own dependency
 
     try:
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]
+        pause()
         rss = 0
         for proc in procs:
             try:
                 rss += proc.memory_info().rss
             except psutil.Error:  # a worker that just ended
                 continue
+        pause()
         size = 0
         for folder in (run.rundir.path, run.rundir.path / "metrics"):
             with os.scandir(folder) as entries:
@@ -207,7 +212,7 @@ def _master_loop(run: DbSurgeRun) -> None:
             continue
         turns += 1
         if turns % RESOURCE_EVERY_S == 1:
-            _sample_resources(run)
+            _sample_resources(run, Breather())
         with run.timeline_lock:  # a drained payload or a flushed second is never dropped half way by the end
             if run.finished:
                 return
