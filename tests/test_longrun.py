@@ -96,6 +96,20 @@ def test_building_again_reads_only_the_new_lines_and_gives_the_same_windows(tmp_
     assert build_windows(parts, [20.0], 60.0, ended=True).lines == 122
 
 
+def test_a_line_being_written_is_read_by_the_next_build(tmp_path):
+    run = tmp_path / "run"
+    _write_log(run, range(5), _latency)
+    hlog = run / "intervals.hlog"
+    lines = hlog.read_text().splitlines(keepends=True)
+    hlog.write_text("".join(lines[:-1]) + lines[-1][:40])  # the engine is half way through its last line
+    first = build_windows(run, [10.0], 60.0, ended=False)
+    assert first.lines == 9 and first.offset == hlog.stat().st_size - 40
+    hlog.write_text("".join(lines))
+    again = build_windows(run, [10.0], 60.0, ended=False)
+    assert again.lines == 10
+    assert window_rows(again.windows[10.0], OPS, STAGES, 3.0)[0]["update_count"] == 5 * 50
+
+
 def test_an_interrupted_run_ends_its_last_window_where_it_stopped(tmp_path):
     run = tmp_path / "run"
     _write_log(run, range(25), _latency)
