@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,15 +154,38 @@ def _hdrh_p99_ms(hlog: Path, op: str, first_start: float, last_start: float) -> 
     return merged.get_total_count(), merged.get_value_at_percentile(99.0) / 1000.0
 
 
+def _read_lines(hlog: Path) -> int:
+    return hlog.read_text().count("Tag=read,") if hlog.is_file() else 0
+
+
 def test_a_short_long_run_on_postgres(tmp_path, pg_uri):
     base = tmp_path / "base"  # a finished shorter run: only its summary.csv is read (whole-run P99 per operation)
     base.mkdir()
     (base / "summary.csv").write_text("stage,operation,count,p99_ms\nall,read,900,10.0\nall,update,900,20.0\n"
                                       "all,ALL,1800,15.0\n")
-    proc = dbsurge("scenario", "longrun", "--quick", "--target", pg_uri, "--rate", "200", "--duration", "60s",
-                   "--windows", "10s,30s", "--baseline", str(base), cwd=tmp_path, timeout=240)
-    assert proc.returncode == 0, explain(proc)
-    run = only_run_dir(tmp_path / "results")
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        child = subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "scenario", "longrun", "--quick", "--target",
+                                  pg_uri, "--rate", "200", "--duration", "60s", "--windows", "10s,30s", "--baseline",
+                                  str(base), "--run-id", "lr"], cwd=tmp_path, stdout=fo, stderr=fe, text=True)
+        try:
+            run = tmp_path / "results" / "lr"
+            # the tables half way through the run: the windows so far, from the settings written before the engine
+            deadline = time.monotonic() + 150
+            while _read_lines(run / "intervals.hlog") < 27 and time.monotonic() < deadline and child.poll() is None:
+                time.sleep(0.5)
+            during = dbsurge("scenario", "longrun", "--from", str(run), cwd=tmp_path, timeout=60)
+            assert during.returncode == 0, explain(during)
+            assert "has not ended" in during.stdout
+            assert 3 <= len(read_csv(run / "longrun-windows-10s.csv")) <= 5
+            assert read_json(run / STATE_NAME)["offset"] > 0
+            code = child.wait(timeout=240)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert code == 0, f"exit {code}\n{out.read_text()[-3000:]}\n{err.read_text()[-3000:]}"
+    assert only_run_dir(tmp_path / "results") == run  # the settings written first and the engine's files: one run
     assert read_json(run / "run.json")["longrun"]["windows"] == [10.0, 30.0]
     w10, w30 = read_csv(run / "longrun-windows-10s.csv"), read_csv(run / "longrun-windows-30s.csv")
     assert (len(w10), len(w30)) == (6, 2)

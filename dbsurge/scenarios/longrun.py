@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 from pathlib import Path
 
 from dbsurge.errors import UserError
@@ -48,6 +49,8 @@ NAME = "longrun"
 STUDY = {"rate": 5000.0, "duration": "12h", "windows": "1m,10m", "spike_factor": 3.0, "workload": "ycsb",
          "records": 1_000_000}
 QUICK = {"rate": 200.0, "duration": "3m", "windows": "10s,1m", "records": 2000}
+#: The window settings, written once the engine has made the run directory (run.json is the engine's until the end).
+SETTINGS_NAME = "longrun.settings.json"
 #: Printed spikes at most (longrun-spikes.csv lists them all).
 SHOWN_SPIKES = 20
 THROUGHPUT_COLUMNS = ["window", "windows", "target_tps", "mean_ops_s", "min_ops_s", "max_ops_s", "min_pct_of_target",
@@ -109,8 +112,52 @@ def _check_runs(setup: Setup) -> None:
         setup.values["baseline"] = str(base)
 
 
+def _longrun_settings(setup: Setup) -> dict:
+    args = setup.args
+    return {"windows": setup.values["windows"], "spike_factor": args.spike_factor,
+            "baseline": setup.values.get("baseline"), "rate": args.rate}
+
+
 def launch(setup: Setup, uri: str, run_id: str) -> int:
-    """``dbsurge run --workload W --shape constant --rate R --duration D`` with the rest passed on."""
+    """``dbsurge run --workload W --shape constant --rate R --duration D`` with the rest passed on.
+
+    The window settings go into the run directory as soon as the engine has made it (`SETTINGS_NAME`,
+    by `_leave_settings` beside the child): the engine owns run.json until the end, refuses a run
+    directory that exists before it starts, and ``--from`` during a 12-hour run needs the settings
+    long before the end.
+    """
+    args = setup.args
+    stop = threading.Event()
+    watcher = threading.Thread(target=_leave_settings, name="longrun-settings", daemon=True,
+                               args=(Path(args.results_dir) / run_id, _longrun_settings(setup), stop))
+    watcher.start()
+    try:
+        return _run(setup, uri, run_id)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+
+
+def _leave_settings(run_dir: Path, settings: dict, stop: threading.Event) -> None:
+    """Write `SETTINGS_NAME` once the engine's run.json is there (polled twice a second until the run ends)."""
+    while not stop.is_set():
+        if (run_dir / "run.json").is_file():
+            write_settings(run_dir, settings)
+            return
+        stop.wait(0.5)
+
+
+def write_settings(run_dir: Path, settings: dict) -> None:
+    """`SETTINGS_NAME`, atomically; a results disk that refuses it costs only ``--from`` during the run."""
+    tmp = run_dir / (SETTINGS_NAME + ".tmp")
+    try:
+        tmp.write_text(json.dumps(settings) + "\n")
+        tmp.replace(run_dir / SETTINGS_NAME)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _run(setup: Setup, uri: str, run_id: str) -> int:
     args = setup.args
     cmd = ["--workload", args.workload, "--shape", "constant", "--rate", f"{args.rate:g}", "--duration",
            args.duration, "--target", uri, "--quiet", "--results-dir", args.results_dir, "--run-id", run_id,
@@ -129,8 +176,8 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     if not (run_dir / "run.json").is_file() or not (run_dir / "intervals.hlog").is_file():
         return code or 1
     annotate_run(run_dir, scenario=NAME, scenario_settings=setup.settings, target_name=args.target,
-                 longrun={"windows": setup.values["windows"], "spike_factor": args.spike_factor,
-                          "baseline": setup.values.get("baseline"), "rate": args.rate})
+                 longrun=_longrun_settings(setup))
+    write_settings(run_dir, _longrun_settings(setup))  # a run shorter than the watcher's first look
     SCENARIO.show(run_dir)
     write_html(run_dir)
     return code
@@ -149,12 +196,17 @@ def write_html(run_dir: Path) -> None:
 # -- the tables -----------------------------------------------------------------------------------------
 
 
-def _settings(meta: dict) -> tuple[list[float], float, str | None]:
-    lr = meta.get("longrun") or {}
-    windows = [float(w) for w in lr.get("windows") or []]
-    if not windows:
-        raise UserError("run.json has no longrun window settings: not a run of dbsurge scenario longrun")
-    return windows, float(lr.get("spike_factor") or STUDY["spike_factor"]), lr.get("baseline")
+def _settings(meta: dict, run_dir: Path) -> dict:
+    """The window settings: run.json's once the run has ended, `SETTINGS_NAME`'s while it runs."""
+    lr = meta.get("longrun")
+    if not lr and (run_dir / SETTINGS_NAME).is_file():
+        try:
+            lr = json.loads((run_dir / SETTINGS_NAME).read_text())
+        except ValueError:
+            lr = None
+    if not isinstance(lr, dict) or not lr.get("windows"):
+        raise UserError(f"{run_dir} has no longrun window settings: not a run of dbsurge scenario longrun")
+    return lr
 
 
 def _whole_run_p99(run_dir: Path) -> dict[str, float | None]:
@@ -197,7 +249,9 @@ def hour_rows(run_dir: Path, started: float | None) -> list[dict]:
 def report(run_dir: Path) -> Report:
     """The tables, built from intervals.hlog (resumed from longrun.state.json), summary.csv and events.jsonl."""
     meta = read_meta(run_dir)
-    windows, factor, baseline = _settings(meta)
+    lr = _settings(meta, run_dir)
+    windows, baseline = [float(w) for w in lr["windows"]], lr.get("baseline")
+    factor = float(lr.get("spike_factor") or STUDY["spike_factor"])
     plan = meta.get("plan") or {}
     stages = plan.get("stages") or []
     duration = float(plan.get("duration_s") or 0.0)
@@ -264,7 +318,7 @@ def write_window_csvs(run_dir: Path, per_window: dict[str, list[dict]], ops: lis
 
 def _report(meta: dict, run_dir: Path, tp_rows: list[dict], p99_rows: list[dict], spikes: list[dict],
             hours: list[dict], factor: float, hw) -> Report:
-    rate = (meta.get("longrun") or {}).get("rate")
+    rate = _settings(meta, run_dir).get("rate")
     tables = [
         Table(title=f"Throughput per window (target {number(rate, 0)} ops/s)",
               headers=["window", "windows", "target ops/s", "mean ops/s", "min ops/s", "max ops/s",
