@@ -7,7 +7,7 @@ This scenario runs the same plan through the engine, exactly as
     dbsurge run --workload ycsb --shape constant --rate RATE --duration DURATION [--processes N] ...
 
 (``--workload`` names another workload; options this scenario does not know, such as ``--users``,
-``--runners`` or ``--expect-workers``, go to ``dbsurge run``), then reads the run directory:
+``--master`` or Locust's ``--expect-workers``, go to ``dbsurge run``), then reads the run directory:
 
 - per window length of ``--windows`` (``1m,10m``): each window's throughput (successes per second)
   against the target, and each operation's P99 over the window, exact: the merge of the window's
