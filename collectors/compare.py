@@ -35,7 +35,6 @@ import base64
 import html
 import io
 import math
-import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from dbsurge.help_examples import epilog
 from dbsurge.rundir_check import check_run_dirs, check_run_json
 
 from .bootstrap import difference_interval, per_second
+from .figures import MIN_OPERATIONS, Figure, Row
 from .sizes import parse_sizes, size_rows
 
 KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
@@ -289,47 +289,6 @@ def _shown(value: Any) -> str:
 
 
 # -- figures ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Figure:
-    """One figure of one side: the value (a median over repetitions) and its spread."""
-
-    values: list[float]
-
-    @property
-    def value(self) -> float | None:
-        return statistics.median(self.values) if self.values else None
-
-    @property
-    def low(self) -> float | None:
-        return min(self.values) if self.values else None
-
-    @property
-    def high(self) -> float | None:
-        return max(self.values) if self.values else None
-
-
-@dataclass
-class Row:
-    """A row of the comparison: a stage (or a metric) and a figure, one value per side."""
-
-    stage: str
-    figure: str
-    unit: str  # tps | ms | rate | capacity | usd | ops | pct | count | s
-    cells: list[Figure]
-    ratio: bool = True
-    operations: list[int] | None = None  # the fewest operations behind the figure on each side (percentiles)
-    series: tuple[str, str] | None = None  # (operation, timeline.csv column): its per-second values, for the CI
-
-    def too_few(self) -> bool:
-        """A percentile of fewer than `MIN_OPERATIONS` operations on some side: no difference is judged from it."""
-        return self.unit == "ms" and self.operations is not None and min(self.operations) < MIN_OPERATIONS
-
-
-#: Below this many operations in a stage (on either side) a percentile's difference is not judged: the p99
-#: of fewer than 100 operations is their maximum or next to it, one slow operation.
-MIN_OPERATIONS = 100
 
 
 def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
@@ -859,7 +818,7 @@ def compare_main(argv: Sequence[str]) -> int:
                         " listed above): pass --force to compare them anyway")
     rows = comparison_rows(sides)
     if sizes:
-        extra, size_notes = size_rows(sides, sizes)
+        extra, size_notes = size_rows(sides, sizes, ops_per_usd=lambda side: _cost(side)[1])
         rows, notes = rows + extra, notes + size_notes
     print(text_report(sides, rows, blocking, notes), flush=True)
     name = f"compare-{'-vs-'.join(_safe(s.label) for s in sides)}.html"

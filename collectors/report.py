@@ -41,11 +41,17 @@ from .report_data import ReportData, load_report_data
 from .rundata import format_utc
 from .scenario_report import ScenarioPart, mode_label, raw_files, scenario_part, section_html
 from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
+from .window_plots import longrun_figures
 
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
 
 Table = tuple[list[str], list[list[str]]]
+
+#: A scenario's own figures in report.html, by run.json's ``scenario``: (title, note, [(id, caption, PNG)]).
+SCENARIO_FIGURES: dict[str, Callable[[Any], tuple[str, str, list[tuple[str, str, bytes]]]]] = {
+    "longrun": longrun_figures,
+}
 
 
 # -- number formats (cost and capacity; latency and rates use dbsurge.tables' formats) ------------------
@@ -371,6 +377,7 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
         engine = bool(data.run.stages) or (data.run.path / "stages.csv").is_file()
         parts += ["<h2>Timeline</h2>" if engine else "<h2>Over the run</h2>",
                   f'<p class="note">{html.escape(_TIME_NOTE if engine else _SCENARIO_TIME_NOTE)}</p>', *figures]
+    parts += _scenario_figures_html(data)
     parts += _section("Ledger", ledger_rows(data),
                       "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
     detail_headers, detail_rows = stage_operation_rows(data)
@@ -378,7 +385,8 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
         parts += ['<details id="stage-operations"><summary>Every stage and operation</summary>',
                   html_table(detail_headers, detail_rows), "</details>"]
     parts += _cost_html(data)
-    shown = [e for e in data.events if e.get("kind") not in ("stage",)]
+    # the engine's once-a-minute `resources` samples are a scenario's table (longrun), not 720 rows of events
+    shown = [e for e in data.events if e.get("kind") not in ("stage", "resources")]
     if shown:
         rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")),
                  ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]
@@ -387,6 +395,18 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
              "metrics/", *(raw_files(data.run.path) if part is not None else [])]
     parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
+
+
+def _scenario_figures_html(data: ReportData) -> list[str]:
+    """The scenario's own section (`SCENARIO_FIGURES`), nothing for a run of another kind or without figures."""
+    draw = SCENARIO_FIGURES.get(str(data.run.meta.get("scenario")))
+    if draw is None:
+        return []
+    title, note, figures = draw(data)
+    if not figures:
+        return []
+    return [f"<h2>{html.escape(title)}</h2>", f'<p class="note">{html.escape(note)}</p>',
+            *(_figure_html(name, caption, png) for name, caption, png in figures)]
 
 
 def _cost_html(data: ReportData) -> list[str]:

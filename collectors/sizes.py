@@ -16,16 +16,18 @@ Throughput is the run's successful operations per second over its whole window (
 figure, for ycsb-run), so the runs should each hold the database at its limit for their duration.
 
 These rows are added to the kind's own table: the module only reads sides and builds rows, and
-`compare` imports it (it imports compare's `Row` and `Figure` late).
+`compare` imports it; both take their `Row` and `Figure` from `collectors.figures`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbsurge.errors import UserError, clip
+
+from .figures import Figure, Row
 
 STAGE = "by database size"
 
@@ -67,10 +69,10 @@ def run_throughput(side: Any, run_dir: Any) -> float | None:
     return None if total is None else total / (window[1] - window[0]).total_seconds()
 
 
-def size_rows(sides: Sequence[Any], sizes: Sequence[float]) -> tuple[list[Any], list[str]]:
-    """The rows of throughput against the linear ideal (and ops per $ where priced), and a note on reading them."""
-    from .compare import Figure, Row, _cost
-
+def size_rows(sides: Sequence[Any], sizes: Sequence[float],
+              ops_per_usd: Callable[[Any], Figure]) -> tuple[list[Any], list[str]]:
+    """The rows of throughput against the linear ideal (and ops per $ where priced, by ``ops_per_usd``), and a
+    note on reading them."""
     throughput = []
     for side in sides:
         values = [v for v in (run_throughput(side, d) for d in side.runs) if v is not None]
@@ -89,7 +91,7 @@ def size_rows(sides: Sequence[Any], sizes: Sequence[float]) -> tuple[list[Any], 
             Row(STAGE, "achieved scaling %", "pct", achieved, False),
             Row(STAGE, "theoretical scaling %", "pct", theoretical, False),
             Row(STAGE, "% of theoretical", "pct", share, False)]
-    per_usd = [_cost(side)[1] for side in sides]
+    per_usd = [ops_per_usd(side) for side in sides]
     if any(f.values for f in per_usd):
         rows.append(Row(STAGE, "operations per $", "ops", per_usd))
     notes = [(f"By database size: each run's throughput against the first's ({sides[0].label}, size "

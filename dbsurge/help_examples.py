@@ -65,6 +65,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "dbsurge scenario ycsb-run --target embedded-mongo --quick",
         "dbsurge scenario ycsb-run --target embedded-mongo --quick --target-tps 400 --repeat 3",
     ),
+    "scenario longrun": (
+        "dbsurge scenario longrun --target embedded-mongo --quick",
+        "dbsurge scenario longrun --target mongodb://db:27017 --rate 5000 --duration 12h --windows 1m,10m",
+        "dbsurge scenario longrun --from results/<run-id>   # the tables again, during or after the run",
+    ),
 }
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
+from collections.abc import Callable
 
 import gevent
 
@@ -154,6 +156,43 @@ def _jsonable(v) -> bool:
     return v is None or isinstance(v, (str, int, float, bool, list))
 
 
+#: Seconds between two ``resources`` events (`_sample_resources`): a 12-hour run gets 720 lines.
+RESOURCE_EVERY_S = 60
+
+
+def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
+    """A ``resources`` event: the generator's memory on this host and the run directory's size.
+
+    A long run is only as good as its generator: one that grows by a few MB an hour or a results disk
+    that fills is found here, not at hour eleven. ``rss_mb`` is this process's resident memory plus its
+    children's (the ``--processes`` workers; remote workers are not seen), ``run_dir_mb`` the files of the
+    run directory and its metrics/. A failure is noted, never fatal. Listing the children reads every
+    process of the host (1.1 ms among 109 processes, 2.8 ms for the whole sample on a loaded 2-core
+    machine), so ``pause()`` (a `Breather`) lets a local run's users run between the pieces.
+    """
+    import psutil  # Locust's own dependency
+
+    try:
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+        pause()
+        rss = 0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+            except psutil.Error:  # a worker that just ended
+                continue
+        pause()
+        size = 0
+        for folder in (run.rundir.path, run.rundir.path / "metrics"):
+            with os.scandir(folder) as entries:
+                size += sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
+        run.rundir.event("resources", rss_mb=round(rss / 2**20, 1), processes=len(procs),
+                         run_dir_mb=round(size / 2**20, 3))
+    except Exception as e:  # noqa: BLE001 - a sample is worth less than the run
+        run.note_problem("sampling the generator's memory", e)
+
+
 def _master_loop(run: DbSurgeRun) -> None:
     """Once a second: drain a local run's recorder, flush the timeline through the run directory.
 
@@ -164,12 +203,16 @@ def _master_loop(run: DbSurgeRun) -> None:
 
     Nothing that fails here stops the loop (`DbSurgeRun.note_problem`); measurement goes on.
     """
+    turns = 0
     while not run.finished:
         gevent.sleep(1.0)
         if run.finished:
             return
         if run.disk_full:  # nothing more until the final files, which use the space kept back for them
             continue
+        turns += 1
+        if turns % RESOURCE_EVERY_S == 1:
+            _sample_resources(run, Breather())
         with run.timeline_lock:  # a drained payload or a flushed second is never dropped half way by the end
             if run.finished:
                 return

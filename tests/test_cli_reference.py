@@ -85,7 +85,7 @@ def test_help_and_readme_agree():
     assert not undocumented, f"in `dbsurge run --help` but not in README.md or docs/: {sorted(undocumented)}"
     # every option the README mentions exists: in dbsurge run's help, another command's, or Locust's
     known = run_help | _options_in(_help("load")) | _options_in(_help("scenario")) | _locust_flags()
-    for name in ("spike", "idle", "cache", "rewarm", "longscan", "ycsb-load", "ycsb-run", "capacity"):
+    for name in ("spike", "idle", "cache", "rewarm", "longscan", "ycsb-load", "ycsb-run", "capacity", "longrun"):
         known |= _options_in(_help("scenario", name))
     for args in (("rerun",), ("compare",), ("worker",), ("report",), ("cost",), ("collect",),
                  *(("runners", verb) for verb in ("up", "status", "down", "verify"))):

@@ -39,6 +39,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
                   "study 002: YCSB load phase, batched or not, with N clients; insert throughput and latency"),
     "ycsb-run": ("dbsurge.scenarios.ycsb_run",
                  "study 002: YCSB workload A at a target rate or flat out; throughput, read/update p99, scalability"),
+    "longrun": ("dbsurge.scenarios.longrun",
+                "study 002: a target rate held for hours (12h); throughput and read/update P99 per window, spikes"),
 }
 
 USAGE = "usage: dbsurge scenario NAME [options]   (dbsurge scenario NAME --help for a scenario's options)"
