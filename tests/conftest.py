@@ -36,6 +36,10 @@ from pathlib import Path
 
 import faults
 import pytest
+
+# No test runs on an EC2 host: boto3 must never ask the instance metadata service (169.254.169.254, an address
+# outside this machine) for credentials or a region, in this process or in any process a test starts.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 from faults import DelayProxy, FaultSetupError, NetnsHost, NetnsMongo, NetnsPostgres
 
 from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres, embedded_main

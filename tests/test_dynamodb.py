@@ -349,3 +349,36 @@ def test_embedded_start_status_stop_dynamodb(capsys: pytest.CaptureFixture[str])
         embedded_main(["stop", "dynamodb"])
     embedded_main(["status", "dynamodb"])
     assert capsys.readouterr().out.strip() == "dynamodb: stopped"
+
+
+def test_a_local_endpoint_never_asks_the_instance_metadata_service(tmp_path: Path, dynamo: EmbeddedDynamo) -> None:
+    """Without AWS credentials, a DynamoDB-API target that is not Amazon's signs with placeholder keys found
+    without the network: boto3's chain used to end at the EC2 metadata service, 169.254.169.254, per user
+    ("Connection pool is full, discarding connection: 169.254.169.254" in `make demo`). Run in a child process
+    whose environment has no AWS variable at all (not even the suite's AWS_EC2_METADATA_DISABLED), with
+    urllib3's and botocore's debug logs: no connection to that address, no look at the iam-role provider."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout)\n"
+        "from dbsurge.targets import open_target\n"
+        "t = open_target(sys.argv[1])\n"
+        "s = t.connect()\n"
+        "print('chain', [p.METHOD for p in t._boto_session._session.get_component('credential_provider').providers])\n"
+        "s.close()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["HOME"] = str(tmp_path)  # no ~/.aws either
+    proc = subprocess.run([sys.executable, "-c", script, dynamo.uri], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    asked = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if "169.254.169.254" in line and ("connection" in line.lower() or "Looking for credentials via: iam-role"
+                                               in line)]
+    assert not asked, asked[:5]
+    chain = next(line for line in proc.stdout.splitlines() if line.startswith("chain"))
+    assert "iam-role" not in chain and "container-role" not in chain, chain
+

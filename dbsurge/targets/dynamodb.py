@@ -248,7 +248,7 @@ class DynamoTarget(Target):
             session = boto3.session.Session(profile_name=self.profile) if self.profile else boto3.session.Session()
             self._boto_session = session
         credentials: dict[str, str] = {}
-        if not self.amazon and session.get_credentials() is None:
+        if not self.amazon and _local_credentials(session) is None:
             credentials = {"aws_access_key_id": PLACEHOLDER_KEY, "aws_secret_access_key": PLACEHOLDER_KEY}
         config = Config(
             connect_timeout=connect_timeout_s or self.connect_timeout_s,
@@ -405,3 +405,23 @@ def _env_region() -> str | None:
 
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+#: boto3's credential providers that ask the network: the EC2 instance metadata service (169.254.169.254) and
+#: the container credentials endpoint. Never asked for a target that is not Amazon's (Alternator, a local
+#: DynamoDB-API server): on a machine that is not in AWS their requests go to an address nobody named, and
+#: when they fail boto3 tries again per client (each user's), in the middle of the run.
+_NETWORK_PROVIDERS = ("iam-role", "container-role")
+
+
+def _local_credentials(session: Any) -> Any:
+    """The session's credentials from the environment and the config files only (`_NETWORK_PROVIDERS` removed
+    from this session's chain first), or None."""
+    resolver = session._session.get_component("credential_provider")
+    for name in _NETWORK_PROVIDERS:
+        try:
+            resolver.remove(name)
+        except Exception:  # noqa: BLE001, S110 - not in this botocore's chain: nothing to remove
+            pass
+    return session.get_credentials()
+
