@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbsurge.errors import TargetError
+from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_keys import ClientKeys, scan_length_generator
+from dbsurge.workloads.ycsb_store import MakeRows, Operations, YcsbStore
 
 CQL_KEY = "y_id"  # YCSB's cassandra binding's key column
-Operations = dict[str, Callable[[], object]]
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,31 @@ def cql_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C
         "scan": scan,
         "readmodifywrite": readmodifywrite,
     }
+
+
+@register_store("ycsb", "cql")
+class CqlYcsbStore(YcsbStore):
+    """The ycsb workload's keyspace, table, load and operations on a CQL session."""
+
+    def create_table(self, session: Any) -> None:
+        ensure_schema(self.workload, session)
+
+    def drop_table(self, session: Any) -> None:
+        drop_table(self.workload, session)
+
+    def table_has_rows(self, session: Any) -> bool:
+        return table_has_rows(self.workload, session)
+
+    def count_present(self, session: Any, keys: Sequence[str]) -> int:
+        return len(present_keys(self.workload, session, keys))
+
+    def load(self, session: Any, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any) -> int:
+        return load(self.workload, session, make=make, start=start, stop=stop, batch_size=batch_size,
+                    progress=progress)
+
+    def batch_inserter(self, session: Any, batch_size: int) -> Callable[[list[tuple]], None]:
+        """One prepared INSERT for one row, an UNLOGGED BATCH of them for more."""
+        return inserter(self.workload, session)
+
+    def client(self, session: Any, seed: int) -> Operations:
+        return cql_client(self.workload, session, seed)

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dbsurge.errors import WorkloadError
 from dbsurge.targets.dynamodb import ThrottledError
+from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_keys import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
+from dbsurge.workloads.ycsb_store import MakeRows, Operations, YcsbStore
 
-Operations = dict[str, Callable[[], object]]
 #: Items in one BatchWriteItem request (DynamoDB's limit) and keys in one BatchGetItem request.
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
@@ -259,3 +261,37 @@ def dynamodb_client(workload: Any, session: Any, seed: int) -> Operations:  # no
         "scan": scan,
         "readmodifywrite": readmodifywrite,
     }
+
+
+@register_store("ycsb", "dynamodb")
+class DynamoYcsbStore(YcsbStore):
+    """The ycsb workload's table, load and operations on a DynamoDB-API session."""
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        if options["batchsize"] > BATCH_WRITE_MAX:
+            raise WorkloadError(f"workload option batchsize={options['batchsize']}: DynamoDB's BatchWriteItem takes "
+                                f"at most {BATCH_WRITE_MAX} items; lower batchsize")
+        super().check_options(options)
+
+    def create_table(self, session: Any) -> None:
+        ensure_table(self.workload, session)
+
+    def drop_table(self, session: Any) -> None:
+        drop_table(self.workload, session)
+
+    def table_has_rows(self, session: Any) -> bool:
+        return table_has_rows(self.workload, session)
+
+    def count_present(self, session: Any, keys: Sequence[str]) -> int:
+        return len(present_keys(self.workload, session, keys))
+
+    def load(self, session: Any, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any) -> int:
+        return load(self.workload, session, make=make, start=start, stop=stop, batch_size=batch_size,
+                    progress=progress)
+
+    def batch_inserter(self, session: Any, batch_size: int) -> Callable[[list[tuple]], None]:
+        """PutItem for one row, BatchWriteItem of up to 25 for more (the session's own throttling retries)."""
+        return inserter(self.workload, session)
+
+    def client(self, session: Any, seed: int) -> Operations:
+        return dynamodb_client(self.workload, session, seed)

@@ -1,8 +1,8 @@
 """What the ycsb workload and its bindings share: key numbering, insert ranges and record values.
 
-`YcsbWorkload` (``ycsb.py``) builds a client's operations through ``ycsb_bindings.py``; both use
-the pieces here, so neither imports the other's internals and the imports run one way:
-``ycsb.py -> ycsb_bindings.py -> ycsb_keys.py``.
+`YcsbWorkload` (``ycsb.py``) and the stores that run its operations on each database (``ycsb_store.py``,
+``ycsb_<database>.py``) both use the pieces here, so neither imports the other's internals and the imports
+run one way: ``ycsb.py -> ycsb_keys.py`` and ``ycsb_<database>.py -> ycsb_store.py -> ycsb_keys.py``.
 """
 
 from __future__ import annotations
