@@ -54,7 +54,7 @@ from dbsurge.workloads.base import (
     text,
 )
 from dbsurge.workloads.stores import make_store
-from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, record_values
+from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, ClientDraws, record_values
 from dbsurge.workloads.ycsb_store import YcsbStore
 
 __all__ = ["KEY_COLUMN", "YcsbWorkload"]
@@ -258,4 +258,44 @@ class YcsbWorkload(Workload):
     # ---- operations -------------------------------------------------------------------------
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
-        return self.store.client(session, seed)
+        """One user's operations: keys, fields and values drawn here (`ClientDraws`), each operation one call of
+        the store's connection (`YcsbConnection`), readmodifywrite two."""
+        draws = ClientDraws(self, seed)
+        db = self.store.connect(session)
+        read, update, update_all, insert, scan = db.read, db.update, db.update_all, db.insert, db.scan
+        next_key, next_insert_key, record = draws.next_key, draws.next_insert_key, draws.record
+        value, field_index, scan_length = draws.value, draws.field_index, draws.scan_length
+        read_all, write_all, fieldcount = self.options["readallfields"], self.options["writeallfields"], len(self.fields)
+
+        def read_op() -> object:
+            return read(next_key(), None if read_all else field_index())
+
+        def update_key(key: str) -> object:
+            if write_all:
+                return update_all(key, [value() for _ in range(fieldcount)])
+            return update(key, field_index(), value())
+
+        def update_op() -> object:
+            key = next_key()
+            if write_all:
+                return update_all(key, [value() for _ in range(fieldcount)])
+            return update(key, field_index(), value())
+
+        def insert_op() -> object:
+            key = next_insert_key()
+            insert(key, record())
+            return key
+
+        def scan_op() -> object:
+            field = None if read_all else field_index()
+            return scan(next_key(), scan_length(), field)
+
+        def readmodifywrite() -> object:
+            key = next_key()
+            read(key, None if read_all else field_index())
+            return update_key(key)
+
+        if db.resumes_inserts:
+            draws.resume_inserts(db.exists)
+        return {"read": read_op, "update": update_op, "insert": insert_op, "scan": scan_op,
+                "readmodifywrite": readmodifywrite}

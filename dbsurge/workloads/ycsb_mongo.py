@@ -14,7 +14,7 @@ from pymongo import ReadPreference, WriteConcern
 
 from dbsurge.workloads.loading import mongo_count_present, mongo_load
 from dbsurge.workloads.stores import register_store
-from dbsurge.workloads.ycsb_store import ClientCommon, MakeRows, Operations, YcsbStore, YcsbWorkload
+from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore, YcsbWorkload
 
 ID_INDEX = [("_id", 1)]
 _READ_PREFERENCE_NAMES = {"primarypreferred": "PRIMARY_PREFERRED", "secondarypreferred": "SECONDARY_PREFERRED"}
@@ -83,64 +83,54 @@ class MongoYcsbStore(YcsbStore):
 
         return insert
 
-    def client(self, session: Any, seed: int) -> Operations:
-        return mongo_client(self.workload, self.collection(session), seed)
+    def connect(self, session: Any) -> YcsbConnection:
+        return MongoYcsbConnection(self.workload, self.collection(session))
 
 
-def mongo_client(workload: YcsbWorkload, collection: Any, seed: int) -> Operations:
-    """The ycsb operations of one client on a MongoDB collection (of its session, with the workload's options)."""
-    c = ClientCommon(workload, seed)
-    fields = c.fields
-    find_one, update_one, insert_one, find = (
-        collection.find_one,
-        collection.update_one,
-        collection.insert_one,
-        collection.find,
-    )
-    field_projection = [{field: 1} for field in fields]
-    next_key, value, field_index = c.next_key, c.value, c.field_index
-    read_all, write_all = c.read_all, c.write_all
+class MongoYcsbConnection(YcsbConnection):
+    """One client's calls on a MongoDB collection (with the workload's readpreference and writeconcern)."""
 
-    def read_key(key: str) -> object:
-        doc = find_one({"_id": key}) if read_all else find_one({"_id": key}, field_projection[field_index()])
+    __slots__ = ("_fields", "_find", "_find_one", "_insert_one", "_projection", "_update_one")
+
+    def __init__(self, workload: YcsbWorkload, collection: Any) -> None:
+        self._fields = workload.fields
+        self._find_one, self._update_one, self._insert_one, self._find = (
+            collection.find_one,
+            collection.update_one,
+            collection.insert_one,
+            collection.find,
+        )
+        self._projection = [{field: 1} for field in self._fields]
+
+    def read(self, key: str, field: int | None) -> object:
+        find_one = self._find_one
+        doc = find_one({"_id": key}) if field is None else find_one({"_id": key}, self._projection[field])
         if doc is None:
             raise LookupError(f"ycsb read: no record {key}")
         return doc
 
-    def update_key(key: str) -> object:
-        if write_all:
-            change = {field: value() for field in fields}
-        else:
-            change = {fields[field_index()]: value()}
-        result = update_one({"_id": key}, {"$set": change})
+    def update(self, key: str, field: int, value: str) -> object:
+        result = self._update_one({"_id": key}, {"$set": {self._fields[field]: value}})
         if result.matched_count != 1:
             raise LookupError(f"ycsb update: no record {key}")
         return result.modified_count
 
-    def insert() -> object:
-        key = c.next_insert_key()
-        doc = {"_id": key}
-        doc.update(zip(fields, c.record()))
-        insert_one(doc)
-        return key
+    def update_all(self, key: str, values: list[str]) -> object:
+        result = self._update_one({"_id": key}, {"$set": dict(zip(self._fields, values))})
+        if result.matched_count != 1:
+            raise LookupError(f"ycsb update: no record {key}")
+        return result.modified_count
 
-    def scan() -> object:
-        projection = None if read_all else field_projection[field_index()]
+    def insert(self, key: str, values: Sequence[str]) -> object:
+        doc = {"_id": key}
+        doc.update(zip(self._fields, values))
+        return self._insert_one(doc)
+
+    def scan(self, start: str, count: int, field: int | None) -> object:
+        projection = None if field is None else self._projection[field]
         # The hint makes secantusdb walk the _id index (it plans range + sort as a collection scan);
         # MongoDB and DocumentDB pick that index anyway.
-        cursor = find({"_id": {"$gte": next_key()}}, projection).sort("_id", 1).hint(ID_INDEX).limit(c.scan_length())
-        return list(cursor)
+        return list(self._find({"_id": {"$gte": start}}, projection).sort("_id", 1).hint(ID_INDEX).limit(count))
 
-    def readmodifywrite() -> object:
-        key = next_key()
-        read_key(key)
-        return update_key(key)
-
-    c.resume_inserts(lambda key: find_one({"_id": key}, {"_id": 1}) is not None)
-    return {
-        "read": lambda: read_key(next_key()),
-        "update": lambda: update_key(next_key()),
-        "insert": insert,
-        "scan": scan,
-        "readmodifywrite": readmodifywrite,
-    }
+    def exists(self, key: str) -> bool:
+        return self._find_one({"_id": key}, {"_id": 1}) is not None

@@ -19,7 +19,7 @@ from dbsurge.workloads.base import pg_executor, pg_lookup
 from dbsurge.workloads.loading import pg_count_present, pg_execute, pg_insert_sql, pg_load, pg_table_has_rows
 from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_keys import KEY_COLUMN
-from dbsurge.workloads.ycsb_store import ClientCommon, MakeRows, Operations, YcsbStore, YcsbWorkload
+from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore, YcsbWorkload
 
 PG_MAX_PARAMS = 65_535  # bind parameters in one statement (the protocol counts them in 16 bits)
 
@@ -80,8 +80,8 @@ class PostgresYcsbStore(YcsbStore):
 
         return insert
 
-    def client(self, session: Any, seed: int) -> Operations:
-        return pg_client(self.workload, session, seed)
+    def connect(self, session: Any) -> YcsbConnection:
+        return PostgresYcsbConnection(self.workload, session)
 
 
 def _pg_writer(workload: YcsbWorkload, session: Any, execute: Any) -> Callable[[str, Sequence[object]], int]:
@@ -106,65 +106,58 @@ def _pg_writer(workload: YcsbWorkload, session: Any, execute: Any) -> Callable[[
     return write
 
 
-def pg_client(workload: YcsbWorkload, session: Any, seed: int) -> Operations:
-    """The ycsb operations of one client on a PostgreSQL session."""
-    c = ClientCommon(workload, seed)
-    table, fields = workload.table, c.fields
-    where = f"where {KEY_COLUMN} = %s"
-    read_all_sql = f"select {KEY_COLUMN}, {', '.join(fields)} from {table} {where}"
-    read_field_sql = [f"select {KEY_COLUMN}, {field} from {table} {where}" for field in fields]
-    update_all_sql = f"update {table} set {', '.join(f'{field} = %s' for field in fields)} {where}"
-    update_field_sql = [f"update {table} set {field} = %s {where}" for field in fields]
-    insert_sql = (
-        f"insert into {table} ({KEY_COLUMN}, {', '.join(fields)}) values ({', '.join(['%s'] * (len(fields) + 1))})"
-    )
-    scan_tail = f"from {table} where {KEY_COLUMN} >= %s order by {KEY_COLUMN} limit %s"
-    scan_all_sql = f"select {KEY_COLUMN}, {', '.join(fields)} {scan_tail}"
-    scan_field_sql = [f"select {KEY_COLUMN}, {field} {scan_tail}" for field in fields]
-    exists_sql = f"select 1 from {table} {where}"
-    next_key, value, field_index = c.next_key, c.value, c.field_index
-    read_all, write_all = c.read_all, c.write_all
-    execute = pg_executor(session)
-    read_all_lookup = pg_lookup(session, read_all_sql, prepare_now=read_all)  # prepared at connect: the ones used
-    read_field_lookup = [pg_lookup(session, sql, prepare_now=not read_all) for sql in read_field_sql]
+class PostgresYcsbConnection(YcsbConnection):
+    """One client's statements on a PostgreSQL session: SQL text built once, reads through the session's fast
+    lookup (prepared once per connection), writes as the target wants them (`optimistic_writes`)."""
 
-    def read_key(key: str) -> object:
-        lookup = read_all_lookup if read_all else read_field_lookup[field_index()]
-        row = lookup((key,))
+    __slots__ = ("_execute", "_exists_sql", "_insert_sql", "_read_all", "_read_field", "_scan_all_sql",
+                 "_scan_field_sql", "_update_all_sql", "_update_field_sql", "_write")
+
+    def __init__(self, workload: YcsbWorkload, session: Any) -> None:
+        table, fields = workload.table, workload.fields
+        where = f"where {KEY_COLUMN} = %s"
+        read_all = workload.options["readallfields"]
+        self._execute = execute = pg_executor(session)
+        # prepared at connect: the ones the workload uses
+        self._read_all = pg_lookup(session, f"select {KEY_COLUMN}, {', '.join(fields)} from {table} {where}",
+                                   prepare_now=read_all)
+        self._read_field = [pg_lookup(session, f"select {KEY_COLUMN}, {field} from {table} {where}",
+                                      prepare_now=not read_all) for field in fields]
+        self._update_all_sql = f"update {table} set {', '.join(f'{field} = %s' for field in fields)} {where}"
+        self._update_field_sql = [f"update {table} set {field} = %s {where}" for field in fields]
+        marks = ", ".join(["%s"] * (len(fields) + 1))
+        self._insert_sql = f"insert into {table} ({KEY_COLUMN}, {', '.join(fields)}) values ({marks})"
+        scan_tail = f"from {table} where {KEY_COLUMN} >= %s order by {KEY_COLUMN} limit %s"
+        self._scan_all_sql = f"select {KEY_COLUMN}, {', '.join(fields)} {scan_tail}"
+        self._scan_field_sql = [f"select {KEY_COLUMN}, {field} {scan_tail}" for field in fields]
+        self._exists_sql = f"select 1 from {table} {where}"
+        self._write = _pg_writer(workload, session, execute)
+
+    def read(self, key: str, field: int | None) -> object:
+        row = (self._read_all if field is None else self._read_field[field])((key,))
         if row is None:
             raise LookupError(f"ycsb read: no record {key}")
         return row
 
-    write = _pg_writer(workload, session, execute)
-
-    def update_key(key: str) -> object:
-        if write_all:
-            rowcount = write(update_all_sql, [value() for _ in fields] + [key])
-        else:
-            rowcount = write(update_field_sql[field_index()], (value(), key))
+    def update(self, key: str, field: int, value: str) -> object:
+        rowcount = self._write(self._update_field_sql[field], (value, key))
         if rowcount != 1:
             raise LookupError(f"ycsb update: no record {key}")
         return rowcount
 
-    def insert() -> object:
-        key = c.next_insert_key()
-        write(insert_sql, (key, *c.record()))
-        return key
+    def update_all(self, key: str, values: list[str]) -> object:
+        values.append(key)  # the list is the caller's, made for this call
+        rowcount = self._write(self._update_all_sql, values)
+        if rowcount != 1:
+            raise LookupError(f"ycsb update: no record {key}")
+        return rowcount
 
-    def scan() -> object:
-        sql = scan_all_sql if read_all else scan_field_sql[field_index()]
-        return execute(sql, (next_key(), c.scan_length()), prepare=True).fetchall()
+    def insert(self, key: str, values: Sequence[str]) -> object:
+        return self._write(self._insert_sql, (key, *values))
 
-    def readmodifywrite() -> object:
-        key = next_key()
-        read_key(key)
-        return update_key(key)
+    def scan(self, start: str, count: int, field: int | None) -> object:
+        sql = self._scan_all_sql if field is None else self._scan_field_sql[field]
+        return self._execute(sql, (start, count), prepare=True).fetchall()
 
-    c.resume_inserts(lambda key: execute(exists_sql, (key,)).fetchone() is not None)
-    return {
-        "read": lambda: read_key(next_key()),
-        "update": lambda: update_key(next_key()),
-        "insert": insert,
-        "scan": scan,
-        "readmodifywrite": readmodifywrite,
-    }
+    def exists(self, key: str) -> bool:
+        return self._execute(self._exists_sql, (key,)).fetchone() is not None

@@ -1,31 +1,26 @@
-"""The ycsb workload's interface to a database, `YcsbStore`, and the client pieces its stores share.
+"""The ycsb workload's interface to a database: `YcsbStore` (one per workload) and `YcsbConnection` (one per client).
 
 `YcsbWorkload` is the same on every database; each kind of target has one `YcsbStore` subclass, registered with
 ``@register_store("ycsb", kind)`` (`dbsurge.workloads.stores`) in its own module (``ycsb_postgres.py``,
 ``ycsb_mongo.py``, ``ycsb_dynamodb.py``, ``ycsb_cql.py``) and made once per workload. The workload calls the
-store for the schema, the load and the presence checks, and `YcsbStore.client` hands each simulated user its
-operations (read, update, insert, scan, readmodifywrite) as closures with everything prepared, so that an
-operation costs one call, as before there were stores. Nothing here times anything: the engine times the
+store for the schema, the load and the presence checks; `YcsbStore.connect` gives each simulated user a
+`YcsbConnection` (go-ycsb's DB interface: read, update, insert, scan), on which the workload's operations,
+drawn by the workload, are one bound-method call each. Nothing here times anything: the engine times the
 operations (``dbsurge/timing.py``), the ycsb-load scenario its inserts.
 
-The imports run one way: ``ycsb.py -> stores.py``, and ``ycsb_<database>.py -> ycsb_store.py -> ycsb_keys.py``;
+The imports run one way: ``ycsb.py -> ycsb_store.py -> ycsb_keys.py`` and ``ycsb_<database>.py -> ycsb_store.py``;
 the workload is passed in, never imported.
 """
 
 from __future__ import annotations
 
-import atexit
-import os
 import random
 from abc import ABC, abstractmethod
-from array import array
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from dbsurge.errors import WorkloadError
-from dbsurge.workloads.ycsb_keys import ClientKeys, first_free, scan_length_generator
 
-Operations = dict[str, Callable[[], object]]
 #: ``make(rng, first, stop)``: the rows of records ``first..stop-1``, each ``(key, field0, field1, ...)``.
 MakeRows = Callable[[random.Random, int, int], list[tuple]]
 #: The workload (a `dbsurge.workloads.ycsb.YcsbWorkload`); not imported, so that the imports run one way.
@@ -75,73 +70,45 @@ class YcsbStore(ABC):
         """``insert(rows)``: one insert call of ``rows`` (key first), as unbatched or batched YCSB sends it."""
 
     @abstractmethod
-    def client(self, session: Any, seed: int) -> Operations:
-        """One simulated user's operations on ``session``: name -> zero-argument callable, each one complete
-        operation that raises on failure (`LookupError` for YCSB's NOT_FOUND)."""
+    def connect(self, session: Any) -> YcsbConnection:
+        """One simulated user's `YcsbConnection` on ``session``, its statements prepared."""
 
 
-class ClientCommon:
-    """Key drawing, value generation and insert numbering of one client, shared by the SQL and MongoDB stores."""
+class YcsbConnection(ABC):
+    """One client's access to the table on its session, everything prepared: go-ycsb's DB interface.
 
-    def __init__(self, workload: YcsbWorkload, seed: int) -> None:
-        self.rng = rng = random.Random(seed)
-        self.keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
-        self.choose = workload.request_generator(rng, self.keys.count).next
-        if workload.options["tracekeys"]:
-            self.choose = traced(self.choose, f"{workload.options['tracekeys']}-{os.getpid()}.bin")
-        self.scan_length = scan_length_generator(workload, rng).next
-        self.key_for = workload.key_for
-        self.fields = workload.fields
-        self.read_all = workload.options["readallfields"]
-        self.write_all = workload.options["writeallfields"]
-        self.wants_inserts = "insert" in workload.operations
-        self.record = lambda: workload.record(rng)
-        length = workload.options["fieldlength"]
-        nbytes = (length + 1) // 2
-        randbytes = rng.randbytes
-        self.value = (
-            (lambda: randbytes(nbytes).hex()) if length % 2 == 0 else (lambda: randbytes(nbytes).hex()[:length])
-        )
-        self.field_index = lambda: int(rng.random() * len(self.fields))
+    The workload draws the keys, fields and values and composes the operations (readmodifywrite is a read
+    and an update); each method here is one complete database call that raises on failure, `LookupError`
+    for YCSB's NOT_FOUND. ``field``: the index of the one field to read or write, None for all of them.
+    Subclasses keep their state in ``__slots__``: an operation costs one bound-method call and no dict lookup.
+    """
 
-    def next_key(self) -> str:
-        index = self.choose()
-        keys = self.keys
-        if index >= keys.recordcount:
-            index = keys.base + index - keys.recordcount
-        return self.key_for(index)
+    __slots__ = ()
 
-    def next_insert_key(self) -> str:
-        # Taken before the insert runs: a failed insert leaves a gap rather than a key retried forever.
-        keys = self.keys
-        keynum = keys.base + keys.inserted
-        keys.inserted += 1
-        return self.key_for(keynum)
+    #: Whether a client with inserts in its mix first skips the insert keys an earlier run with its seed used
+    #: (`exists`, a few point reads); a database whose insert is an upsert may leave it off.
+    resumes_inserts: ClassVar[bool] = True
 
-    def resume_inserts(self, exists: Callable[[str], bool]) -> None:
-        """Skip the insert numbers an earlier run with this client seed already used."""
-        if self.wants_inserts:
-            self.keys.inserted = first_free(lambda keynum: exists(self.key_for(keynum)), self.keys.base)
+    @abstractmethod
+    def read(self, key: str, field: int | None) -> object:
+        """The record ``key`` (all fields, or one)."""
 
+    @abstractmethod
+    def update(self, key: str, field: int, value: str) -> object:
+        """Set one field of the record ``key``."""
 
-def traced(choose: Callable[[], int], path: str, flush_every: int = 1000) -> Callable[[], int]:
-    """``choose`` that also appends each record number it draws to ``path`` (int64), so a test can check
-    the distribution of the keys actually requested, reads and updates alike."""
-    buf = array("q")
+    @abstractmethod
+    def update_all(self, key: str, values: list[str]) -> object:
+        """Set every field of the record ``key`` (``values`` in field order)."""
 
-    def flush() -> None:
-        if buf:
-            with open(path, "ab") as f:
-                f.write(buf.tobytes())
-            del buf[:]
+    @abstractmethod
+    def insert(self, key: str, values: Sequence[str]) -> object:
+        """Insert the record ``key`` with ``values`` in field order."""
 
-    atexit.register(flush)
+    @abstractmethod
+    def scan(self, start: str, count: int, field: int | None) -> object:
+        """Up to ``count`` records from ``start`` on, as a list (all fields, or one)."""
 
-    def traced_choose() -> int:
-        index = choose()
-        buf.append(index)
-        if len(buf) >= flush_every:
-            flush()
-        return index
-
-    return traced_choose
+    def exists(self, key: str) -> bool:
+        """True if the record ``key`` exists (used once per client when `resumes_inserts`)."""
+        raise NotImplementedError
