@@ -16,6 +16,22 @@ from .errors import UserError
 
 log = logging.getLogger("dbsurge")
 
+#: The database sampler of each target kind: a class name in `dbsurge.collectors.samplers`, imported only when a
+#: run starts one. A kind without one (DynamoDB-API: its counters are CloudWatch's; CQL) runs without a sampler.
+SAMPLERS: dict[str, str] = {}
+
+
+def register_sampler(kind: str, class_name: str) -> None:
+    """Name the sampler class for targets of ``kind``; a kind registered twice is a programming error."""
+    existing = SAMPLERS.get(kind)
+    if existing is not None:
+        raise ValueError(f"a database sampler for {kind!r} targets is already registered: {existing}")
+    SAMPLERS[kind] = class_name
+
+
+register_sampler("postgres", "PostgresSampler")
+register_sampler("mongo", "MongoSampler")
+
 
 def preflight_side(run) -> None:
     """Check --cloudwatch and --cost-cap before any load; keeps the CloudWatch collector on the run."""
@@ -45,12 +61,12 @@ def start_side_collectors(run) -> list:
     started = []
     opts = run.options
     events = _events_to(run.rundir)
-    # DynamoDB-API and CQL targets have no sampler here (DynamoDB's counters are CloudWatch's).
-    if not getattr(opts, "no_db_sampler", False) and run.target.kind in ("postgres", "mongo"):
+    sampler_name = SAMPLERS.get(run.target.kind)  # None: no sampler for this kind of database
+    if not getattr(opts, "no_db_sampler", False) and sampler_name is not None:
         try:
-            from .collectors.samplers import MongoSampler, PostgresSampler
+            from .collectors import samplers
 
-            cls = PostgresSampler if run.target.kind == "postgres" else MongoSampler
+            cls = getattr(samplers, sampler_name)
             sampler = cls(run.target_uri, run.rundir.path, events=events)
             sampler.start()
             started.append(sampler)

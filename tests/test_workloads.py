@@ -432,7 +432,7 @@ def test_ycsb_latest_reads_the_clients_newest_inserts(target, session_of):
 
 def test_ycsb_dsql_flavor_writes_through_run_transaction(pg_target, session_of):
     # Same server, but the workload believes it drives DSQL: writes go through run_transaction.
-    dsql_like = SimpleNamespace(kind="postgres", flavor="dsql", connect=pg_target.connect)
+    dsql_like = SimpleNamespace(kind="postgres", flavor="dsql", optimistic_writes=True, connect=pg_target.connect)
     workload = get_workload("ycsb", dsql_like, {"recordcount": 50, "table": "ut_dsql", "insertproportion": 0.1})
     session = session_of(pg_target)
     _drop(session, "postgres", "ut_dsql")
@@ -458,7 +458,7 @@ def test_ycsb_mongo_read_preference_and_write_concern(mongo_target, session_of):
     workload = get_workload("ycsb", target, options)
     workload.load(progress=False)
     session = session_of(target)
-    collection = workload._collection(session)
+    collection = workload.store.collection(session)
     assert collection.read_preference.mongos_mode == "secondaryPreferred"
     assert collection.write_concern.document == {"w": 1}
     ops = workload.new_client(session, seed=1)

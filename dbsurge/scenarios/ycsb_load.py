@@ -33,7 +33,6 @@ from dbsurge.scenarios.latency import ms, number, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun
 from dbsurge.timing import elapsed_ms, time_call
-from dbsurge.workloads import ycsb_cql, ycsb_dynamodb
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
@@ -84,15 +83,7 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
 def table_has_rows(workload: Any) -> bool:
     session = workload.target.connect()
     try:
-        if workload.kind == "postgres":
-            from dbsurge.workloads.loading import pg_table_has_rows
-
-            return pg_table_has_rows(session, workload.table)
-        if workload.kind == "dynamodb":
-            return ycsb_dynamodb.table_has_rows(workload, session)
-        if workload.kind == "cql":
-            return ycsb_cql.table_has_rows(workload, session)
-        return session.db[workload.table].find_one({}, {"_id": 1}) is not None
+        return workload.store.table_has_rows(session)
     finally:
         session.close()
 
@@ -100,16 +91,7 @@ def table_has_rows(workload: Any) -> bool:
 def drop_table(workload: Any) -> None:
     session = workload.target.connect()
     try:
-        if workload.kind == "postgres":
-            from dbsurge.workloads.loading import pg_execute
-
-            pg_execute(session, f"drop table if exists {workload.table}")
-        elif workload.kind == "dynamodb":
-            ycsb_dynamodb.drop_table(workload, session)
-        elif workload.kind == "cql":
-            ycsb_cql.drop_table(workload, session)
-        else:
-            session.db[workload.table].drop()
+        workload.store.drop_table(session)
     finally:
         session.close()
 
@@ -150,42 +132,9 @@ def record_batches(workload: Any, start: int, stop: int, batch_size: int) -> Ite
 
 
 def inserter(workload: Any, session: Any, batch_size: int) -> Any:
-    """``insert(rows)``: one insert call of ``rows`` on ``session`` (raises on failure)."""
-    if workload.kind == "postgres":
-        from dbsurge.workloads.base import pg_executor
-        from dbsurge.workloads.loading import pg_insert_sql
-        from dbsurge.workloads.ycsb_keys import KEY_COLUMN
-
-        columns = (KEY_COLUMN, *workload.fields)
-        sql_for = {}
-        execute = pg_executor(session)
-        autocommit = batch_size == 1 and getattr(workload.target, "flavor", "") != "dsql"
-
-        def insert_pg(rows: list[tuple]) -> None:
-            sql = sql_for.get(len(rows)) or sql_for.setdefault(len(rows), pg_insert_sql(workload.table, columns,
-                                                                                         len(rows)))
-            params = [v for row in rows for v in row]
-            if autocommit:
-                execute(sql, params, prepare=True)
-            else:
-                session.run_transaction(lambda conn: conn.execute(sql, params, prepare=True))
-
-        return insert_pg
-    if workload.kind == "dynamodb":
-        return ycsb_dynamodb.inserter(workload, session)  # PutItem, or BatchWriteItem of up to 25
-    if workload.kind == "cql":
-        return ycsb_cql.inserter(workload, session)  # one INSERT, or an UNLOGGED BATCH
-    collection = workload.collection(session)  # honours the workload's writeconcern option
-    fields = workload.fields
-
-    def insert_mongo(rows: list[tuple]) -> None:
-        docs = [{"_id": row[0], **dict(zip(fields, row[1:]))} for row in rows]
-        if len(docs) == 1:
-            collection.insert_one(docs[0])
-        else:
-            collection.insert_many(docs, ordered=False)
-
-    return insert_mongo
+    """``insert(rows)``: one insert call of ``rows`` on ``session`` (raises on failure), the database's own
+    (`YcsbStore.batch_inserter`: one INSERT/``insert_one``/PutItem, or a batch of them); timed here."""
+    return workload.store.batch_inserter(session, batch_size)
 
 
 def load(workload: Any, clients: int, batch_size: int, sink: Any) -> float:

@@ -115,6 +115,11 @@ class Target(ABC):
     #: Seconds an operation may take before the driver gives up (set by every binding).
     op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
 
+    #: True when any write may fail with a serialization conflict (Aurora DSQL's optimistic concurrency): a
+    #: workload then sends its writes through the session's ``run_transaction``, which retries them and counts
+    #: the retries apart from failures. The binding knows its database; a workload asks this, not the flavor.
+    optimistic_writes: bool = False
+
     def classify(self, exc: BaseException) -> str:
         """The kind of a failed operation, a pure function of the exception; one of `FAILURE_KINDS`.
 

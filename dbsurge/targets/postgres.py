@@ -696,6 +696,8 @@ class PostgresTarget(Target):
                 check_host_name(self.display, host)
         first_host = self.host.split(",")[0]
         self.flavor = _choose_flavor(scheme, first_host, options.get("flavor"), self.display)
+        # Aurora DSQL's optimistic concurrency can refuse any write with 40001 (see `Target.optimistic_writes`)
+        self.optimistic_writes = self.flavor == "dsql"
         is_aws = first_host.lower().rstrip(".").endswith((".amazonaws.com", ".on.aws", ".amazonaws.com.cn"))
 
         for name in _LIBPQ_OPTIONS:

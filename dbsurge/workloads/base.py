@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TextIO
 
 from dbsurge.errors import WorkloadError, clip
 from dbsurge.option_types import NumberError, read_float, read_int
+from dbsurge.workloads.stores import store_kinds
 
 _KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
 
@@ -182,8 +183,9 @@ def parse_workload_options(pairs: Iterable[str]) -> dict[str, str]:
 class Workload:
     """Base class of the workloads: options, default operation weights, load, per-user clients.
 
-    Subclasses set `name`, `OPTIONS` (every option with its default) and `kinds` (the target
-    kinds they can drive), and implement `has_data`, `load` and `new_client`.
+    Subclasses set `name`, `OPTIONS` (every option with its default) and implement `has_data`, `load`
+    and `new_client`. The target kinds a workload can drive are those it has stores for
+    (`dbsurge.workloads.stores`); a workload without stores (one database only) sets `kinds`.
     """
 
     name: ClassVar[str] = ""
@@ -194,8 +196,9 @@ class Workload:
         self.target = target
         self.options: dict[str, Any] = self.resolve(options or {})
         kind = getattr(target, "kind", None)
-        if kind not in self.kinds:
-            wanted = " or ".join(_KIND_NAMES.get(k, k) for k in self.kinds)
+        kinds = store_kinds(self.name) or self.kinds
+        if kind not in kinds:
+            wanted = " or ".join(_KIND_NAMES.get(k, k) for k in kinds)
             raise WorkloadError(f"workload {self.name} needs a {wanted} target, not {kind}")
         self.kind: str = kind
         self.operations: dict[str, float] = self.default_weights()

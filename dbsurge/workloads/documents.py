@@ -9,8 +9,9 @@ with ``id % 100 == 99`` (so N // 100 documents, spread evenly through the collec
 of a few other words; ``payload`` is 202 random hex characters, which makes each BSON document
 ~250 bytes. There is no index on ``category``: the match query is a collection scan.
 
-PostgreSQL binding: ``documents(id bigint primary key, category text, payload text)``; the scan
-is a server-side cursor read with FETCH in batches, so the cache scenarios run on PostgreSQL too.
+PostgreSQL: ``documents(id bigint primary key, category text, payload text)``; the scan is a
+server-side cursor read with FETCH in batches, so the cache scenarios run on PostgreSQL too. Each
+database's part is its `DocumentsStore` (``documents_stores.py``), looked up once by target kind.
 """
 
 from __future__ import annotations
@@ -19,22 +20,17 @@ import random
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import bson
-
-from dbsurge.timing import Laps
 from dbsurge.workloads.base import (
     INT4_MAX,
-    LOAD_CHUNK,
     LoadProgress,
     Option,
     Workload,
     choice,
     integer,
-    pg_executor,
     spread_sample,
     weight,
 )
-from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
+from dbsurge.workloads.stores import make_store
 
 MATCH = "match"
 _OTHER_CATEGORIES = ("alpha", "bravo", "delta", "gamma")
@@ -56,13 +52,13 @@ def match_count(documents: int) -> int:
     return documents // 100
 
 
-def _make_rows(rng: random.Random, first: int, stop: int) -> list[tuple[int, str, str]]:
+def make_rows(rng: random.Random, first: int, stop: int) -> list[tuple[int, str, str]]:
     half = PAYLOAD_HEX_CHARS // 2
     return [(i, category_of(i), rng.randbytes(half).hex()) for i in range(first, stop)]
 
 
-def _make_docs(rng: random.Random, first: int, stop: int) -> list[dict[str, Any]]:
-    return [{"_id": i, "category": c, "payload": p} for i, c, p in _make_rows(rng, first, stop)]
+def make_docs(rng: random.Random, first: int, stop: int) -> list[dict[str, Any]]:
+    return [{"_id": i, "category": c, "payload": p} for i, c, p in make_rows(rng, first, stop)]
 
 
 class DocumentsWorkload(Workload):
@@ -77,6 +73,10 @@ class DocumentsWorkload(Workload):
         "scan_batch_size": Option(1000, integer(1, INT4_MAX), "documents per batch of the full-scan cursor"),
         "scan_proportion": Option(0.0, weight, "weight of full_scan in the default mix"),
     }
+
+    def __init__(self, target: Any, options: dict[str, object] | None = None) -> None:
+        super().__init__(target, options)
+        self.store: Any = make_store(self)  # the database's part (documents_stores.py), looked up once
 
     def default_weights(self) -> dict[str, float]:
         weights = {"read_by_id": 1.0}
@@ -99,46 +99,18 @@ class DocumentsWorkload(Workload):
 
     def _data_present(self, session: Any) -> bool:
         sample = spread_sample(0, self.documents)
-        if self.kind == "postgres":
-            return pg_count_present(session, TABLE, "id", sample) == len(sample)
-        return mongo_count_present(session.db[TABLE], sample) == len(sample)
+        return self.store.count_present(session, sample) == len(sample)
 
     def load(self, progress: bool = True) -> int:
         """Create the table (PostgreSQL) and insert the missing documents; returns the document count."""
         meter = LoadProgress(self.name, self.documents, enabled=progress)
         session = self._session()
         try:
-            if self.kind == "postgres":
-                pg_execute(
-                    session, f"create table if not exists {TABLE} (id bigint primary key, category text, payload text)"
-                )
+            self.store.create_table(session)
             self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
                 return self.documents
-            if self.kind == "postgres":
-                inserted = pg_load(
-                    session,
-                    label=self.name,
-                    seed=self.options["seed"],
-                    table=TABLE,
-                    columns=COLUMNS,
-                    make=_make_rows,
-                    start=0,
-                    stop=self.documents,
-                    statement_rows=LOAD_CHUNK,
-                    progress=meter,
-                )
-            else:
-                inserted = mongo_load(
-                    session.db[TABLE],
-                    label=self.name,
-                    seed=self.options["seed"],
-                    make=_make_docs,
-                    start=0,
-                    stop=self.documents,
-                    batch_size=LOAD_CHUNK,
-                    progress=meter,
-                )
+            inserted = self.store.load(session, progress=meter)
         finally:
             session.close()
         meter.finish()
@@ -151,28 +123,7 @@ class DocumentsWorkload(Workload):
         rng = random.Random(seed)
         span = self.options["hot_set"] if self.options["read_mode"] == "hot" else self.documents
         span = min(span, self.documents)
-        draw = rng.random
-        if self.kind == "postgres":
-            sql = f"select id, category, payload from {TABLE} where id = %s"
-            execute = pg_executor(session)
-
-            def read_by_id() -> object:
-                doc_id = int(draw() * span)
-                row = execute(sql, (doc_id,), prepare=True).fetchone()
-                if row is None:
-                    raise LookupError(f"documents: no row with id {doc_id}")
-                return row
-
-        else:
-            collection = session.db[TABLE]
-            find_one = collection.find_one
-
-            def read_by_id() -> object:
-                doc_id = int(draw() * span)
-                doc = find_one({"_id": doc_id})
-                if doc is None:
-                    raise LookupError(f"documents: no document with _id {doc_id}")
-                return doc
+        read_by_id = self.store.reader(session, rng.random, span)
 
         def full_scan() -> object:
             return self.scan_batches(session)
@@ -186,53 +137,4 @@ class DocumentsWorkload(Workload):
         batch with the time that batch took to arrive (the first batch includes starting the
         query); time spent in the callback is not counted in the next batch.
         """
-        batch_size = self.options["scan_batch_size"]
-        if self.kind == "postgres":
-            return _pg_scan(session, batch_size, on_batch)
-        return _mongo_scan(session, batch_size, on_batch)
-
-
-def _pg_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
-    # A named (server-side) cursor lives in a transaction; each fetchmany is one FETCH round trip.
-    # run_transaction also notices a broken connection; a rerun after a conflict starts the count over.
-    def scan(conn: Any) -> int:
-        total = 0
-        index = 0
-        with conn.cursor(name="dbsurge_full_scan") as cursor:
-            laps = Laps()
-            cursor.execute(f"select id, category, payload from {TABLE} where category = %s", (MATCH,))
-            while True:
-                rows = cursor.fetchmany(batch_size)
-                if not rows:
-                    break
-                elapsed = laps.lap()
-                total += len(rows)
-                if on_batch is not None:
-                    on_batch(index, len(rows), elapsed)
-                index += 1
-                laps.restart()
-        return total
-
-    return session.run_transaction(scan)
-
-
-def _mongo_scan(session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
-    total = 0
-    index = 0
-    # find_raw_batches yields exactly one server reply (find, then each getMore) per iteration,
-    # so a batch's time is one round trip plus decoding it.
-    cursor = session.db[TABLE].find_raw_batches({"category": MATCH}, batch_size=batch_size)
-    try:
-        laps = Laps()
-        for raw in cursor:
-            docs = bson.decode_all(raw)
-            elapsed = laps.lap()
-            if docs:
-                total += len(docs)
-                if on_batch is not None:
-                    on_batch(index, len(docs), elapsed)
-                index += 1
-            laps.restart()
-    finally:
-        cursor.close()
-    return total
+        return self.store.scan_batches(session, self.options["scan_batch_size"], on_batch)

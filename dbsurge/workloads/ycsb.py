@@ -5,8 +5,10 @@ record 0 is ``user6284781860667377211`` as in YCSB) or ``user`` + the zero-padde
 (``insertorder=ordered``). Each record has ``fieldcount`` fields ``field0..`` of ``fieldlength``
 characters (random hex; YCSB uses random printable bytes).
 
-- PostgreSQL: ``usertable(ycsb_key text primary key, field0 text, ...)``, as YCSB's JDBC binding.
-- MongoDB: one document per record, ``_id`` = key, one string field per field.
+The workload is the same on every database; what one database needs (schema, load, presence checks and the
+per-client operations) is its `YcsbStore`, looked up once by target kind when the workload is made
+(`dbsurge.workloads.stores`): ``ycsb_postgres.py`` (a table, as YCSB's JDBC binding), ``ycsb_mongo.py`` (one
+document per record), ``ycsb_dynamodb.py`` (one item per record) and ``ycsb_cql.py`` (as YCSB's cassandra binding).
 
 Operations: ``read`` (all fields, or one with ``readallfields=false``), ``update`` (one random
 field, or all with ``writeallfields=true``), ``insert``, ``scan`` and ``readmodifywrite``; the
@@ -31,8 +33,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from pymongo import ReadPreference, WriteConcern
-
 from dbsurge.distributions import (
     HotspotGenerator,
     ScrambledZipfianGenerator,
@@ -53,20 +53,13 @@ from dbsurge.workloads.base import (
     spread_sample,
     text,
 )
-from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
-from dbsurge.workloads.ycsb_bindings import mongo_client, pg_client
-from dbsurge.workloads.ycsb_cql import cql_client, ensure_schema
-from dbsurge.workloads.ycsb_cql import load as cql_load
-from dbsurge.workloads.ycsb_cql import present_keys as cql_present_keys
-from dbsurge.workloads.ycsb_dynamodb import BATCH_WRITE_MAX, dynamodb_client, ensure_table
-from dbsurge.workloads.ycsb_dynamodb import load as dynamodb_load
-from dbsurge.workloads.ycsb_dynamodb import present_keys as dynamodb_present_keys
-from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, record_values
+from dbsurge.workloads.stores import make_store
+from dbsurge.workloads.ycsb_keys import INSERT_SLOT, KEY_COLUMN, ClientDraws, record_values
+from dbsurge.workloads.ycsb_store import YcsbStore
 
 __all__ = ["KEY_COLUMN", "YcsbWorkload"]
 
 KEY_PREFIX = "user"
-PG_MAX_PARAMS = 65_535  # bind parameters in one statement (the protocol counts them in 16 bits)
 INSERT_SLOTS = 9 * 10**9  # client ranges: recordcount + slot * INSERT_SLOT stays below 2**63
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _READ_PREFERENCES = ("primary", "primarypreferred", "secondary", "secondarypreferred", "nearest")
@@ -106,8 +99,7 @@ MAX_RECORD_LENGTH = 16 << 20
 class YcsbWorkload(Workload):
     """YCSB's CoreWorkload (workloads A-F) on PostgreSQL, MongoDB, DynamoDB-API and CQL targets (study 002)."""
 
-    name = "ycsb"
-    kinds = ("postgres", "mongo", "dynamodb", "cql")
+    name = "ycsb"  # its target kinds: those with a `YcsbStore` (``ycsb_<database>.py``)
     OPTIONS: ClassVar[dict[str, Option]] = {
         "recordcount": Option(1000, integer(1), "records loaded (and drawn from by read/update/scan)"),
         "operationcount": Option(0, integer(0), "YCSB's operation count; recorded only (the stage plan sets the run)"),
@@ -166,16 +158,9 @@ class YcsbWorkload(Workload):
                 f"workload option insertstart + insertcount ({opts['insertstart']} + {opts['insertcount']})"
                 f" is above recordcount={self.recordcount}"
             )
-        if self.kind == "dynamodb" and opts["batchsize"] > BATCH_WRITE_MAX:
-            raise WorkloadError(f"workload option batchsize={opts['batchsize']}: DynamoDB's BatchWriteItem takes at"
-                                f" most {BATCH_WRITE_MAX} items; lower batchsize")
-        if self.kind != "mongo" and (opts["readpreference"] or opts["writeconcern"]):
-            raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
-        if self.kind == "postgres" and opts["batchsize"] * (opts["fieldcount"] + 1) > PG_MAX_PARAMS:
-            raise WorkloadError(
-                f"workload options batchsize={opts['batchsize']} x fieldcount={opts['fieldcount']} pass PostgreSQL's"
-                f" {PG_MAX_PARAMS} parameters per statement; lower batchsize"
-            )
+        # the database's part, looked up once: the workload itself never asks which database it drives
+        self.store: YcsbStore = make_store(self)
+        self.store.check_options(opts)
         if not self.operations:
             raise WorkloadError("workload ycsb: every *proportion option is 0, so there is nothing to run")
         self.ordered = opts["insertorder"] == "ordered"
@@ -245,116 +230,72 @@ class YcsbWorkload(Workload):
 
     def _data_present(self, session: Any) -> bool:
         keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
-        if self.kind == "postgres":
-            return pg_count_present(session, self.table, KEY_COLUMN, keys) == len(keys)
-        if self.kind == "dynamodb":
-            return len(dynamodb_present_keys(self, session, keys)) == len(keys)
-        if self.kind == "cql":
-            return len(cql_present_keys(self, session, keys)) == len(keys)
-        return mongo_count_present(session.db[self.table], keys) == len(keys)
+        return self.store.count_present(session, keys) == len(keys)
 
     def load(self, progress: bool = True) -> int:
         """Create ``usertable`` if missing, insert the missing records in ``batchsize`` batches; returns insertcount."""
         start, stop = self._load_range()
         meter = LoadProgress(self.name, stop - start, enabled=progress)
-        seed = self.options["seed"]
         batch = self.options["batchsize"]
+        store = self.store
         session = self._session()
         try:
-            if self.kind == "postgres":
-                pg_execute(
-                    session,
-                    f"create table if not exists {self.table} ({KEY_COLUMN} text primary key, "
-                    + ", ".join(f"{field} text" for field in self.fields)
-                    + ")",
-                )
-            elif self.kind == "dynamodb":
-                ensure_table(self, session)
-            elif self.kind == "cql":
-                ensure_schema(self, session)
+            store.create_table(session)
             self.last_load_inserted = 0
             if self._data_present(session):  # a complete earlier load: nothing to send
                 return stop - start
-            if self.kind == "postgres":
-                columns = (KEY_COLUMN, *self.fields)
-
-                def rows(rng: random.Random, first: int, last: int) -> list[tuple[str, ...]]:
-                    return [(self.key_for(i), *self.record(rng)) for i in range(first, last)]
-
-                inserted = pg_load(
-                    session,
-                    label=self.name,
-                    seed=seed,
-                    table=self.table,
-                    columns=columns,
-                    make=rows,
-                    start=start,
-                    stop=stop,
-                    statement_rows=batch,
-                    progress=meter,
-                )
-            elif self.kind == "dynamodb":
-                inserted = dynamodb_load(
-                    self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
-                                                                  for i in range(first, last)],
-                    start=start, stop=stop, batch_size=batch, progress=meter,
-                )
-            elif self.kind == "cql":
-                inserted = cql_load(
-                    self, session, make=lambda rng, first, last: [(self.key_for(i), *self.record(rng))
-                                                                  for i in range(first, last)],
-                    start=start, stop=stop, batch_size=batch, progress=meter,
-                )
-            else:
-
-                def docs(rng: random.Random, first: int, last: int) -> list[dict[str, str]]:
-                    return [self._document(self.key_for(i), self.record(rng)) for i in range(first, last)]
-
-                inserted = mongo_load(
-                    self.collection(session),
-                    label=self.name,
-                    seed=seed,
-                    make=docs,
-                    start=start,
-                    stop=stop,
-                    batch_size=batch,
-                    progress=meter,
-                )
+            inserted = store.load(session, make=self.rows, start=start, stop=stop, batch_size=batch, progress=meter)
         finally:
             session.close()
         meter.finish()
         self.last_load_inserted = inserted
         return stop - start
 
-    def _document(self, key: str, values: list[str]) -> dict[str, str]:
-        doc = {"_id": key}
-        doc.update(zip(self.fields, values))
-        return doc
-
-    def collection(self, session: Any) -> Any:
-        """The MongoDB collection on ``session``, with the readpreference and writeconcern options applied."""
-        collection = session.db[self.table]
-        read_preference = self.options["readpreference"]
-        write_concern = self.options["writeconcern"]
-        if read_preference or write_concern:
-            kwargs: dict[str, Any] = {}
-            if read_preference:
-                names = {"primarypreferred": "PRIMARY_PREFERRED", "secondarypreferred": "SECONDARY_PREFERRED"}
-                kwargs["read_preference"] = getattr(ReadPreference, names.get(read_preference, read_preference.upper()))
-            if write_concern:
-                kwargs["write_concern"] = WriteConcern(
-                    w=write_concern if write_concern == "majority" else int(write_concern)
-                )
-            collection = collection.with_options(**kwargs)
-        return collection
-
-    _collection = collection  # the former private name (tests/test_workloads.py)
+    def rows(self, rng: random.Random, first: int, last: int) -> list[tuple[str, ...]]:
+        """The rows (key, then the fields) of records ``first..last-1``, their values drawn from ``rng``."""
+        return [(self.key_for(i), *self.record(rng)) for i in range(first, last)]
 
     # ---- operations -------------------------------------------------------------------------
 
     def new_client(self, session: Any, seed: int) -> dict[str, Callable[[], object]]:
-        if self.kind == "dynamodb":
-            return dynamodb_client(self, session, seed)
-        if self.kind == "cql":
-            return cql_client(self, session, seed)
-        return (pg_client if self.kind == "postgres" else mongo_client)(self, session, seed)
+        """One user's operations: keys, fields and values drawn here (`ClientDraws`), each operation one call of
+        the store's connection (`YcsbConnection`), readmodifywrite two."""
+        draws = ClientDraws(self, seed)
+        db = self.store.connect(session)
+        read, update, update_all, insert, scan = db.read, db.update, db.update_all, db.insert, db.scan
+        next_key, next_insert_key, record = draws.next_key, draws.next_insert_key, draws.record
+        value, field_index, scan_length = draws.value, draws.field_index, draws.scan_length
+        read_all, write_all, fieldcount = self.options["readallfields"], self.options["writeallfields"], len(self.fields)
+
+        def read_op() -> object:
+            return read(next_key(), None if read_all else field_index())
+
+        def update_key(key: str) -> object:
+            if write_all:
+                return update_all(key, [value() for _ in range(fieldcount)])
+            return update(key, field_index(), value())
+
+        def update_op() -> object:
+            key = next_key()
+            if write_all:
+                return update_all(key, [value() for _ in range(fieldcount)])
+            return update(key, field_index(), value())
+
+        def insert_op() -> object:
+            key = next_insert_key()
+            insert(key, record())
+            return key
+
+        def scan_op() -> object:
+            field = None if read_all else field_index()
+            return scan(next_key(), scan_length(), field)
+
+        def readmodifywrite() -> object:
+            key = next_key()
+            read(key, None if read_all else field_index())
+            return update_key(key)
+
+        if db.resumes_inserts:
+            draws.resume_inserts(db.exists)
+        return {"read": read_op, "update": update_op, "insert": insert_op, "scan": scan_op,
+                "readmodifywrite": readmodifywrite}

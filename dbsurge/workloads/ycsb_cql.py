@@ -11,16 +11,15 @@ Read is ``SELECT ... WHERE y_id = ?`` (a missing row is YCSB's NOT_FOUND: `Looku
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dbsurge.errors import TargetError
-from dbsurge.workloads.ycsb_keys import ClientKeys, scan_length_generator
+from dbsurge.workloads.stores import register_store
+from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore
 
 CQL_KEY = "y_id"  # YCSB's cassandra binding's key column
-Operations = dict[str, Callable[[], object]]
 
 
 @dataclass(frozen=True)
@@ -170,67 +169,70 @@ def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start
                           batch_size=batch_size, progress=progress, insert=insert, present=present)
 
 
-def cql_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C901 - one closure per operation
-    """The ycsb operations of one client on a CQL session (every statement prepared once per process)."""
-    rng = random.Random(seed)
-    keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
-    choose = workload.request_generator(rng, keys.count).next
-    scan_length = scan_length_generator(workload, rng).next
-    key_for, fields = workload.key_for, workload.fields
-    read_all, write_all = workload.options["readallfields"], workload.options["writeallfields"]
-    length = workload.options["fieldlength"]
-    cql = statements(workload)
-    prepare, execute = session.prepare, session.execute
-    read_all_stmt = prepare(cql.read())
-    read_field_stmt = [prepare(cql.read(field)) for field in fields]
-    update_all_stmt = prepare(cql.update(fields))
-    update_field_stmt = [prepare(cql.update([field])) for field in fields]
-    insert_stmt = prepare(cql.insert())
-    scan_all_stmt = prepare(cql.scan())
-    scan_field_stmt = [prepare(cql.scan(field)) for field in fields]
+class CqlYcsbConnection(YcsbConnection):
+    """One client's prepared statements on a CQL session (the driver prepares each once per process).
 
-    def value() -> str:
-        return rng.randbytes((length + 1) // 2).hex()[:length]
+    No resume of inserts: a CQL INSERT is an upsert, and YCSB's cassandra binding does not look either."""
 
-    def field_index() -> int:
-        return int(rng.random() * len(fields))
+    __slots__ = ("_execute", "_insert", "_read_all", "_read_field", "_scan_all", "_scan_field", "_update_all",
+                 "_update_field")
+    resumes_inserts = False
 
-    def next_key() -> str:
-        return key_for(keys.keynum(choose()))
+    def __init__(self, workload: Any, session: Any) -> None:
+        cql, fields = statements(workload), workload.fields
+        prepare, self._execute = session.prepare, session.execute
+        self._read_all = prepare(cql.read())
+        self._read_field = [prepare(cql.read(field)) for field in fields]
+        self._update_all = prepare(cql.update(fields))
+        self._update_field = [prepare(cql.update([field])) for field in fields]
+        self._insert = prepare(cql.insert())
+        self._scan_all = prepare(cql.scan())
+        self._scan_field = [prepare(cql.scan(field)) for field in fields]
 
-    def read_key(key: str) -> object:
-        statement = read_all_stmt if read_all else read_field_stmt[field_index()]
-        row = execute(statement, (key,)).one()
+    def read(self, key: str, field: int | None) -> object:
+        row = self._execute(self._read_all if field is None else self._read_field[field], (key,)).one()
         if row is None:
             raise LookupError(f"ycsb read: no record {key}")
         return row
 
-    def update_key(key: str) -> object:
-        if write_all:
-            execute(update_all_stmt, (*(value() for _ in fields), key))
-        else:
-            execute(update_field_stmt[field_index()], (value(), key))
+    def update(self, key: str, field: int, value: str) -> object:
+        self._execute(self._update_field[field], (value, key))
         return 1
 
-    def insert() -> object:
-        key = key_for(keys.base + keys.inserted)
-        keys.inserted += 1
-        execute(insert_stmt, (key, *workload.record(rng)))
-        return key
+    def update_all(self, key: str, values: list[str]) -> object:
+        self._execute(self._update_all, (*values, key))
+        return 1
 
-    def scan() -> object:
-        statement = scan_all_stmt if read_all else scan_field_stmt[field_index()]
-        return list(execute(statement, (next_key(), scan_length())))
+    def insert(self, key: str, values: Sequence[str]) -> object:
+        return self._execute(self._insert, (key, *values))
 
-    def readmodifywrite() -> object:
-        key = next_key()
-        read_key(key)
-        return update_key(key)
+    def scan(self, start: str, count: int, field: int | None) -> object:
+        return list(self._execute(self._scan_all if field is None else self._scan_field[field], (start, count)))
 
-    return {
-        "read": lambda: read_key(next_key()),
-        "update": lambda: update_key(next_key()),
-        "insert": insert,
-        "scan": scan,
-        "readmodifywrite": readmodifywrite,
-    }
+
+@register_store("ycsb", "cql")
+class CqlYcsbStore(YcsbStore):
+    """The ycsb workload's keyspace, table, load and operations on a CQL session."""
+
+    def create_table(self, session: Any) -> None:
+        ensure_schema(self.workload, session)
+
+    def drop_table(self, session: Any) -> None:
+        drop_table(self.workload, session)
+
+    def table_has_rows(self, session: Any) -> bool:
+        return table_has_rows(self.workload, session)
+
+    def count_present(self, session: Any, keys: Sequence[str]) -> int:
+        return len(present_keys(self.workload, session, keys))
+
+    def load(self, session: Any, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any) -> int:
+        return load(self.workload, session, make=make, start=start, stop=stop, batch_size=batch_size,
+                    progress=progress)
+
+    def batch_inserter(self, session: Any, batch_size: int) -> Callable[[list[tuple]], None]:
+        """One prepared INSERT for one row, an UNLOGGED BATCH of them for more."""
+        return inserter(self.workload, session)
+
+    def connect(self, session: Any) -> YcsbConnection:
+        return CqlYcsbConnection(self.workload, session)

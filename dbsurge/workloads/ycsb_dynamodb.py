@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dbsurge.errors import WorkloadError
 from dbsurge.targets.dynamodb import ThrottledError
-from dbsurge.workloads.ycsb_keys import KEY_COLUMN, ClientKeys, first_free, scan_length_generator
+from dbsurge.workloads.stores import register_store
+from dbsurge.workloads.ycsb_keys import KEY_COLUMN
+from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore
 
-Operations = dict[str, Callable[[], object]]
 #: Items in one BatchWriteItem request (DynamoDB's limit) and keys in one BatchGetItem request.
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
@@ -175,87 +177,99 @@ def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start
                           batch_size=batch_size, progress=progress, insert=insert, present=present)
 
 
-def dynamodb_client(workload: Any, session: Any, seed: int) -> Operations:  # noqa: C901 - one closure per operation
-    """The ycsb operations of one client on a DynamoDB-API session."""
-    rng = random.Random(seed)
-    keys = ClientKeys(workload.recordcount, workload.insert_base(seed))
-    choose = workload.request_generator(rng, keys.count).next
-    scan_length = scan_length_generator(workload, rng).next
-    key_for, fields = workload.key_for, workload.fields
-    read_all, write_all = workload.options["readallfields"], workload.options["writeallfields"]
-    length = workload.options["fieldlength"]
-    client, call, table = session.client, session.call, _table(workload)
-    get_item, update_item, put_item, scan_items = client.get_item, client.update_item, client.put_item, client.scan
-    consistent = bool(session.consistent_read)
-    not_found = client.exceptions.ConditionalCheckFailedException
-    names = {f"#f{i}": field for i, field in enumerate(fields)}
-    update_all = "SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+class DynamoYcsbConnection(YcsbConnection):
+    """One client's requests on a DynamoDB-API session, each through `DynamoSession.call` (throttling retries)."""
 
-    def value() -> str:
-        return rng.randbytes((length + 1) // 2).hex()[:length]
+    __slots__ = ("_call", "_consistent", "_fields", "_get_item", "_names", "_not_found", "_put_item", "_scan",
+                 "_table", "_update_all", "_update_item")
 
-    def field_index() -> int:
-        return int(rng.random() * len(fields))
+    def __init__(self, workload: Any, session: Any) -> None:
+        client = session.client
+        self._call, self._table, self._fields = session.call, _table(workload), workload.fields
+        self._get_item, self._update_item, self._put_item, self._scan = (
+            client.get_item, client.update_item, client.put_item, client.scan)
+        self._consistent = bool(session.consistent_read)
+        self._not_found = client.exceptions.ConditionalCheckFailedException
+        self._names = {f"#f{i}": field for i, field in enumerate(self._fields)}
+        self._update_all = "SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(self._fields)))
 
-    def next_key() -> str:
-        return key_for(keys.keynum(choose()))
-
-    def read_key(key: str) -> object:
-        request: dict[str, Any] = {"TableName": table, "Key": {KEY_COLUMN: {"S": key}}, "ConsistentRead": consistent}
-        if not read_all:
+    def read(self, key: str, field: int | None) -> object:
+        request: dict[str, Any] = {"TableName": self._table, "Key": {KEY_COLUMN: {"S": key}},
+                                   "ConsistentRead": self._consistent}
+        if field is not None:
             request["ProjectionExpression"] = "#k, #f"
-            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": fields[field_index()]}
-        item = call(get_item, **request).get("Item")
+            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": self._fields[field]}
+        item = self._call(self._get_item, **request).get("Item")
         if item is None:
             raise LookupError(f"ycsb read: no record {key}")
         return item
 
-    def update_key(key: str) -> object:
-        if write_all:
-            expression, attr_names = update_all, {**names, "#k": KEY_COLUMN}
-            attr_values = {f":v{i}": {"S": value()} for i in range(len(fields))}
-        else:
-            expression, attr_names = "SET #f = :v", {"#f": fields[field_index()], "#k": KEY_COLUMN}
-            attr_values = {":v": {"S": value()}}
+    def update(self, key: str, field: int, value: str) -> object:
         try:
-            call(update_item, TableName=table, Key={KEY_COLUMN: {"S": key}}, UpdateExpression=expression,
-                 ConditionExpression="attribute_exists(#k)", ExpressionAttributeNames=attr_names,
-                 ExpressionAttributeValues=attr_values)
-        except not_found:
+            self._call(self._update_item, TableName=self._table, Key={KEY_COLUMN: {"S": key}},
+                       UpdateExpression="SET #f = :v", ConditionExpression="attribute_exists(#k)",
+                       ExpressionAttributeNames={"#f": self._fields[field], "#k": KEY_COLUMN},
+                       ExpressionAttributeValues={":v": {"S": value}})
+        except self._not_found:
             raise LookupError(f"ycsb update: no record {key}") from None
         return 1
 
-    def insert() -> object:
-        # Taken before the insert runs: a failed insert leaves a gap rather than a key retried forever.
-        key = key_for(keys.base + keys.inserted)
-        keys.inserted += 1
-        call(put_item, TableName=table, Item=_item(key, fields, workload.record(rng)))
-        return key
+    def update_all(self, key: str, values: list[str]) -> object:
+        try:
+            self._call(self._update_item, TableName=self._table, Key={KEY_COLUMN: {"S": key}},
+                       UpdateExpression=self._update_all, ConditionExpression="attribute_exists(#k)",
+                       ExpressionAttributeNames={**self._names, "#k": KEY_COLUMN},
+                       ExpressionAttributeValues={f":v{i}": {"S": value} for i, value in enumerate(values)})
+        except self._not_found:
+            raise LookupError(f"ycsb update: no record {key}") from None
+        return 1
 
-    def scan() -> object:
-        request: dict[str, Any] = {"TableName": table, "Limit": scan_length(),
-                                   "ExclusiveStartKey": {KEY_COLUMN: {"S": next_key()}}}
-        if not read_all:
+    def insert(self, key: str, values: Sequence[str]) -> object:
+        return self._call(self._put_item, TableName=self._table, Item=_item(key, self._fields, values))
+
+    def scan(self, start: str, count: int, field: int | None) -> object:
+        request: dict[str, Any] = {"TableName": self._table, "Limit": count,
+                                   "ExclusiveStartKey": {KEY_COLUMN: {"S": start}}}
+        if field is not None:
             request["ProjectionExpression"] = "#k, #f"
-            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": fields[field_index()]}
-        return call(scan_items, **request).get("Items", [])
+            request["ExpressionAttributeNames"] = {"#k": KEY_COLUMN, "#f": self._fields[field]}
+        return self._call(self._scan, **request).get("Items", [])
 
-    def readmodifywrite() -> object:
-        key = next_key()
-        read_key(key)
-        return update_key(key)
+    def exists(self, key: str) -> bool:
+        answer = self._call(self._get_item, TableName=self._table, Key={KEY_COLUMN: {"S": key}},
+                            ProjectionExpression="#k", ExpressionAttributeNames={"#k": KEY_COLUMN})
+        return "Item" in answer
 
-    if "insert" in workload.operations:
-        def present(keynum: int) -> bool:
-            answer = call(get_item, TableName=table, Key={KEY_COLUMN: {"S": key_for(keynum)}},
-                          ProjectionExpression="#k", ExpressionAttributeNames={"#k": KEY_COLUMN})
-            return "Item" in answer
 
-        keys.inserted = first_free(present, keys.base)
-    return {
-        "read": lambda: read_key(next_key()),
-        "update": lambda: update_key(next_key()),
-        "insert": insert,
-        "scan": scan,
-        "readmodifywrite": readmodifywrite,
-    }
+@register_store("ycsb", "dynamodb")
+class DynamoYcsbStore(YcsbStore):
+    """The ycsb workload's table, load and operations on a DynamoDB-API session."""
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        if options["batchsize"] > BATCH_WRITE_MAX:
+            raise WorkloadError(f"workload option batchsize={options['batchsize']}: DynamoDB's BatchWriteItem takes "
+                                f"at most {BATCH_WRITE_MAX} items; lower batchsize")
+        super().check_options(options)
+
+    def create_table(self, session: Any) -> None:
+        ensure_table(self.workload, session)
+
+    def drop_table(self, session: Any) -> None:
+        drop_table(self.workload, session)
+
+    def table_has_rows(self, session: Any) -> bool:
+        return table_has_rows(self.workload, session)
+
+    def count_present(self, session: Any, keys: Sequence[str]) -> int:
+        return len(present_keys(self.workload, session, keys))
+
+    def load(self, session: Any, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any) -> int:
+        return load(self.workload, session, make=make, start=start, stop=stop, batch_size=batch_size,
+                    progress=progress)
+
+    def batch_inserter(self, session: Any, batch_size: int) -> Callable[[list[tuple]], None]:
+        """PutItem for one row, BatchWriteItem of up to 25 for more (the session's own throttling retries)."""
+        return inserter(self.workload, session)
+
+    def connect(self, session: Any) -> YcsbConnection:
+        return DynamoYcsbConnection(self.workload, session)
