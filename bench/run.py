@@ -134,7 +134,7 @@ def measure(args: argparse.Namespace) -> dict:
     """Run the sections asked for; everything measured, as plain JSON-able data."""
     import tempfile
 
-    from bench.servers import embedded_servers, load_data, servers_from_uris
+    from bench.servers import load_data
 
     raw: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                  "started": time.time(), "load_before": machine.load_average()}
@@ -144,19 +144,15 @@ def measure(args: argparse.Namespace) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="dbsurge-bench-work-")
     workdir = (args.workdir or Path(tmp.name)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    if args.pg_uri:
-        from contextlib import nullcontext
-
-        ctx = nullcontext(servers_from_uris(args.pg_uri, args.mongo_uri))
-    else:
-        log("starting embedded PostgreSQL" + (" and MongoDB-wire server" if needs_mongo else ""))
-        ctx = embedded_servers(args.data_dir, mongo=needs_mongo)
-    with ctx as servers:
-        load_data(servers, scale=args.scale, products=args.products, records=args.records if needs_mongo else 0,
-                  log=lambda m: log("  " + m))
+    only_cql = args.sections == ["throughput"] and all(
+        CLIENTS[c.partition("@")[0]].kind == "cql" for c in args.client_list)
+    with _servers(args, needs_mongo=needs_mongo, only_cql=only_cql) as servers:
+        if not only_cql:
+            load_data(servers, scale=args.scale, products=args.products, records=args.records if needs_mongo else 0,
+                      log=lambda m: log("  " + m))
         env = Env(servers.pg_uri, servers.mongo_uri, servers.pgbench, servers.pg_port, args.products, args.records,
                   args.users, workdir, cql_rate=args.cql_rate, cql_records=args.cql_records)
-        raw["machine"] = machine.describe(servers.pgbench)
+        raw["machine"] = machine.describe(None if only_cql else servers.pgbench)
         if "throughput" in args.sections:
             raw.update(_throughput(args, env, has_mongo=bool(servers.mongo_uri)))
         engines = {"": None, **args.variants}  # "" is this checkout's engine
@@ -215,6 +211,20 @@ def measure(args: argparse.Namespace) -> dict:
     raw["load_after"] = machine.load_average()
     tmp.cleanup()
     return raw
+
+
+def _servers(args: argparse.Namespace, *, needs_mongo: bool, only_cql: bool):
+    """The servers of the sections asked for: none but the CQL pair's own when only the CQL pair runs."""
+    from contextlib import nullcontext
+
+    from bench.servers import Servers, embedded_servers, servers_from_uris
+
+    if args.pg_uri:
+        return nullcontext(servers_from_uris(args.pg_uri, args.mongo_uri))
+    if only_cql:  # the pair starts its Cassandra itself (bench/cql_pair.py); nothing uses PostgreSQL
+        return nullcontext(Servers("", 0, Path("pgbench"), None))
+    log("starting embedded PostgreSQL" + (" and MongoDB-wire server" if needs_mongo else ""))
+    return embedded_servers(args.data_dir, mongo=needs_mongo)
 
 
 def _throughput(args: argparse.Namespace, env: Env, *, has_mongo: bool) -> dict:
