@@ -26,9 +26,19 @@ as the dbsurge workload it stands beside (the same SQL or query, the same keys),
 - ``pymongo``: YCSB read (``find_one({"_id": key})``, all fields) with uniformly drawn keys.
 - ``pymongo_gevent``: the same loop after gevent's ``monkey.patch_all()`` (what Locust does on
   import): the floor for any gevent-based client of pymongo, such as a Locust user.
+- ``cql_gevent``: YCSB workload A on a CQL server (Cassandra, ScyllaDB) at a fixed rate, with
+  nothing of dbsurge: gevent's ``monkey.patch_all()`` as Locust does, one scylla-driver ``Session``
+  on the driver's asyncore reactor (the one dbsurge's CQL target picks under gevent: the driver's
+  libev reactor would block gevent's hub), token-aware routing, the read and the update prepared
+  once with ``--consistency``. ``--connections`` greenlets share the session; a free greenlet takes
+  the next arrival, due every ``1 / --rate`` seconds, sleeps until it is due and runs it: a read of
+  every field (``.one()``) or an update of one random field of 100 characters, half and half, on
+  uniformly drawn keys, as dbsurge's ycsb workload does with its defaults. The floor for dbsurge's
+  client CPU per operation on CQL (bench/clients.py ``dbsurge_ycsb_cql``).
 
     python bench/bare_loops.py psycopg --uri postgresql://... --duration 10 --products 100000
     python bench/bare_loops.py pq16_open --rate 20000 --uri postgresql://... --duration 10
+    python bench/bare_loops.py cql_gevent --rate 500 --uri cql://127.0.0.1:9042 --duration 10 --records 10000
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ import uuid
 LOOKUP_SQL = "select id, sku, name, price, stock from products where id = %s"
 LOOKUP_SQL_PQ = b"select id, sku, name, price, stock from products where id = $1"
 UUID_OID = 2950
+#: The consistency levels the CQL loop takes (the driver's names; dbsurge's CQL target takes the same).
+CQL_CONSISTENCY = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
 
 
 def product_id(seed: int, index: int) -> uuid.UUID:
@@ -287,9 +299,78 @@ def loop_pymongo(args) -> int:
     return n
 
 
+def _cql_session(uri: str, consistency: str):
+    """A driver cluster and session as dbsurge's CQL target makes them under gevent (its reactor and routing)."""
+    from urllib.parse import urlsplit
+
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.io.asyncorereactor import AsyncoreConnection
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    parts = urlsplit(uri)
+    level = getattr(ConsistencyLevel, consistency.upper())
+    profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+                               consistency_level=level)
+    cluster = Cluster([parts.hostname or "127.0.0.1"], port=parts.port or 9042, connection_class=AsyncoreConnection,
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+    return cluster, cluster.connect(), level
+
+
+def loop_cql_gevent(args) -> dict:
+    """YCSB-A on one scylla-driver session under gevent at a fixed rate (see the module's docstring)."""
+    import resource
+
+    import gevent
+
+    sys.path.insert(0, args.repo)
+    from dbsurge.distributions import fnvhash64
+
+    cluster, session, level = _cql_session(args.uri, args.consistency)
+    table = f"{args.keyspace}.{args.collection}"
+    fields = [f"field{i}" for i in range(10)]
+    read = session.prepare(f"SELECT y_id, {', '.join(fields)} FROM {table} WHERE y_id = ?")
+    updates = [session.prepare(f"UPDATE {table} SET {field} = ? WHERE y_id = ?") for field in fields]
+    for statement in (read, *updates):
+        statement.consistency_level = level
+    rng = random.Random(args.seed)
+    draw, records, execute = rng.random, args.records, session.execute
+    interval = 1.0 / args.rate
+    start = time.perf_counter() + 0.2
+    total = int(args.duration * args.rate)
+    lags: list[float] = []
+    state = {"next": 0, "done": 0}
+
+    def user() -> None:
+        clock = time.perf_counter
+        while (k := state["next"]) < total:
+            state["next"] = k + 1
+            due = start + k * interval
+            wait = due - clock()
+            if wait > 0:
+                gevent.sleep(wait)
+            lags.append(clock() - due)
+            key = f"user{fnvhash64(int(draw() * records))}"
+            if draw() < 0.5:
+                if execute(read, (key,)).one() is None:
+                    raise SystemExit(f"no record {key}: is the ycsb workload loaded on {table}?")
+            else:
+                execute(updates[int(draw() * len(updates))], (rng.randbytes(50).hex(), key))
+            state["done"] += 1
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    gevent.joinall([gevent.spawn(user) for _ in range(args.connections)], raise_error=True)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cluster.shutdown()
+    lags.sort()
+    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1e3 if lags else float("nan")
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"ops": state["done"], "lag_p99_ms": p99, "achieved_tps": state["done"] / args.duration, "cpu_s": cpu_s}
+
+
 LOOPS = {"psycopg": loop_psycopg, "pq": loop_pq, "pq16": loop_pq16, "pq16_gevent": loop_pq16_gevent,
          "pq16_open": loop_pq16_open,
-         "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo}
+         "pymongo": loop_pymongo, "pymongo_gevent": loop_pymongo, "cql_gevent": loop_cql_gevent}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,8 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--products", type=int, default=100_000)
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--connections", type=int, default=16, help="pq16, pq16_gevent, pq16_open: connections")
-    p.add_argument("--rate", type=float, default=1000.0, help="pq16_open: arrivals per second")
+    p.add_argument("--connections", type=int, default=16,
+                   help="pq16, pq16_gevent, pq16_open: connections; cql_gevent: greenlets sharing the session")
+    p.add_argument("--rate", type=float, default=1000.0, help="pq16_open, cql_gevent: arrivals per second")
+    p.add_argument("--consistency", default="ONE", type=str.upper, choices=CQL_CONSISTENCY,
+                   help="cql_gevent: the consistency level (dbsurge's default ONE)")
+    p.add_argument("--keyspace", default="ycsb", help="cql_gevent: the ycsb workload's keyspace")
     p.add_argument("--database", default="dbsurge")
     p.add_argument("--collection", default="usertable")
     p.add_argument("--repo", default=".")

