@@ -38,6 +38,8 @@ INTERNAL_ENV = frozenset({
     "DBSURGE_END_WITH_PLAN", "DBSURGE_PARENT_PID", "DBSURGE_RUN_DIRS", "DBSURGE_RUNNER_VENV",
     # a worker's own temporary folder and its owner (dbsurge.worker, docker/entrypoint.sh)
     "DBSURGE_WORKER_TMPDIR", "DBSURGE_WORKER_TMPDIR_PID",
+    # embedded-cassandra's JVM heap and Cassandra release (dbsurge.cassandra_jvm)
+    "DBSURGE_CASSANDRA_HEAP", "DBSURGE_CASSANDRA_VERSION",
 })
 #: Prefixes of variables for the test suite and benchmarks only.
 INTERNAL_PREFIXES = ("DBSURGE_TEST_", "DBSURGE_BENCH_")
