@@ -1,5 +1,5 @@
 """What `embedded-cassandra` needs outside Python: a Java 17 runtime, Apache Cassandra's jars, its JVM options and
-a cassandra.yaml for one small node on 127.0.0.1.
+a cassandra.yaml for one small node on 127.0.0.1 (or on another address of this host).
 
 Cassandra is not a pip package, so dbsurge runs the real server from Maven Central's ``cassandra-all`` jar and its
 dependencies, resolved once by Maven (`dbsurge/cassandra-pom.xml`) into a cache outside any repository:
@@ -195,8 +195,12 @@ def jvm_command(java: str, lib: Path, run_dir: Path, heap: str = DEFAULT_HEAP) -
     return [java, *opts, "-cp", f"{run_dir}:{lib}/*", "org.apache.cassandra.service.CassandraDaemon"]
 
 
-def write_config(run_dir: Path, native_port: int, storage_port: int, *, password_auth: bool = False) -> None:
-    """cassandra.yaml and logback.xml for one node on 127.0.0.1 with its data under `run_dir`.
+def write_config(run_dir: Path, native_port: int, storage_port: int, *, password_auth: bool = False,
+                 address: str = "127.0.0.1") -> None:
+    """cassandra.yaml and logback.xml for one node on `address` (127.0.0.1 by default) with its data under `run_dir`.
+
+    `address` is where both ports listen and what the node tells clients it is (system.local's rpc_address): the
+    tests run a node in a network namespace on the namespace's own address, reached from outside it.
 
     Sized for two cores and a 512 MiB heap: few request threads, one compactor, small memtables and caches.
     One token at 0: a single node owns the ring, and the start does not spend time allocating 16 of them.
@@ -214,9 +218,9 @@ endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{storage_port}"
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
+      - seeds: "{address}:{storage_port}"
+listen_address: {address}
+rpc_address: {address}
 storage_port: {storage_port}
 native_transport_port: {native_port}
 start_native_transport: true
@@ -243,8 +247,9 @@ prepared_statements_cache_size: 8MiB
     (run_dir / "logback.xml").write_text(LOGBACK)
 
 
-def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: str | None = None) -> bool:
-    """True if the server on 127.0.0.1:`port` answers ``SELECT release_version FROM system.local`` via the driver."""
+def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: str | None = None,
+         host: str = "127.0.0.1") -> bool:
+    """True if the server on `host`:`port` answers ``SELECT release_version FROM system.local`` via the driver."""
     from dbsurge.targets.cql import _driver
 
     _driver()
@@ -252,7 +257,7 @@ def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: 
     from cassandra.cluster import Cluster
 
     kwargs = {"auth_provider": PlainTextAuthProvider(user, password or "")} if user else {}
-    cluster = Cluster(["127.0.0.1"], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
+    cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
                       **kwargs)
     try:
         with contextlib.suppress(Exception):

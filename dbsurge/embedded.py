@@ -131,6 +131,9 @@ class _Server:
     kind = ""
     delete_on_stop = False
     _proc: subprocess.Popen[bytes] | None = None  # set when the server process is our own child
+    #: Where the readiness checks connect: the loopback, which every server here listens on unless it is given one
+    #: address of its own (embedded Cassandra's `host`).
+    _check_host = "127.0.0.1"
 
     def __init__(self, data_dir: Path, port: int | None) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
@@ -215,7 +218,7 @@ class _Server:
 
     def _port_open(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            with socket.create_connection((self._check_host, self.port), timeout=0.5):
                 return True
         except OSError:
             return False
@@ -652,7 +655,9 @@ class EmbeddedCassandra(EmbeddedMongo):
     output), `cassandra.pid` (pid, ports, start tick) and `data/`, `commitlog/`, `saved_caches/`, `hints/`,
     `cdc_raw/`. The inter-node storage port is picked free at each start as well; no JMX port is opened.
     `password_auth` turns on PasswordAuthenticator (default superuser ``cassandra``/``cassandra``, which only
-    the readiness check uses). Its process handling (pid file with start mark, port retry) is the secantus
+    the readiness check uses). `host` is the one address it listens on and the `uri` and readiness checks use:
+    127.0.0.1 unless given (the tests run it in a network namespace on the namespace's address; Cassandra
+    cannot listen on 0.0.0.0). Its process handling (pid file with start mark, port retry) is the secantus
     server's, hence the base class; its stop is a JVM's: SIGTERM runs Cassandra's shutdown hook (a drain), and a
     server that is thrown away with its data is killed at once.
     """
@@ -663,24 +668,25 @@ class EmbeddedCassandra(EmbeddedMongo):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, heap: str | None = None, delete_on_stop: bool = False,
-        password_auth: bool = False,
+        password_auth: bool = False, host: str = "127.0.0.1",
     ) -> None:
         from dbsurge import cassandra_jvm
 
         self.heap = heap or cassandra_jvm.default_heap()
         cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
         self.password_auth = password_auth
-        super().__init__(data_dir, port, delete_on_stop=delete_on_stop)
+        self._check_host = host
+        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
 
     @property
     def uri(self) -> str:
-        return f"cql://127.0.0.1:{self.port}"
+        return f"cql://{self.host}:{self.port}"
 
     def ping(self, timeout: float = 2.0) -> bool:
         from dbsurge import cassandra_jvm
 
         user = ("cassandra", "cassandra") if self.password_auth else (None, None)
-        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1])
+        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host)
 
     def _wait_ready(self, deadline: float) -> None:
         super()._wait_ready(max(deadline, time.monotonic() + self.start_timeout_s))
@@ -701,7 +707,8 @@ class EmbeddedCassandra(EmbeddedMongo):
             return
         for attempt in range(3):
             storage_port = free_port()
-            cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth)
+            cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth,
+                                       address=self.host)
             cmd = cassandra_jvm.jvm_command(java, lib, self.data_dir, self.heap)
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -191,6 +191,7 @@ def moto_url() -> Iterator[str]:
 #: times what their step takes. Whole modules where every test times something:
 SERIAL_MODULES = {
     "test_capacity_search",  # a search to the machine's limit; the limit blamed on the generator or not
+    "test_cql_hosts",  # a Cassandra JVM of its own (one at a time) under a run at a rate
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
     # the database killed or restarted, workers killed, leaving or cut: beside another test (-n 2), a restarted

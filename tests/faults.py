@@ -10,6 +10,7 @@ namespace and its veth peer. Nothing here ever touches another address.
 - `NetnsPostgres`: a fresh `EmbeddedPostgres` started inside a `NetnsHost`, listening on
   127.0.0.1 and the namespace address; `.uri` reaches it from the root namespace.
 - `NetnsMongo`: the same for the MongoDB-wire `secantusdb` server.
+- `NetnsCassandra`: the same for Apache Cassandra (`EmbeddedCassandra`, a JVM), on the namespace address only.
 - `mount_tmpfs()` / `fill_disk()` / `disk_free_bytes()`: a tiny tmpfs for disk-full tests.
 - `DelayProxy`: a TCP proxy in a child process (``python tests/faults.py proxy ...``) on 127.0.0.1
   that delays every chunk by D ms in each direction, in order; it can hold all bytes
@@ -51,7 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 if TYPE_CHECKING:
-    from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+    from dbsurge.embedded import EmbeddedCassandra, EmbeddedMongo, EmbeddedPostgres
 
 NS_PREFIX = "dbsf-"
 
@@ -292,11 +293,10 @@ def list_namespaces(prefix: str = "") -> list[str]:
 _IN_NAMESPACE_START = """
 import json, sys
 from pathlib import Path
-from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+from dbsurge.embedded import SERVER_CLASSES
 kind, data_dir, port, extra = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-cls = EmbeddedPostgres if kind == "postgres" else EmbeddedMongo
-server = cls(data_dir, port, **extra)
-server.start()  # pg_ctl daemonises the postmaster / secantus runs in its own session: both outlive this script
+server = SERVER_CLASSES[kind](data_dir, port, **extra)
+server.start()  # pg_ctl daemonises the postmaster; secantus and the JVM run in sessions of their own: all outlive this
 print(server.port)
 """
 
@@ -324,6 +324,7 @@ class _NetnsServer:
     """
 
     kind = ""
+    start_timeout_s = 120.0  # the start script's, readiness included
 
     def __init__(self, netns: NetnsHost, data_dir: Path, port: int = 0) -> None:
         self.netns = netns
@@ -339,8 +340,8 @@ class _NetnsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.netns.cmd(sys.executable, "-c", _IN_NAMESPACE_START, self.kind, str(self.data_dir), str(self.port),
                              json.dumps(self._extra()))
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120, env=_child_env(),
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=self.start_timeout_s,
+                              env=_child_env(), stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise FaultSetupError(f"embedded {self.kind} in {self.netns.name} did not start: {proc.stderr[-2000:]}")
         self.port = int(proc.stdout.split()[-1])
@@ -463,6 +464,41 @@ class NetnsMongo(_NetnsServer):
     def uri(self) -> str:
         """``mongodb://NS_IP:PORT/?directConnection=true``."""
         return f"mongodb://{self.host}:{self.port}/?directConnection=true"
+
+
+class NetnsCassandra(_NetnsServer):
+    """A fresh Apache Cassandra (`EmbeddedCassandra`, its own JVM) inside a namespace, on `netns.ip` alone.
+
+    Cassandra listens on one address, not 0.0.0.0, and tells clients that address (system.local's rpc_address),
+    so the node is on the namespace side of the veth: its own readiness checks and every client, in the
+    namespace or outside it, use ``NS_IP:PORT``. `stop()` kills the JVM (its data is the test's, thrown away).
+    """
+
+    kind = "cassandra"
+    start_timeout_s = 300.0  # a cold JVM beside other work on two cores; EmbeddedCassandra itself waits 180 s
+
+    def __init__(self, netns: NetnsHost, data_dir: Path, port: int = 0, *, heap: str = "512M") -> None:
+        super().__init__(netns, data_dir, port)
+        self.heap = heap
+
+    def _extra(self) -> dict:
+        return {"host": self.netns.ip, "heap": self.heap}
+
+    def _handle(self) -> EmbeddedCassandra:
+        from dbsurge.embedded import EmbeddedCassandra
+
+        return EmbeddedCassandra(self.data_dir, self.port, host=self.netns.ip, heap=self.heap, delete_on_stop=True)
+
+    def stop(self) -> None:
+        """Kill the JVM, also when the start script gave up before the root side had a handle (idempotent)."""
+        if self.server is None:
+            self.server = self._handle()  # the pid file, if the JVM got that far
+        self.server.stop()
+
+    @property
+    def uri(self) -> str:
+        """``cql://NS_IP:PORT``."""
+        return f"cql://{self.host}:{self.port}"
 
 
 # --- small disks -------------------------------------------------------------------------------------------------

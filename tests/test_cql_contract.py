@@ -6,7 +6,8 @@ or the server ``DBSURGE_TEST_CQL_URI`` names (the compose ``scylla`` profile giv
 
 One server serves the whole module (the session fixture `cql_uri`, tests/conftest.py); without Java or Maven every
 test here skips and says what to install, except in CI, where they fail. Serial: the runs assert delivered rates,
-and one Cassandra JVM is all two cores can spare.
+and one Cassandra JVM is all two cores can spare. The same driver across network-namespace hosts, with a server of
+its own: tests/test_cql_hosts.py.
 """
 
 from __future__ import annotations
