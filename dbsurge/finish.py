@@ -280,16 +280,17 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
     if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
             or target_short:
         code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
+    failures_only = False  # the code comes from the failures alone (the verdict says so, not "a check failed")
     if code == 0 and int(total.get("failures") or 0) and not opts.check:
         # Locust's convention: any failure sets --exit-code-on-error (default 1), unless --check thresholds
         # judged the failures and passed. A database that died mid-run must not exit 0.
-        code = failure_exit_code(opts)
+        code, failures_only = failure_exit_code(opts), True
     if incomplete or (dropped and tool_behind):
         code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
     if run.exit_code_override is not None:
         code = run.exit_code_override
     verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({f.cause for f in lag}))
-    verdict.text = _verdict(run, code, total, incomplete)
+    verdict.text = _verdict(run, code, total, incomplete, failures_only)
     return verdict
 
 
@@ -442,7 +443,7 @@ _UNKNOWN_TEXT = {
 }
 
 
-def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
+def _verdict(run, code: int, total: dict, incomplete: bool, failures_only: bool = False) -> str:
     planned = total.get("planned")
     head = {0: "OK: the plan was delivered and accounted for, every check passed",
             1: "FAILED: a check failed or the target could not take the plan",
@@ -457,7 +458,7 @@ def _verdict(run, code: int, total: dict, incomplete: bool) -> str:
         judged = "every --check passed" if run.options.check else "--exit-code-on-error 0"
         head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {failures} operations failed "
                 f"({judged})")
-    elif failures and not run.options.check and code == failure_exit_code(run.options) and not incomplete:
+    elif failures_only and not incomplete and code == failure_exit_code(run.options):
         head = (f"FAILED: every arrival accounted for, {failures} operations failed and no --check allowed them "
                 f"(--exit-code-on-error {code})")
     if run.stop_reason:

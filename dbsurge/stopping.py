@@ -276,10 +276,11 @@ def _exit_code_after(run, signum: int) -> int:
 
 
 def _exit_now(run, signum: int) -> None:
-    """The tables and run.json are written (only the report was being built): end the process at once."""
+    """The tables and run.json are written (the report was being built, or all is done): end the process at once."""
     if run.rundir is not None:
-        _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now; report.html not built "
-             f"(`dbsurge report {run.rundir.path}` builds it)")
+        unbuilt = (f"; report.html not built (`dbsurge report {run.rundir.path}` builds it)"
+                   if run.finish_state == "report" else "")
+        _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now{unbuilt}")
         from .locust_child import remove_temp_files
 
         remove_temp_files(run.rundir.path)

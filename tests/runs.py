@@ -131,6 +131,12 @@ def scenario_report(run: Path, cwd: Path) -> _ReportPage:
     return again
 
 
+#: How far a figure shown with 3 (1) decimals may be from the value it shows: half a unit of the last decimal, and
+#: a hair more, since 0.2585 shown as 0.259 is 0.0005 away only up to the float's last bit.
+SHOWN_3 = 5e-4 * (1 + 1e-6)
+SHOWN_1 = 5e-2 * (1 + 1e-6)
+
+
 def cell(text: str) -> float:
     """A number of a report table's cell (``1,234.5 docs/s``, ``0.812``)."""
     return float(text.replace(",", "").split()[0])

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from dbsurge.collectors.cli import collect_main, report_main
 from dbsurge.collectors.report import build_report, load_report_data
+from runs import SHOWN_3
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -379,7 +380,7 @@ def test_a_scenario_report_shows_its_table_and_figures_in_chromium(tmp_path):
     assert table_visible and len(rows) == len(buckets)
     for row, bucket in zip(rows, buckets):
         cells = row.split("\t")
-        assert cells[2] == bucket["count"] and float(cells[4]) == pytest.approx(float(bucket["p50_ms"]), abs=5e-4)
+        assert cells[2] == bucket["count"] and float(cells[4]) == pytest.approx(float(bucket["p50_ms"]), abs=SHOWN_3)
     assert len(images) == 2, images
     for done, natural, width, height in images:
         assert done and natural >= 800 and width >= 600 and height >= 100, images

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from botocore import exceptions as bce
 from ledger_checks import ledger
-from runs import cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
+from runs import SHOWN_1, cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
 
 from dbsurge.embedded import EmbeddedDynamo
 from dbsurge.errors import TargetError, WorkloadError
@@ -327,7 +327,7 @@ def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: Emb
     [(headers, shown)] = page.tables.values()
     assert headers[:4] == ["consistency", "throughput ops/s", "read p99 ms", "update p99 ms"]
     assert [r[0] for r in shown] == ["EVENTUAL", "STRONG"]
-    assert [cell(r[1]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=0.05)
+    assert [cell(r[1]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=SHOWN_1)
     assert page.figures == ["ycsb-run"]
     assert page.links == ["runs/consistency-EVENTUAL/report.html", "runs/consistency-STRONG/report.html"]
     bad = dbsurge("scenario", "ycsb-run", "--quick", "--target", dynamo.uri, "--consistency", "ONE,QUORUM",

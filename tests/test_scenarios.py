@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import psycopg
 import pytest
-from runs import cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
+from runs import SHOWN_1, SHOWN_3, cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
 
 from dbsurge.scenarios.latency import summarize_ms
 from dbsurge.workloads.ycsb import YcsbWorkload
@@ -108,7 +108,7 @@ def test_idle_quick_times_connection_first_query_and_twenty_more(tmp_path, pg_ur
     assert [r[0] for r in rows] == [r["run"] for r in table] and [r[4] for r in rows] == ["success", "success"]
     for shown, r in zip(rows, table):
         for text, column in zip(shown[1:4], ("first_connection_ms", "first_query_ms", "next_p50_ms")):
-            assert cell(text) == pytest.approx(float(r[column]), abs=5e-4)
+            assert cell(text) == pytest.approx(float(r[column]), abs=SHOWN_3)
     assert page.figures == ["idle-probes"]
     meta = read_json(run / "run.json")
     assert meta["operation"] == "product_lookup" and meta["target"]["connect_timeout_s"] == 15
@@ -204,8 +204,8 @@ def test_cache_restart_makes_the_cold_snapshot_cold_and_says_so(tmp_path):
     [(headers, shown)] = page.tables.values()
     assert headers == ["", "WARM", "COLD", "delta"] and [r[0] for r in shown] == list(table)
     for r in shown[:7]:  # the percentiles, the first read and the first 10 reads: ms, and the change in %
-        assert cell(r[1]) == pytest.approx(float(table[r[0]]["warm"]), abs=5e-4)
-        assert cell(r[2]) == pytest.approx(float(table[r[0]]["cold"]), abs=5e-4)
+        assert cell(r[1]) == pytest.approx(float(table[r[0]]["warm"]), abs=SHOWN_3)
+        assert cell(r[2]) == pytest.approx(float(table[r[0]]["cold"]), abs=SHOWN_3)
         assert r[3].startswith(f"{float(table[r[0]]['delta_pct']):+.0f}%")
     assert page.figures == ["cache-percentiles", "cache-reads"]
     # The server says its own cache was empty for the cold snapshot...
@@ -243,9 +243,9 @@ def test_rewarm_traces_every_read_and_buckets_them(tmp_path, mongo_uri):
     (headers, shown), (_, traced) = page.tables.values()
     assert headers[:5] == ["bucket", "time window", "reads", "failures", "P50"]
     assert [r[2] for r in shown] == [b["count"] for b in buckets]
-    assert [cell(r[4]) for r in shown] == pytest.approx([float(b["p50_ms"]) for b in buckets], abs=5e-4)
-    assert [cell(r[6]) for r in shown] == pytest.approx([float(b["p99_ms"]) for b in buckets], abs=5e-4)
-    assert [cell(r[3]) for r in traced] == pytest.approx([float(r["latency_ms"]) for r in first], abs=5e-4)
+    assert [cell(r[4]) for r in shown] == pytest.approx([float(b["p50_ms"]) for b in buckets], abs=SHOWN_3)
+    assert [cell(r[6]) for r in shown] == pytest.approx([float(b["p99_ms"]) for b in buckets], abs=SHOWN_3)
+    assert [cell(r[3]) for r in traced] == pytest.approx([float(r["latency_ms"]) for r in first], abs=SHOWN_3)
     assert page.figures == ["rewarm-buckets", "rewarm-first-window"]
     top = max(trace, key=lambda r: float(r["latency_ms"]))
     assert f"Maximum of the run: {float(top['latency_ms']):.3f} ms at t={float(top['t_since_start_s']):.3f}s" \
@@ -277,7 +277,7 @@ def test_longscan_times_the_scan_batch_by_batch(tmp_path, server, request):
     by = {r[0]: r for r in shown}
     assert list(by) == list(rows) and by["batches"][1] == "40"
     for name in ("first 10 batches", "middle 10 batches", "last 10 batches"):
-        assert cell(by[name][1]) == pytest.approx(float(rows[name]["value"]), abs=0.05)
+        assert cell(by[name][1]) == pytest.approx(float(rows[name]["value"]), abs=SHOWN_1)
     assert by["last 10 batches"][2] == f"{float(rows['last 10 batches']['change_pct']):+.1f}% vs first"
     assert page.figures == ["longscan-batches"]
 
@@ -349,8 +349,8 @@ def test_ycsb_load_inserts_the_workloads_own_records(tmp_path, pg_uri):
     page = scenario_report(run, tmp_path)
     [(headers, [shown])] = page.tables.values()
     assert headers[:5] == ["records", "clients", "batch size", "seconds", "inserts/s"]
-    assert shown[:3] == ["2,000", "4", "1"] and cell(shown[4]) == pytest.approx(float(row["inserts_per_s"]), abs=0.05)
-    assert cell(shown[6]) == pytest.approx(float(row["p99_ms"]), abs=5e-4)
+    assert shown[:3] == ["2,000", "4", "1"] and cell(shown[4]) == pytest.approx(float(row["inserts_per_s"]), abs=SHOWN_1)
+    assert cell(shown[6]) == pytest.approx(float(row["p99_ms"]), abs=SHOWN_3)
     assert page.figures == ["ycsb-load-throughput", "ycsb-load-latency"]
     # the same rows `dbsurge load` would write
     from dbsurge.targets import open_target
@@ -464,8 +464,8 @@ def test_ycsb_run_hotspot_sends_the_configured_share_to_the_hot_keys(tmp_path, p
     page = scenario_report(run, tmp_path)
     [(headers, [shown])] = page.tables.values()
     assert headers[:5] == ["distribution", "target TPS", "throughput ops/s", "read p99 ms", "update p99 ms"]
-    assert shown[0] == "hotspot" and cell(shown[2]) == pytest.approx(float(row["throughput_ops_s"]), abs=0.05)
-    assert cell(shown[3]) == pytest.approx(float(row["read_p99_ms"]), abs=5e-4)
+    assert shown[0] == "hotspot" and cell(shown[2]) == pytest.approx(float(row["throughput_ops_s"]), abs=SHOWN_1)
+    assert cell(shown[3]) == pytest.approx(float(row["read_p99_ms"]), abs=SHOWN_3)
     assert page.figures == ["ycsb-run"]
     html = (run / "report.html").read_text()
     assert html.index('id="scenario"') < html.index("<h2>Operations</h2>") < html.index("<h2>Timeline</h2>")
@@ -516,8 +516,8 @@ def test_ycsb_run_scalability_against_the_ideal_line(tmp_path, mongo_uri):
     [(headers, shown)] = page.tables.values()
     assert headers[:5] == ["workers", "clients", "throughput ops/s", "ideal ops/s", "% of ideal"]
     assert [r[0] for r in shown] == ["1", "2"]
-    assert [cell(r[2]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=0.05)
-    assert [cell(r[3]) for r in shown] == pytest.approx([float(r["ideal_ops_s"]) for r in rows], abs=0.05)
+    assert [cell(r[2]) for r in shown] == pytest.approx([float(r["throughput_ops_s"]) for r in rows], abs=SHOWN_1)
+    assert [cell(r[3]) for r in shown] == pytest.approx([float(r["ideal_ops_s"]) for r in rows], abs=SHOWN_1)
     assert page.figures == ["ycsb-run-scale"]
     assert page.links == ["runs/workers-1/report.html", "runs/workers-2/report.html"]
     assert all((run / link).is_file() for link in page.links)
