@@ -316,16 +316,10 @@ def parse_database(text: Any) -> tuple[str, int]:
         >>> parse_database("scylla-cloud-i4i.2xlarge:3")
         ('scylla-cloud-i4i.2xlarge', 3)
     """
-    name, sep, count = str(text).strip().partition(":")
-    usage = "use NAME or NAME:COUNT, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3"
-    if not _DATABASE_NAME.fullmatch(name):
-        raise UserError(f"bad --database '{clip(text)}': {usage}")
-    if sep and not re.fullmatch(r"[0-9]{1,6}", count):
-        raise UserError(f"bad --database '{clip(text)}': the count must be a whole number of at least 1: {usage}")
-    n = int(count) if sep else 1
-    if not 1 <= n <= MAX_DATABASE_COUNT:
-        raise UserError(f"bad --database '{clip(text)}': the count must be from 1 to {MAX_DATABASE_COUNT}: {usage}")
-    return name, n
+    from dbsurge.validate import parse_name_count
+
+    return parse_name_count(text, "--database", _DATABASE_NAME, "is not a price-file database name",
+                            "use NAME or NAME:COUNT, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3", MAX_DATABASE_COUNT)
 
 
 def check_database_price(value: Any) -> float:

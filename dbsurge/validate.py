@@ -115,15 +115,21 @@ def parse_runner(text: Any) -> tuple[str, int]:
         >>> parse_runner("m7g.4xlarge:2")
         ('m7g.4xlarge', 2)
     """
+    return parse_name_count(text, "--runner", _INSTANCE_TYPE, "is not an EC2 instance type",
+                            "use INSTANCE-TYPE or INSTANCE-TYPE:COUNT, e.g. m7g.4xlarge:2", MAX_RUNNER_COUNT)
+
+
+def parse_name_count(text: Any, flag: str, name_pattern: re.Pattern, not_a_name: str, usage: str,
+                     max_count: int) -> tuple[str, int]:
+    """``NAME`` or ``NAME:COUNT`` (``--runner``, ``dbsurge cost --database``) -> (name, count), else `UserError`."""
     name, sep, count = str(text).strip().partition(":")
-    usage = "use INSTANCE-TYPE or INSTANCE-TYPE:COUNT, e.g. m7g.4xlarge:2"
-    if not _INSTANCE_TYPE.fullmatch(name):
-        raise UserError(f"bad --runner '{clip(text)}': '{clip(name, 30)}' is not an EC2 instance type: {usage}")
+    if not name_pattern.fullmatch(name):
+        raise UserError(f"bad {flag} '{clip(text)}': '{clip(name, 30)}' {not_a_name}: {usage}")
     if sep and not re.fullmatch(r"[0-9]{1,6}", count):
-        raise UserError(f"bad --runner '{clip(text)}': the count must be a whole number of at least 1: {usage}")
+        raise UserError(f"bad {flag} '{clip(text)}': the count must be a whole number of at least 1: {usage}")
     n = int(count) if sep else 1
-    if not 1 <= n <= MAX_RUNNER_COUNT:
-        raise UserError(f"bad --runner '{clip(text)}': the count must be from 1 to {MAX_RUNNER_COUNT}: {usage}")
+    if not 1 <= n <= max_count:
+        raise UserError(f"bad {flag} '{clip(text)}': the count must be from 1 to {max_count}: {usage}")
     return name, n
 
 
