@@ -2,7 +2,7 @@
 
 The plan's time zero is a wall-clock instant chosen on the master; a worker whose clock runs 0.5 s
 ahead would start every stage 0.5 s early at the database. So the master measures each worker's
-offset over Locust's own messages (``dbsurge:clock``), the way NTP does (RFC 5905, on-wire
+offset over Locust's own messages (`dbsurge.wire.Clock`), the way NTP does (RFC 5905, on-wire
 protocol): the master stamps t1 when it sends, the worker stamps t2 on receipt and t3 when it
 answers, the master stamps t4 on receipt; then
 

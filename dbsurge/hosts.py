@@ -2,7 +2,7 @@
 
 Locust's worker id is ``hostname_<uuid>``: on hosts that share a name (containers started from one
 image, network namespaces on one machine, cloud hosts named after their image) it says neither
-which host nor where. So each worker tells the master, in its ``dbsurge:hello``, its host name and
+which host nor where. So each worker tells the master, in its hello (`dbsurge.wire.Hello`), its host name and
 its own address on the way to the master (`outbound_address`: the source address the kernel picks
 for the master's address, which is the address the master sees unless a NAT sits between them).
 The master keeps them (`WorkerHosts`) and names the worker by them in events.jsonl (``host``,
@@ -49,8 +49,9 @@ class WorkerHosts:
     def __init__(self) -> None:
         self._known: dict[str, dict[str, str]] = {}
 
-    def note(self, worker: str, hello: dict | None) -> None:
-        fields = {k: str(v) for k, v in (hello or {}).items() if k in ("host", "address") and v}
+    def note(self, worker: str, hello) -> None:
+        """Remember what a worker's hello (`dbsurge.wire.Hello`) says of its host."""
+        fields = {k: str(v) for k, v in (("host", hello.host), ("address", hello.address)) if v}
         if fields:
             self._known[worker] = fields
 

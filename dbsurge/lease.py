@@ -3,8 +3,8 @@
 The master gives a worker up after `LOST_AFTER_S` without a sign of life and hands its share to
 the others; a worker that was only stalled (SIGSTOP, a CPU-starved host, a partition) must have
 stopped sending before that, or the database gets the same arrivals twice. So every
-`RENEW_S` the worker asks for a renewal (``dbsurge:renew``) carrying the time it sent the
-request on its own monotonic clock; the master answers (``dbsurge:lease``) only while the worker
+`RENEW_S` the worker asks for a renewal (`wire.Renew`) carrying the time it sent the
+request on its own monotonic clock; the master answers (`wire.Lease`) only while the worker
 holds a share, echoing that time; the worker's lease then runs until ``sent + LEASE_S``.
 
 Why this is safe: the master dates the worker's last sign of life when it *receives* a message
@@ -35,6 +35,8 @@ import time
 
 import gevent
 
+from .wire import Lease, Renew, send
+
 log = logging.getLogger("dbsurge")
 
 #: How often a worker asks for a renewal.
@@ -55,7 +57,7 @@ LEASE_NS = int(LEASE_S * 1e9)
 
 def renew_now(run) -> None:
     """Worker: ask the master for a renewal now (stamped with this worker's monotonic clock)."""
-    run.environment.runner.send_message("dbsurge:renew", {"sent_ns": time.perf_counter_ns()})
+    send(run.environment.runner, Renew(sent_ns=time.perf_counter_ns()))
 
 
 def renew_loop(run) -> None:
@@ -84,7 +86,7 @@ def on_renew(environment, msg, **_kw) -> None:
     if cid not in run.shares and cid not in run.departed:
         return  # given up, refused, or never given a share: no lease
     run.last_seen[cid] = run.renewed_at[cid] = time.monotonic()
-    environment.runner.send_message("dbsurge:lease", {"sent_ns": (msg.data or {}).get("sent_ns")}, client_id=cid)
+    send(environment.runner, Lease(sent_ns=Renew.decode(msg.data).sent_ns), client_id=cid)
 
 
 def lease_end_number(run, cid: str) -> int:
@@ -103,6 +105,6 @@ def lease_end_number(run, cid: str) -> int:
 def on_lease(environment, msg, **_kw) -> None:
     """Worker: the master renewed this worker's lease; it holds until the request's send time + `LEASE_S`."""
     run = environment.dbsurge
-    sent = (msg.data or {}).get("sent_ns")
+    sent = Lease.decode(msg.data).sent_ns
     if run.pacer is not None and isinstance(sent, int):
         run.pacer.renew_lease(sent + LEASE_NS)

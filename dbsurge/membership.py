@@ -4,10 +4,10 @@ A master that listens beyond loopback (``--master-bind-host 0.0.0.0``, workers o
 must be started with a join token (``--join-token`` or, better, ``DBSURGE_JOIN_TOKEN``: an
 environment variable does not show in ``ps``), or with ``--insecure-join``. Locust's own
 protocol lets any process that reaches the port join, so dbsurge adds a challenge: when a worker
-connects, the master sends it a fresh random nonce (``dbsurge:challenge``) and the worker answers
-``HMAC-SHA256(token, nonce || worker id)`` (``dbsurge:proof``). The token itself never crosses the
+connects, the master sends it a fresh random nonce (`dbsurge.wire.Challenge`) and the worker answers
+``HMAC-SHA256(token, nonce || worker id)`` (`dbsurge.wire.Proof`). The token itself never crosses the
 wire, and a recorded answer is useless for the next nonce. A worker that answers wrong or not at
-all gets no ``dbsurge:setup`` (no plan, no target), so its users stay idle and send nothing; it is
+all gets no setup (`dbsurge.wire.Setup`) (no plan, no target), so its users stay idle and send nothing; it is
 named in ``events.jsonl`` (``worker_refused``), on the console and in the summary. Only admitted
 workers count toward Locust's ``--expect-workers`` and receive users (`dbsurge.admission`).
 

@@ -1,17 +1,8 @@
 """The master-worker protocol: who gets a share of the plan, and the messages that carry it.
 
-Every message is a Locust custom message; a local run registers both ends on its
-`LocalRunner`, whose ``send_message`` calls the listener directly, so one path serves both.
-
-master -> worker                         worker -> master
-``dbsurge:challenge`` (join nonce)       ``dbsurge:hello`` (ready, where it runs)
-``dbsurge:clock`` (t1)                   ``dbsurge:proof`` (HMAC of the nonce)
-``dbsurge:setup`` (plan, share, clock)   ``dbsurge:clock`` (t1, t2, t3)
-``dbsurge:share`` (reshare; ``lost``)    ``dbsurge:leave`` (SIGTERM, Spot notice)
-``dbsurge:rate`` (live rate change)      ``dbsurge:final`` (last account; `dbsurge.stopping`)
-``dbsurge:leave_ok`` (hand-over point)   ``dbsurge:renew`` (its send time; `dbsurge.lease`)
-``dbsurge:lease`` (the renewal)
-``dbsurge:close`` (end of plan; `dbsurge.stopping`)
+Every message is a typed Locust custom message (`dbsurge.wire`: each one's name, payload, encoder,
+decoder and both ends); a local run registers the ``close`` and ``final`` ends on its `LocalRunner`,
+whose ``send_message`` calls the listener directly, so one path serves both.
 
 Membership: a share goes only to a worker heard from within `LOST_AFTER_S` that proved the join
 token (`dbsurge.membership`); a lost worker's share moves to the others from an arrival number
@@ -32,15 +23,16 @@ import time
 
 import gevent
 
-from . import credentials
+from . import credentials, wire
 from .clocks import ROUND, wall_ns
 from .errors import UserError
 from .hosts import hello_fields
 from .lease import LEASE_S, LOST_AFTER_S, lease_end_number, on_lease, on_renew, renew_now
 from .membership import proof
-from .run_state import DbSurgeRun, Setup
+from .run_state import DbSurgeRun
 from .segments import override_label
 from .stage_plan import parse_duration
+from .wire import TOKEN_HINT, Setup
 
 log = logging.getLogger("dbsurge")
 
@@ -95,7 +87,7 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     run.share_history = {cid: [(0, i, len(workers))] for cid, i in run.shares.items()}
     _note_shares(run, 0.0)
     for cid, i in run.shares.items():
-        runner.send_message("dbsurge:setup", setup_for(run, i, len(workers), max_lag_s, cid).__dict__, client_id=cid)
+        wire.send(runner, setup_for(run, i, len(workers), max_lag_s, cid), client_id=cid)
         run.rundir.event("worker_join", worker=cid, index=i, count=len(workers), **run.hosts.fields(cid))
 
 
@@ -104,23 +96,24 @@ def register(run: DbSurgeRun, runner) -> None:
     from . import stopping
 
     if run.role == "worker":
-        for name, handler in (("setup", _on_setup_message), ("rate", _on_rate_message), ("share", _on_share_message),
-                              ("challenge", _on_challenge_message), ("clock", _on_clock_ping),
-                              ("leave_ok", _on_leave_ok), ("refused", _on_refused_message), ("lease", on_lease)):
-            runner.register_message(f"dbsurge:{name}", handler)
-        runner.register_message("dbsurge:close", stopping.on_close_message, concurrent=True)
+        for message, handler in ((wire.Setup, _on_setup_message), (wire.Rate, _on_rate_message),
+                                 (wire.Share, _on_share_message), (wire.Challenge, _on_challenge_message),
+                                 (wire.Clock, _on_clock_ping), (wire.LeaveOk, _on_leave_ok),
+                                 (wire.Refused, _on_refused_message), (wire.Lease, on_lease)):
+            wire.listen(runner, message, handler)
+        wire.listen(runner, wire.Close, stopping.on_close_message, concurrent=True)
         # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
         # "client_ready" could arrive before them and be dropped as an unknown message); say where we run
-        runner.send_message("dbsurge:hello", hello_fields(runner.master_host, runner.master_port))
+        wire.send(runner, wire.Hello(**hello_fields(runner.master_host, runner.master_port)))
         return
-    runner.register_message("dbsurge:final", stopping.on_final_message)
+    wire.listen(runner, wire.Final, stopping.on_final_message)
     if run.role == "master":
-        for name, handler in (("proof", _on_proof_message), ("hello", _on_hello_message),
-                              ("clock", _on_clock_answer), ("leave", _on_leave_message), ("renew", on_renew),
-                              ("share_ok", _on_share_ok)):
-            runner.register_message(f"dbsurge:{name}", handler)
+        for message, handler in ((wire.Proof, _on_proof_message), (wire.Hello, _on_hello_message),
+                                 (wire.Clock, _on_clock_answer), (wire.Leave, _on_leave_message),
+                                 (wire.Renew, on_renew), (wire.ShareOk, _on_share_ok)):
+            wire.listen(runner, message, handler)
     else:
-        runner.register_message("dbsurge:close", stopping.on_close_message)
+        wire.listen(runner, wire.Close, stopping.on_close_message)
 
 
 #: A stall of the master's event loop beyond this is logged: its answers to lease renewals come that late.
@@ -140,7 +133,7 @@ def membership_loop(run: DbSurgeRun) -> None:
             next_clock = time.monotonic() + 10.0
             for _ in range(ROUND):  # a round, of which the minimum-delay sample counts (`ClockBook`)
                 for cid in list(run.shares):
-                    run.environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+                    wire.send(run.environment.runner, wire.Clock(t1=wall_ns()), client_id=cid)
                 gevent.sleep(0.02)
         try:
             refuse_silent_workers(run)
@@ -187,12 +180,11 @@ def await_admissions(run: DbSurgeRun, timeout_s: float = 10.0) -> None:
         _refuse(run, cid, _silent_reason(m))
 
 
-#: What a refused worker is told to do (its one line); a build it does not share gets `BUILD_HINT`.
-TOKEN_HINT = "set DBSURGE_JOIN_TOKEN to the master's token"
+#: What a worker of a build the master does not share is told to do (its one line); else `wire.TOKEN_HINT`.
 BUILD_HINT = "install the master's dbsurge on this host: the same wheel on every host"
 
 
-def another_build(hello: dict) -> str | None:
+def another_build(hello: wire.Hello) -> str | None:
     """Why a worker's dbsurge is not the master's build (None when it is the same).
 
     Every host must number, time and report the plan's arrivals the same way for exactly once to
@@ -201,12 +193,12 @@ def another_build(hello: dict) -> str | None:
     from . import __version__
     from .versions import build
 
-    theirs = hello.get("build")
+    theirs = hello.build
     if theirs == build():
         return None
     if not theirs:
         return f"an older dbsurge that names no build; the master runs {__version__} build {build()}"
-    return (f"another dbsurge build: the worker runs {hello.get('version')} build {theirs}, the master "
+    return (f"another dbsurge build: the worker runs {hello.version} build {theirs}, the master "
             f"{__version__} build {build()}")
 
 
@@ -217,7 +209,7 @@ def _refuse(run: DbSurgeRun, cid: str, why: str, hint: str = TOKEN_HINT) -> None
                 run.hosts.name(cid), why)
     run.safe_event("worker_refused", worker=cid, reason=why, **run.hosts.fields(cid))
     with contextlib.suppress(Exception):  # tell the worker why, so it ends with a line instead of idling
-        run.environment.runner.send_message("dbsurge:refused", {"reason": why, "hint": hint}, client_id=cid)
+        wire.send(run.environment.runner, wire.Refused(reason=why, hint=hint), client_id=cid)
     if run.environment.runner.state in ("spawning", "running"):
         _evict(run, cid)  # before the start it counts for nothing (`Membership.admitted`); `share_plan` evicts it
 
@@ -225,9 +217,9 @@ def _refuse(run: DbSurgeRun, cid: str, why: str, hint: str = TOKEN_HINT) -> None
 def _on_refused_message(environment, msg, **_kw):
     """The master refused this worker (its join token, its build): say so in one line and end, with no load sent."""
     runner = environment.runner
-    data = msg.data or {}
+    refused = wire.Refused.decode(msg.data)
     sys.stderr.write(f"dbsurge: the master at {runner.master_host}:{runner.master_port} refused this worker "
-                     f"({data.get('reason', 'refused')}): {data.get('hint', TOKEN_HINT)}\n")
+                     f"({refused.reason}): {refused.hint}\n")
     sys.stderr.flush()
     os._exit(2)  # nothing was sent: no account to close, and Locust would only wait for a plan
 
@@ -372,21 +364,27 @@ def _propose_join(run: DbSurgeRun, cid: str) -> None:
     run.joining = {"worker": cid, "workers": workers, "from_number": from_number, "from_elapsed": elapsed + lead_s,
                    "lead_s": lead_s, "sent_at": now, "first_at": p["first_at"] if again else now,
                    "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals}
+    _send_share(run, cid, i, len(workers), from_number, lost=lost, write_off_until=write_off_until,
+                proposal=run.join_proposals)
+
+
+def _send_share(run: DbSurgeRun, cid: str, index: int, count: int, from_number: int, **offer) -> None:
+    """Worker ``cid``'s share from ``from_number`` on, with the setup it starts from if it has no plan yet;
+    ``offer``: a join offer's `wire.Share` fields (``lost``, ``write_off_until``, ``proposal``)."""
     max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
-    run.environment.runner.send_message("dbsurge:share", {
-        "index": i, "count": len(workers), "from_number": from_number, "lost": lost,
-        "write_off_until": write_off_until, "proposal": run.join_proposals,
-        "setup": setup_for(run, i, len(workers), max_lag_s, cid).__dict__}, client_id=cid)
+    setup = setup_for(run, index, count, max_lag_s, cid)
+    wire.send(run.environment.runner, wire.Share(index=index, count=count, from_number=from_number, setup=setup,
+                                                 **offer), client_id=cid)
 
 
 def _on_share_ok(environment, msg, **_kw):
     """Master: a joining worker took its offered share; the others now narrow theirs from the same arrival."""
     run: DbSurgeRun = environment.dbsurge
-    p, d, cid = run.joining, msg.data or {}, msg.node_id
-    if p is None or cid != p["worker"] or d.get("proposal") != p["proposal"] or run.closing is not None:
+    p, ok, cid = run.joining, wire.ShareOk.decode(msg.data), msg.node_id
+    if p is None or cid != p["worker"] or ok.proposal != p["proposal"] or run.closing is not None:
         return
     elapsed = run.elapsed_s() or 0.0
-    if (d.get("late") or number_at(run, elapsed + COMMIT_MARGIN_S) >= p["from_number"]
+    if (ok.late or number_at(run, elapsed + COMMIT_MARGIN_S) >= p["from_number"]
             or set(run.shares) != set(p["workers"]) - {cid}):
         p["sent_at"] = -math.inf  # too late for the others to switch in time, or the members changed: again
         return
@@ -411,12 +409,9 @@ def _commit_shares(run: DbSurgeRun, workers: list[str], from_number: int, from_e
     for w, i in run.shares.items():
         run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
     _note_shares(run, from_elapsed_s)
-    max_lag_s = parse_duration(run.options.max_lag) if run.options.max_lag else None
     for w, i in run.shares.items():
         if w != offered:
-            run.environment.runner.send_message(
-                "dbsurge:share", {"index": i, "count": len(workers), "from_number": from_number,
-                                  "setup": setup_for(run, i, len(workers), max_lag_s, w).__dict__}, client_id=w)
+            _send_share(run, w, i, len(workers), from_number)
     run.safe_event("reshare", workers=len(workers), from_arrival=from_number)
 
 
@@ -443,15 +438,15 @@ def _on_leave_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     cid = msg.node_id
     if run.plan is None or cid not in run.shares or run.closing is not None:
-        environment.runner.send_message("dbsurge:leave_ok", {"until_number": None}, client_id=cid)
+        wire.send(environment.runner, wire.LeaveOk(until_number=None), client_id=cid)
         return
+    why = wire.Leave.decode(msg.data).why
     run.departed.add(cid)
     from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
-    run.safe_event("worker_leaving", worker=cid, why=(msg.data or {}).get("why"), from_arrival=from_number,
-                   **run.hosts.fields(cid))
+    run.safe_event("worker_leaving", worker=cid, why=why, from_arrival=from_number, **run.hosts.fields(cid))
     log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", run.hosts.name(cid),
-                (msg.data or {}).get("why"), from_number)
-    environment.runner.send_message("dbsurge:leave_ok", {"until_number": from_number}, client_id=cid)
+                why, from_number)
+    wire.send(environment.runner, wire.LeaveOk(until_number=from_number), client_id=cid)
     run.share_history.setdefault(cid, []).append((from_number, -1, 0))
     run.joining = None  # an offer made for the old membership is stale (it is made again)
     workers = [w for w in _worker_ids(environment.runner, run) if w in run.shares]
@@ -461,7 +456,7 @@ def _on_leave_message(environment, msg, **_kw):
 
 def _on_leave_ok(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    until = (msg.data or {}).get("until_number")
+    until = wire.LeaveOk.decode(msg.data).until_number
     run.leave_until = int(until) if until is not None else (run.pacer.next_number if run.pacer else 0)
 
 
@@ -473,7 +468,7 @@ def _measure_clocks(run: DbSurgeRun, workers: list[str], exchanges: int = 5, tim
     runner = run.environment.runner
     for _ in range(exchanges):
         for cid in workers:
-            runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=cid)
+            wire.send(runner, wire.Clock(t1=wall_ns()), client_id=cid)
         gevent.sleep(0.02)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(c not in run.clocks.best for c in workers):
@@ -486,13 +481,15 @@ def _measure_clocks(run: DbSurgeRun, workers: list[str], exchanges: int = 5, tim
 def _on_clock_ping(environment, msg, **_kw):
     """Worker: answer the master's clock exchange with its own receive and send times."""
     t2 = wall_ns()
-    environment.runner.send_message("dbsurge:clock", {"t1": msg.data["t1"], "t2": t2, "t3": wall_ns()})
+    t1 = wire.Clock.decode(msg.data).t1
+    wire.send(environment.runner, wire.Clock(t1=t1, t2=t2, t3=wall_ns()))
 
 
 def _on_clock_answer(environment, msg, **_kw):
+    """Master: a worker's answer to its clock exchange (`wire.Clock`), with its own receive time."""
     t4 = wall_ns()
-    d = msg.data
-    environment.dbsurge.clocks.add(msg.node_id, d["t1"], d["t2"], d["t3"], t4)
+    c = wire.Clock.decode(msg.data)
+    environment.dbsurge.clocks.add(msg.node_id, c.t1, c.t2, c.t3, t4)
 
 
 # -- membership: the join challenge (see dbsurge.membership) ----------------------------------------------
@@ -500,27 +497,28 @@ def _on_clock_answer(environment, msg, **_kw):
 
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
+    hello = wire.Hello.decode(msg.data)
     run.last_seen[msg.node_id] = time.monotonic()
-    run.hosts.note(msg.node_id, msg.data)
-    other = another_build(msg.data or {})
+    run.hosts.note(msg.node_id, hello)
+    other = another_build(hello)
     if other is not None:
         _refuse(run, msg.node_id, other, hint=BUILD_HINT)
         return
     if msg.node_id not in run.clocks.best and run.start_epoch_ns is not None:
         # a worker joining a running test: its clock is known before it gets a share (`setup_for`)
         for _ in range(3):
-            environment.runner.send_message("dbsurge:clock", {"t1": wall_ns()}, client_id=msg.node_id)
+            wire.send(environment.runner, wire.Clock(t1=wall_ns()), client_id=msg.node_id)
     if run.membership.greet(msg.node_id):  # no token: the hello, with the master's build, admits it
         _admit(run, msg.node_id)
         return
     nonce = run.membership.challenge(msg.node_id)
     if nonce is not None:
-        environment.runner.send_message("dbsurge:challenge", {"nonce": nonce}, client_id=msg.node_id)
+        wire.send(environment.runner, wire.Challenge(nonce=nonce), client_id=msg.node_id)
 
 
 def _on_proof_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    if run.membership.answer(msg.node_id, (msg.data or {}).get("proof")):
+    if run.membership.answer(msg.node_id, wire.Proof.decode(msg.data).proof):
         # a --processes master's workers are its own children (it listens on loopback): no news to the user
         own_children = getattr(environment.parsed_options, "processes", None)
         (log.debug if own_children else log.info)("worker %s proved the join token", msg.node_id)
@@ -532,15 +530,16 @@ def _on_proof_message(environment, msg, **_kw):
 def _on_challenge_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     token = run.local_options.get("join_token")
-    answer = proof(token, msg.data["nonce"], environment.runner.client_id) if token else None
-    environment.runner.send_message("dbsurge:proof", {"proof": answer})
+    nonce = wire.Challenge.decode(msg.data).nonce
+    answer = proof(token, nonce, environment.runner.client_id) if token else None
+    wire.send(environment.runner, wire.Proof(proof=answer))
 
 
 # -- worker side messages --------------------------------------------------------------------------------
 
 
 def _on_setup_message(environment, msg, **_kw):
-    _take_setup(environment.dbsurge, Setup(**msg.data))
+    _take_setup(environment.dbsurge, Setup.decode(msg.data))
 
 
 def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = None) -> None:
@@ -563,27 +562,27 @@ def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = N
 
 def _on_rate_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    d = msg.data
-    run.apply_rate_change(d["at_s"], d.get("rate_tps"), d.get("scale"))
+    rate = wire.Rate.decode(msg.data)
+    run.apply_rate_change(rate.at_s, rate.rate_tps, rate.scale)
 
 
 def _on_share_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
-    d = msg.data
+    share = wire.Share.decode(msg.data)
     if run.pacer is None:  # a worker that joined mid-run: its share starts at the hand-over, not at arrival 0
-        _take_setup(run, Setup(**d["setup"]), join=(d["index"], d["count"], d["from_number"]))
-    elif run.pacer.paused or d.get("lost"):  # given up, or it gave up: write off what it could not send
-        n = run.pacer.rejoin(d["index"], d["count"], d["from_number"], d.get("write_off_until", d["from_number"]))
+        _take_setup(run, share.setup, join=(share.index, share.count, share.from_number))
+    elif run.pacer.paused or share.lost:  # given up, or it gave up: write off what it could not send
+        n = run.pacer.rejoin(share.index, share.count, share.from_number, share.write_off_until)
         if n:
             log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
                         "(worker_lost)", n)
     else:
-        run.pacer.reshare(d["index"], d["count"], d["from_number"])
-    if d.get("proposal") is not None:  # an offer: say whether it came in time; the lease follows at once
+        run.pacer.reshare(share.index, share.count, share.from_number)
+    if share.proposal is not None:  # an offer: say whether it came in time; the lease follows at once
         pacer = run.pacer
         late = pacer is None or (pacer.clock_ns() - pacer.start_ns) / 1e9 > \
-            pacer.schedule.time_of(pacer.sequence.position(int(d["from_number"]))) - 0.05
-        environment.runner.send_message("dbsurge:share_ok", {"proposal": d["proposal"], "late": late})
+            pacer.schedule.time_of(pacer.sequence.position(int(share.from_number))) - 0.05
+        wire.send(environment.runner, wire.ShareOk(proposal=share.proposal, late=late))
         renew_now(run)
 
 
@@ -604,8 +603,7 @@ def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float 
     run.apply_rate_change(at_s, rate_tps, scale)
     if run.role == "master":
         for cid in run.shares:
-            run.environment.runner.send_message("dbsurge:rate", {"at_s": at_s, "rate_tps": rate_tps, "scale": scale},
-                                                client_id=cid)
+            wire.send(run.environment.runner, wire.Rate(at_s=at_s, rate_tps=rate_tps, scale=scale), client_id=cid)
     n = len(run.changes)
     label = override_label(n, at_s, rate_tps, scale, run.start_epoch_ns / 1e9)
     rate_now = round(run.schedule.rate_at(at_s), 3)

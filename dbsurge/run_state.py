@@ -3,7 +3,7 @@
 `DbSurgeRun` holds what every role needs (options, target, workloads, the recorder, the pacer on
 a worker or local run, the aggregator and run directory on a master or local run) and the few
 helpers that keep measurement going when something fails (`note_problem`, `safe_event`,
-`merge_payload`). `Setup` is what the master tells each worker (``dbsurge:setup``).
+`merge_payload`). What the master tells each worker is `dbsurge.wire.Setup`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import gevent
 import gevent.event
@@ -33,6 +32,7 @@ from .pacer import BACKLOG_S, Pacer
 from .redact import redact_text
 from .rundir import RunDirectory
 from .stage_plan import Schedule, StagePlan, parse_duration
+from .wire import Setup
 
 log = logging.getLogger("dbsurge")
 
@@ -41,27 +41,6 @@ log = logging.getLogger("dbsurge")
 #: stale network mount). Measuring on without recording would be load nobody can account for.
 RESULTS_WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EPERM, errno.EACCES,
                                   errno.EFBIG, errno.ESTALE})
-
-
-@dataclass
-class Setup:
-    """What the master tells each worker at test start."""
-
-    target_uri: str
-    target_options: dict
-    workload_options: dict
-    operations: list
-    plan: dict | None
-    start_epoch_ns: int
-    index: int
-    count: int
-    arrivals: str
-    seed: int
-    max_lag_s: float | None
-    changes: list  # live rate changes so far: [at_s, rate_tps, scale]
-    op_timeout_s: float = 30.0
-    clock_offset_ns: int = 0  # this worker's clock minus the master's (dbsurge.clocks)
-    credentials: dict = field(default_factory=dict)  # no password: whether one is needed, where (dbsurge.credentials)
 
 
 class DbSurgeRun:

@@ -3,7 +3,7 @@
 A run stops in one of these ways, and each closes the ledger the same way (`close_run`): every
 pacer stops issuing slots and writes off the untaken rest of its share with a reason, in-flight
 operations get up to a drain period to finish, what is still in flight is written off too, and
-every worker sends a final account (``dbsurge:final``) before the master writes the tables.
+every worker sends a final account (`wire.Final`) before the master writes the tables.
 
 - the plan ends: ``--drain`` seconds after its last slot, untaken slots are ``users_exhausted``
   (every user was busy until the end) and stuck operations ``in_flight``;
@@ -39,6 +39,7 @@ from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
 from .lease import lease_end_number
 from .pacer import TARGET_SILENT_S
+from .wire import Close, Final, Leave, send
 
 log = logging.getLogger("dbsurge")
 
@@ -78,15 +79,15 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
             lead = CLOSE_LEAD_S if run.role == "master" else 0.0
             until = run.schedule.cumulative(max(elapsed + lead, 0.0))
         run.until_position = until
-    msg = {"reason": reason, "drain_s": float(drain_s), "in_flight_reason": in_flight_reason, "until_position": until}
+    msg = Close(reason=reason, drain_s=float(drain_s), in_flight_reason=in_flight_reason, until_position=until)
     runner = run.environment.runner
     if run.role == "master":
         run.awaiting_final = set(run.shares)
         for cid in list(run.shares):
-            runner.send_message("dbsurge:close", msg, client_id=cid)
+            send(runner, msg, client_id=cid)
     else:
         run.awaiting_final = {"local"}
-        runner.send_message("dbsurge:close", msg)
+        send(runner, msg)
     deadline = time.monotonic() + drain_s + FINAL_WAIT_S
     while run.awaiting_final and time.monotonic() < deadline:
         gevent.sleep(0.05)
@@ -109,10 +110,11 @@ def on_final_message(environment, msg, **_kw) -> None:
     its bookkeeping (a yield before them could let the close's deadline pass for a worker that answered).
     """
     run = environment.dbsurge
-    run.merge_payloads(msg.data["payload"], source=msg.node_id)
-    if msg.data.get("in_flight"):
-        run.safe_event("in_flight_at_end", worker=msg.node_id, count=msg.data["in_flight"],
-                       oldest_s=round(msg.data.get("oldest_s", 0.0), 3), reason=msg.data.get("reason"))
+    final = Final.decode(msg.data)
+    run.merge_payloads(final.payload, source=msg.node_id)
+    if final.in_flight:
+        run.safe_event("in_flight_at_end", worker=msg.node_id, count=final.in_flight,
+                       oldest_s=round(final.oldest_s, 3), reason=final.reason)
     run.awaiting_final.discard(msg.node_id)
     if msg.node_id in run.silent_at_close and not run.finished:
         # late, but before the tables: a worker that answered is not lost
@@ -129,10 +131,9 @@ def on_final_message(environment, msg, **_kw) -> None:
 
 def on_close_message(environment, msg, **_kw) -> None:
     """Worker (or local): stop issuing slots, drain, write off the rest, send the final account."""
-    run = environment.dbsurge
-    d = msg.data
-    final_account(run, d["reason"], drain_s=d["drain_s"], in_flight_reason=d["in_flight_reason"],
-                  until_position=d.get("until_position"))
+    close = Close.decode(msg.data)
+    final_account(environment.dbsurge, close.reason, drain_s=close.drain_s, in_flight_reason=close.in_flight_reason,
+                  until_position=close.until_position)
 
 
 def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
@@ -149,8 +150,7 @@ def final_account(run, reason: str, *, drain_s: float, in_flight_reason: str,
             gevent.sleep(0.02)
         in_flight, oldest = pacer.write_off_in_flight(in_flight_reason)
     payload = run.take_drained()
-    run.environment.runner.send_message(
-        "dbsurge:final", {"payload": payload, "in_flight": in_flight, "oldest_s": oldest, "reason": in_flight_reason})
+    send(run.environment.runner, Final(payload=payload, in_flight=in_flight, oldest_s=oldest, reason=in_flight_reason))
 
 
 def master_watchdog(run) -> None:
@@ -338,7 +338,7 @@ def _say(line: str) -> None:
 
 def install_worker_signal_handlers(run) -> None:
     """Worker: a terminal's Ctrl-C reaches every process of its group, workers too; the master stops
-    the run for all of them (and sends the final ``dbsurge:close``), so a worker ignores the first
+    the run for all of them (and sends the final `wire.Close`), so a worker ignores the first
     SIGINT and only a second one ends it at once. SIGTERM (what a Spot interruption or
     ``docker stop`` sends) makes the worker leave gracefully (`leave`)."""
     def on_int(signum, _frame):
@@ -356,8 +356,8 @@ def install_worker_signal_handlers(run) -> None:
 def leave(run, why: str) -> None:
     """Worker: leave the run gracefully (SIGTERM, a Spot interruption notice).
 
-    Stop taking slots, ask the master to move this worker's share at once (``dbsurge:leave``); the
-    master answers with the arrival from which the others take over (``dbsurge:leave_ok``); the
+    Stop taking slots, ask the master to move this worker's share at once (`wire.Leave`); the
+    master answers with the arrival from which the others take over (`wire.LeaveOk`); the
     untaken rest before it is booked as ``worker_lost``, in-flight operations get ``--drain`` to
     finish, and the final account goes to the master before the process exits.
     """
@@ -369,7 +369,7 @@ def leave(run, why: str) -> None:
     run.leaving = why
     log.warning("dbsurge: %s: leaving the run (in-flight operations get %g s)", why, float(run.options.drain))
     run.leave_until = None
-    run.environment.runner.send_message("dbsurge:leave", {"why": why})
+    send(run.environment.runner, Leave(why=why))
     deadline = time.monotonic() + 3.0
     while run.leave_until is None and time.monotonic() < deadline:
         gevent.sleep(0.02)
