@@ -81,7 +81,7 @@ def _wait_for_the_last_arrivals(run, end_epoch_s: float, drain_s: float) -> None
     while time.time() < end_epoch_s:
         gevent.sleep(min(0.05, max(0.0, end_epoch_s - time.time())))
     planned = None
-    if run.role == "master" and run.schedule is not None:
+    if run.has_workers and run.schedule is not None:
         planned = run.arrivals().first_at_or_after(run.schedule.total())
     deadline = end_epoch_s + drain_s
     while time.time() < deadline and not _all_accounted(run, planned):
@@ -91,7 +91,7 @@ def _wait_for_the_last_arrivals(run, end_epoch_s: float, drain_s: float) -> None
 def _all_accounted(run, planned: int | None) -> bool:
     """Nothing of the plan is left: a local run asks its pacer; a master counts what the workers
     reported (``planned`` arrivals in all; their reports come once a second)."""
-    if run.role == "local":
+    if run.measures_here:
         return run.pacer is not None and run.pacer.nothing_left()
     if run.aggregator is None or planned is None:
         return False

@@ -357,7 +357,7 @@ def configure_worker(run: Any, s: Any) -> None:
     Without one, the error is logged once and the users get a `NoCredentialsTarget`: their every slot is a
     ``connect`` failure with that line, so the run's ledger says why.
     """
-    sources = getattr(run, "own_credentials", None) or Sources()
+    sources = getattr(getattr(run, "config", None), "own_credentials", None) or Sources()
     try:
         uri = resolve(s.target_uri, getattr(s, "credentials", None), sources)
         problem = None

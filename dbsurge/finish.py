@@ -117,21 +117,22 @@ def _book_ledger(run) -> dict[str, int]:
     agg = run.aggregator
     if run.schedule is None:
         return {}
-    until = run.until_position
+    until = run.ending.until_position
     if until is None and not math.isfinite(run.schedule.end_s):
         until = run.schedule.cumulative(max(0.0, (agg.stop_epoch_s or time.time()) - agg.start_epoch_s))
     mix = run.operation_mix()
     counts = planned_counts(run.schedule, run.arrivals(), mix, until)
     agg.planned = {(mix.names[op], stage): n for (stage, op), n in counts.items()}
-    had_workers = run.role != "master" or bool(run.shares) or bool(run.lost_workers)
+    had_workers = not run.has_workers or bool(run.shares) or bool(run.ending.lost_workers)
     leased = {}
-    for cid in set(run.lost_workers):
-        if cid in run.share_history and cid in run.lease_end:
-            held = share_counts(run.schedule, run.arrivals(), mix, run.share_history[cid], run.lease_end[cid])
+    for cid in set(run.ending.lost_workers):
+        history = run.share_history_of(cid)
+        if history is not None and cid in run.ending.lease_end:
+            held = share_counts(run.schedule, run.arrivals(), mix, history, run.ending.lease_end[cid])
             leased[cid] = {(mix.names[op], stage): n for (stage, op), n in held.items()}
-    return balance(agg.stage_cells, agg.planned, run.lost_workers, had_workers,
-                   gap_reason=getattr(run, "unreported_reason", None),
-                   unreported=agg.unreported(run.lost_workers, leased))
+    return balance(agg.stage_cells, agg.planned, run.ending.lost_workers, had_workers,
+                   gap_reason=run.ending.unreported_reason,
+                   unreported=agg.unreported(run.ending.lost_workers, leased))
 
 
 @dataclass
@@ -153,24 +154,24 @@ def finish_run(run, hurry: bool = False) -> None:
     In order: the last measurements (`_collect`), the ledger (`_book_ledger`), the final timeline and
     tables (`_write_measurements`), the verdict (`judge`), then summary.md, run.json and the report.
     """
-    if run.finished or run.aggregator is None:
+    if run.ending.finished or run.aggregator is None:
         return
-    run.finished = True
-    run.finish_state = "writing"
+    run.ending.finished = True
+    run.ending.finish_state = "writing"
     _collect(run)
     try:
         booked = _book_ledger(run)
     except Exception as e:
         booked = {}
         run.note_problem("counting the plan's arrivals", e)
-    if run.disk_full:
+    if run.ending.disk_full:
         run.rundir.release_reserve()  # the space kept back at the start: the final files fit in it
     stages, summary = run.aggregator.tables()
     write_failed = not _write_measurements(run, stages, summary)
     total = next((r for r in summary if r["operation"] == ALL), {})
     verdict = judge(run, stages, summary, total, write_failed)
     run.exit_code = verdict.code
-    if run.role != "worker":  # headless or not: the web UI's console is a person's too
+    if run.writes_results:  # headless or not: the web UI's console is a person's too
         if console.final_tables():
             text = summary_text(run, stages, summary, verdict.findings, verdict.results, verdict.text)
         else:  # a scenario prints the study's table from the files; the checks and the verdict are the engine's
@@ -181,24 +182,24 @@ def finish_run(run, hurry: bool = False) -> None:
         except (OSError, ValueError):  # nobody reads any more (`dbsurge run` was killed): the files still matter
             pass
     _write_summary(run, stages, summary, total, verdict, booked)
-    by_signal = run.interrupted is not None and run.interrupted[0].startswith("SIG")
-    if by_signal and run.role != "worker":
+    by_signal = run.ending.interrupted is not None and run.ending.interrupted[0].startswith("SIG")
+    if by_signal and run.writes_results:
         # a signal asks for the process to end: the tables and summary.md are written; the report (its
         # plots take a minute for a plan of thousands of stages) can be built from them at any time
         log.warning("report.html not built (interrupted): `dbsurge report %s` builds it", run.rundir.path)
-    elif run.role != "worker" and not hurry and not write_failed and not run.disk_full:
-        run.finish_state = "report"
+    elif run.writes_results and not hurry and not write_failed and not run.ending.disk_full:
+        run.ending.finish_state = "report"
         try:
             from .collectors.report import build_report
 
-            run.report_path = build_report(run.rundir.path)
+            run.ending.report_path = build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
     run.rundir.release_reserve()
     from .locust_child import remove_temp_files
 
     remove_temp_files(run.rundir.path)
-    run.finish_state = "done"
+    run.ending.finish_state = "done"
 
 
 def _collect(run) -> None:
@@ -209,7 +210,7 @@ def _collect(run) -> None:
             stop_side_collectors(run)
     except Exception as e:
         run.note_problem("stopping the side collectors", e)
-    if run.role == "local":
+    if run.measures_here:
         run.merge_payload(run.recorder.drain(), source="local")
         run.feed_locust_stats()
     run.aggregator.end_epoch_s = time.time()
@@ -221,7 +222,7 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
     try:
         flush = run.aggregator.flush(final=True)
         run.rundir.write_flush(flush)
-        for line in run.progress.finish(flush.rows) if run.progress is not None else []:
+        for line in run.side.progress.finish(flush.rows) if run.side.progress is not None else []:
             log.info(line)  # the last stage's seconds come in this flush: they get their line too
     except Exception as e:
         ok = False
@@ -268,7 +269,7 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
         findings.append(f"stages not reached (the run stopped before they began): {', '.join(not_reached)}; "
                         f"their planned arrivals are not sent (interrupted)")
     # a worker that never sent its final account took its last operations with it, plan or not
-    incomplete = bool(lost) or bool(run.lost_workers) or write_failed or run.stop_reason is not None
+    incomplete = bool(lost) or bool(run.ending.lost_workers) or write_failed or run.ending.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
     if incomplete:  # a threshold measured on an incomplete ledger proves nothing
         results = [(c, False, v) for c, ok, v in results]
@@ -287,8 +288,8 @@ def judge(run, stages: list[dict], summary: list[dict], total: dict, write_faile
         code, failures_only = failure_exit_code(opts), True
     if incomplete or (dropped and tool_behind):
         code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
-    if run.exit_code_override is not None:
-        code = run.exit_code_override
+    if run.ending.exit_code_override is not None:
+        code = run.ending.exit_code_override
     verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({f.cause for f in lag}))
     verdict.text = _verdict(run, code, total, incomplete, failures_only)
     return verdict
@@ -306,7 +307,7 @@ def stages_not_reached(run) -> list[str]:
     agg = run.aggregator
     if run.plan is None or agg is None or agg.stop_epoch_s is None or run.start_epoch_ns is None:
         return []
-    if run.interrupted is None and run.stop_reason is None:
+    if run.ending.interrupted is None and run.ending.stop_reason is None:
         return []
     stopped_at = agg.stop_epoch_s - run.start_epoch_ns / 1e9
     return [f"{i + 1} ({stage.name})" for i, (st, stage) in enumerate(zip(run.plan.starts, run.plan.stages))
@@ -324,8 +325,9 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
     at_end = run.aggregator.unknown_at_end
     by_lost = int(total.get("unknown") or 0) - sum(at_end.values())
     if by_lost > 0:
-        out.append(f"{by_lost} planned arrivals have an unknown outcome: issued to the database by "
-                   f"{', '.join(run.hosts.name(w) for w in sorted(set(run.lost_workers)))}, which was lost before "
+        lost = ", ".join(run.hosts.name(w) for w in sorted(set(run.ending.lost_workers)))
+        out.append(f"{by_lost} planned arrivals have an unknown outcome: issued to the database by {lost}, which was "
+                   f"lost before "
                    f"it reported them (the database may or may not have done them)")
     out += [f"{n} planned arrivals have an unknown outcome: sent to the database, {_UNKNOWN_TEXT.get(r, r)} "
             f"(the database may or may not have done them)" for r, n in sorted(at_end.items()) if n]
@@ -337,8 +339,8 @@ def _ledger_findings(run, total: dict, not_sent: dict[str, int]) -> list[str]:
         out.append("workers refused, with no share and no load: " + ", ".join(
             f"{run.hosts.name(w)} ({why})" for w, why in sorted(refused.items())))
     out += run.clocks.warnings()
-    if run.lost_workers:
-        lost = sorted(set(run.lost_workers))
+    if run.ending.lost_workers:
+        lost = sorted(set(run.ending.lost_workers))
         out.append("workers lost during the run: " + ", ".join(run.hosts.name(w) for w in lost))
     return out
 
@@ -371,9 +373,9 @@ def _failing_workers(run) -> list[str]:
     """
     agg = run.aggregator
     failing = {w: kinds for w, kinds in agg.failed_by_source.items() if sum(kinds.values())}
-    if run.role != "master" or not failing:
+    if not run.has_workers or not failing:
         return []
-    workers = set(agg.per_source) | set(run.shares) | set(run.lost_workers)
+    workers = set(agg.per_source) | set(run.shares) | set(run.ending.lost_workers)
     parts = []
     for w, kinds in sorted(failing.items(), key=lambda item: -sum(item[1].values())):
         commonest = max(kinds, key=kinds.get)
@@ -390,11 +392,11 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
         run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, verdict.findings,
                                                              verdict.results, verdict.text))
         run.rundir.write_meta(
-            ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.interrupted is None,
-            interrupted=None if run.interrupted is None else {
-                "signal": run.interrupted[0] if run.interrupted[0].startswith("SIG") else None,
-                "by": run.interrupted[0], "at_s": round(run.interrupted[1], 3)},
-            stop_reason=run.stop_reason, exit_code=verdict.code,
+            ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.ending.interrupted is None,
+            interrupted=None if run.ending.interrupted is None else {
+                "signal": run.ending.interrupted[0] if run.ending.interrupted[0].startswith("SIG") else None,
+                "by": run.ending.interrupted[0], "at_s": round(run.ending.interrupted[1], 3)},
+            stop_reason=run.ending.stop_reason, exit_code=verdict.code,
             results={
                 "planned_operations": agg.planned_arrivals(),
                 "operations": int(total.get("count") or 0), "ok": int(total.get("ok") or 0),
@@ -408,13 +410,14 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
                 "checks": [{"check": str(c), "passed": ok, "value": v, "shown": c.shown(v)}
                            for c, ok, v in verdict.results],
                 "errors": dict(agg.errors), "first_errors": dict(agg.first_errors),
-                "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.lost_workers)),
+                "operations_per_worker": dict(agg.per_source), "lost_workers": sorted(set(run.ending.lost_workers)),
                 "refused_workers": dict(run.membership.refused) if run.membership is not None else {},
                 "clock_offsets": run.clocks.describe(), "workers": run.hosts.describe(),
                 "failed_by_worker": {w: dict(k) for w, k in sorted(agg.failed_by_source.items()) if sum(k.values())},
                 "problems": dict(run.problems), "verdict": verdict.text,
                 "stages_not_reached": stages_not_reached(run), "connections": connection_counts(run),
-                "master_loop_stall_max_ms": round(run.master_stall_max_s * 1000, 1) if run.role == "master" else None,
+                "master_loop_stall_max_ms": (round(run.master_stall_max_s * 1000, 1)
+                                             if run.master_stall_max_s is not None else None),
             },
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
@@ -451,8 +454,8 @@ def _verdict(run, code: int, total: dict, incomplete: bool, failures_only: bool 
                "or results were not written",
             130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)", EXIT_STOPPED: "INTERRUPTED (web UI Stop)",
             }.get(code, f"exit {code}")
-    if run.interrupted is not None and code == run.exit_code_override:
-        head = f"INTERRUPTED ({run.interrupted[0]}) at t = {run.interrupted[1]:.1f} s"
+    if run.ending.interrupted is not None and code == run.ending.exit_code_override:
+        head = f"INTERRUPTED ({run.ending.interrupted[0]}) at t = {run.ending.interrupted[1]:.1f} s"
     failures = int(total.get("failures") or 0)
     if failures and code == 0:
         judged = "every --check passed" if run.options.check else "--exit-code-on-error 0"
@@ -461,8 +464,8 @@ def _verdict(run, code: int, total: dict, incomplete: bool, failures_only: bool 
     elif failures_only and not incomplete and code == failure_exit_code(run.options):
         head = (f"FAILED: every arrival accounted for, {failures} operations failed and no --check allowed them "
                 f"(--exit-code-on-error {code})")
-    if run.stop_reason:
-        head = f"STOPPED: {run.stop_reason}"
+    if run.ending.stop_reason:
+        head = f"STOPPED: {run.ending.stop_reason}"
     if planned in ("", None):
         return f"{head} (exit {code})"
     return (f"{head} (exit {code}): planned {planned} = ok {total.get('ok')} + failed {total.get('failures')} "
@@ -483,11 +486,11 @@ def _check_lines(results) -> list[str]:
 
 def _title(run) -> str:
     title = f"dbsurge run {run.rundir.run_id}: {run.target.display}"
-    if run.interrupted is not None:
-        title += (f" -- interrupted at t = {run.interrupted[1]:.1f} s ({run.interrupted[0]}); "
+    if run.ending.interrupted is not None:
+        title += (f" -- interrupted at t = {run.ending.interrupted[1]:.1f} s ({run.ending.interrupted[0]}); "
                   "rates over the time that ran")
-    elif run.stop_reason:
-        title += f" -- stopped: {run.stop_reason}"
+    elif run.ending.stop_reason:
+        title += f" -- stopped: {run.ending.stop_reason}"
     return title
 
 

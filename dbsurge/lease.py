@@ -83,9 +83,9 @@ def on_renew(environment, msg, **_kw) -> None:
     """Master: renew the lease of a worker that holds a share (or is handing it over); others get no answer."""
     run = environment.dbsurge
     cid = msg.node_id
-    if cid not in run.shares and cid not in run.departed:
+    if cid not in run.shares and cid not in run.workers.departed:
         return  # given up, refused, or never given a share: no lease
-    run.last_seen[cid] = run.renewed_at[cid] = time.monotonic()
+    run.workers.last_seen[cid] = run.workers.renewed_at[cid] = time.monotonic()
     send(environment.runner, Lease(sent_ns=Renew.decode(msg.data).sent_ns), client_id=cid)
 
 
@@ -97,7 +97,7 @@ def lease_end_number(run, cid: str) -> int:
     worker's clock, which may run up to `CLOCK_BOUND_S` ahead of the master's.
     """
     now = time.monotonic()
-    answered = run.renewed_at.get(cid, run.last_seen.get(cid, now))
+    answered = run.workers.renewed_at.get(cid, run.workers.last_seen.get(cid, now))
     elapsed = (run.elapsed_s() or 0.0) - (now - answered) + LEASE_S + CLOCK_BOUND_S
     return run.arrivals().first_at_or_after(run.schedule.cumulative(max(0.0, elapsed)))
 

@@ -1,9 +1,10 @@
 """The start of a run and its once-a-second loop (the end is `dbsurge.stopping` and `dbsurge.finish`).
 
 `begin_run` (master or local, at Locust's ``test_start``): the plan's time zero, the run
-directory and its run.json, the aggregator, the plan shared with every worker
-(`dbsurge.protocol.share_plan`), and the loops: `_master_loop` (drain a local recorder, flush the
-timeline through the run directory's writer) and the protocol's membership loop.
+directory and its run.json, the aggregator, the plan handed out (`dbsurge.roles.MasterRun.hand_out_plan`
+shares it with every worker, `dbsurge.roles.LocalRun.hand_out_plan` makes the local pacer), and the
+loops: `_master_loop` (drain a local recorder, flush the timeline through the run directory's writer)
+and the role's own (the master's membership loop).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from collections.abc import Callable
 
 import gevent
 
-from . import console, protocol, stopping
+from . import console, stopping
 from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
 from .option_names import config_files_in_use
 from .pacer import Breather
-from .run_state import DbSurgeRun, dbsurge_user_classes, drain_recorder, freeze_what_lives_for_the_run
+from .run_state import DbSurgeRun, dbsurge_user_classes, drain_recorder
 from .rundir import RunDirectory, new_run_id, utc_iso
 from .stage_plan import Schedule, StagePlan, parse_duration
 from .versions import versions
@@ -35,18 +36,9 @@ def begin_run(run: DbSurgeRun) -> None:
     """Master or local: time zero, run directory, aggregator, and the plan sent to every worker."""
     opts = run.options
     env = run.environment
-    run.finished = False
-    run.changes = []
-    run.closing, run.awaiting_final, run.lost_workers, run.interrupted = None, set(), [], None
-    run.signals, run.raw_signals, run.exit_code_override, run.stop_reason, run.until_position = 0, 0, None, None, None
-    run.finish_state, run.report_path = None, None
-    run.unreported_reason, run.disk_full = None, False
-    run.lease_end, run.joining, run.offered_to = {}, None, {}  # a second test from the web UI starts afresh
-    run.silent_at_close = set()
-    run.sequence = None  # the arrival process may have changed in the start form since the last test
+    run.new_test()  # a second test from the web UI starts afresh: its own ending, rate changes, arrivals
     stopping.install_signal_handlers(run)
-    if run.role == "master":  # before time zero: a worker still saying hello (or proving the token) costs no plan time
-        protocol.await_admissions(run)
+    run.admit_workers()  # before time zero: a worker still saying hello (or proving the token) costs no plan time
     start_s = _time_zero(run)
     names = sorted({u.workload for u in dbsurge_user_classes(env)})
     run_id = opts.run_id or new_run_id("-".join(names))
@@ -65,10 +57,9 @@ def begin_run(run: DbSurgeRun) -> None:
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
         target_display=run.target.display, target_name=embedded_name_of(opts.target) or run.target.display,
-        workload_options=run.workload_options,
-        operations=run.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
-        seed=opts.seed, max_lag=opts.max_lag, role=run.role,
-        workers=(env.runner.worker_count if run.role == "master" else 1),
+        workload_options=run.config.workload_options,
+        operations=run.config.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
+        seed=opts.seed, max_lag=opts.max_lag, role=run.role, workers=run.workers_at_start(),
         cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
         versions=versions(), config_files=config_files_in_use(getattr(opts, "config", None)),
         options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
@@ -80,27 +71,16 @@ def begin_run(run: DbSurgeRun) -> None:
         for st, stage in zip(run.plan.starts, run.plan.stages):
             if math.isfinite(st):
                 run.rundir.event("stage", at=start_s + st, stage=stage.name, target_tps=stage.mean_tps)
-    max_lag_s = parse_duration(opts.max_lag) if opts.max_lag else None
-    if run.role == "master":
-        protocol.share_plan(run, max_lag_s)
-    else:
-        run.make_pacer(protocol.setup_for(run, 0, 1, max_lag_s))
-        run.ready.set()
-    run.side_tasks = [gevent.spawn(_master_loop, run)] + _announce_stages(run)
-    run.progress = (console.Progress(start_s, stage_names, stage_starts=list(run.plan.starts) if run.plan else None,
-                                     changes=lambda: run.changes)
-                    if opts.headless and console.mode() != "quiet" else None)
-    if run.role == "master":
-        run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
+    run.hand_out_plan(parse_duration(opts.max_lag) if opts.max_lag else None)
+    run.side.greenlets = [gevent.spawn(_master_loop, run)] + _announce_stages(run) + run.test_greenlets()
+    run.side.progress = (console.Progress(start_s, stage_names,
+                                          stage_starts=list(run.plan.starts) if run.plan else None,
+                                          changes=lambda: run.changes)
+                         if opts.headless and console.mode() != "quiet" else None)
     from .side import start_side_collectors
 
-    run.side_tasks += start_side_collectors(run)
-    if run.role == "master":
-        # What the master holds now (Locust, gevent, pandas, a node and a clock book per worker) lives for
-        # the run: out of the cycle collector's sight, as a worker's is (`DbSurgeRun.make_pacer`). Left in
-        # it, every full collection walked it all: 27-48 ms with 200 workers during the load, 72-82 ms at
-        # the end, the worst of the master's loop stalls (bench/findings.md, stop 38).
-        freeze_what_lives_for_the_run()
+    run.side.greenlets += start_side_collectors(run)
+    run.settle()
 
 
 def _time_zero(run: DbSurgeRun) -> float:
@@ -204,20 +184,20 @@ def _master_loop(run: DbSurgeRun) -> None:
     Nothing that fails here stops the loop (`DbSurgeRun.note_problem`); measurement goes on.
     """
     turns = 0
-    while not run.finished:
+    while not run.ending.finished:
         gevent.sleep(1.0)
-        if run.finished:
+        if run.ending.finished:
             return
-        if run.disk_full:  # nothing more until the final files, which use the space kept back for them
+        if run.ending.disk_full:  # nothing more until the final files, which use the space kept back for them
             continue
         turns += 1
         if turns % RESOURCE_EVERY_S == 1:
             _sample_resources(run, Breather())
         with run.timeline_lock:  # a drained payload or a flushed second is never dropped half way by the end
-            if run.finished:
+            if run.ending.finished:
                 return
             breathe = Breather()
-            if run.role == "local" and run.closing is None:
+            if run.measures_here and run.ending.closing is None:
                 def merge(payload: dict) -> None:
                     breathe()  # between the part's drain and its merge too
                     run.merge_payload(payload, source="local")
@@ -230,5 +210,5 @@ def _master_loop(run: DbSurgeRun) -> None:
             except Exception as e:
                 run.note_problem("writing the timeline", e)
                 continue
-        for line in run.progress.add(flush.rows) if run.progress is not None else []:
+        for line in run.side.progress.add(flush.rows) if run.side.progress is not None else []:
             log.info(line)

@@ -5,14 +5,13 @@ sets three of Locust's module settings (report and heartbeat intervals, latency 
 listener hands over to the module that does the work:
 
 - ``init_command_line_parser``: dbsurge's options (`dbsurge.options`, `dbsurge.spot`).
-- ``init``: the run's state (`dbsurge.run_state.DbSurgeRun`, then reached only as
-  ``environment.dbsurge``), this role's messages (`dbsurge.protocol.register`), on the master or a
-  local run the checks before any load (`dbsurge.preflight`), the Prometheus exporter and the web
-  controls; per-environment listeners for the once-a-second reports.
-- ``test_start``: the run begins (`dbsurge.lifecycle.begin_run`); a worker arms its SIGTERM leave
-  and Spot watcher (`dbsurge.stopping`, `dbsurge.spot`).
+- ``init``: the run of this process's role (`dbsurge.roles.new_run`, then reached only as
+  ``environment.dbsurge``), which registers its messages and starts its greenlets (``start``); on the
+  master or a local run the checks before any load (`dbsurge.preflight`), the Prometheus exporter and
+  the web controls; per-environment listeners for the once-a-second reports.
+- ``test_start``: the role begins the test (``begin_test``: `dbsurge.lifecycle.begin_run` on the master
+  or a local run; a worker arms its SIGTERM leave and Spot watcher, `dbsurge.stopping`, `dbsurge.spot`).
 - ``report_to_master`` / ``worker_report``: the recorder's payload out, into the aggregator.
-- ``heartbeat_sent``: the master dates each worker's last sign of life (membership).
 - ``test_stopping`` (a closed-model run): every worker's final account is collected while Locust
   still listens to its workers (it sends them ``quit`` right after), `dbsurge.stopping.close_run`.
 - ``test_stop`` / ``quitting``: the ledger is closed and the tables written (`dbsurge.stopping`,
@@ -25,7 +24,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 from functools import partial
 
 import gevent
@@ -34,16 +32,15 @@ import locust.runners
 import locust.stats
 from locust import events
 
-from . import console, finish, latency_buckets, locust_child, membership, protocol, stopping
-from .admission import admit_only_members
+from . import console, finish, latency_buckets, locust_child, membership, stopping
 from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
-from .lease import HEARTBEAT_S, renew_loop
-from .lifecycle import begin_run
-from .membership import Membership, run_token
+from .lease import HEARTBEAT_S
+from .membership import run_token
 from .option_types import strict_numbers
 from .options import add_options
 from .preflight import fail, preflight
-from .run_state import DbSurgeRun, ShipToMaster, dbsurge_user_classes
+from .roles import new_run
+from .run_state import DbSurgeRun, dbsurge_user_classes
 from .size_limits import check_master_bind, check_processes
 from .validate import check_web_exposure
 
@@ -149,38 +146,16 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     _INITIALISED.set()
     console.set_up_logging()
     own = _own_options(environment)
-    run = DbSurgeRun(environment, own)
+    run = new_run(environment, own)
     environment.dbsurge = run
     stopping.attach(run)
     # Locust's report events carry no environment: these listeners carry the run themselves
     # first: the drain feeds Locust's tables (dbsurge.locust_stats) before Locust's own listener ships them
     _listen_first(environment.events.report_to_master, partial(_on_report, run))
     environment.events.worker_report.add_listener(partial(_on_worker_report, run))
-    environment.events.heartbeat_sent.add_listener(partial(_on_heartbeat_sent, run))
-    if run.role == "worker":
-        # this host's own settings: Locust overwrites parsed_options with the master's at every spawn
-        run.local_options = {k: getattr(own, k, None) for k in ("join_token", "spot_watch", "imds_endpoint")}
-        protocol.register(run, runner)
-        if os.getppid() == _IMPORT_PID:  # a --processes worker: its master is its parent; it dies with it
-            locust_child.die_with_parent()
-        stopping.install_worker_signal_handlers(run)
-        logging.getLogger().addHandler(ShipToMaster(run.recorder))
-        gevent.spawn(stopping.master_watchdog, run)
-        gevent.spawn(renew_loop, run)
-        gevent.spawn(stopping.loop_lag_monitor, run)
-        if runner.worker_state in (locust.runners.STATE_SPAWNING, locust.runners.STATE_RUNNING):
-            _arm_worker(run)  # joined a running test: Locust fired test_start before init, without us
+    run.start(runner, forked=os.getppid() == _IMPORT_PID)
+    if not run.writes_results:
         return
-    if run.role == "master":
-        run.membership = Membership(run.options.join_token)
-        admit_only_members(runner, run.membership)
-        # Locust sends the master's parsed options to every connected worker, proven or not: not the token
-        run.options.join_token = None
-        environment.parsed_options.join_token = None
-        protocol.guard_dispatch(run)
-    protocol.register(run, runner)
-    if run.role == "local":
-        gevent.spawn(stopping.loop_lag_monitor, run)
     try:
         warning = check_web_exposure(own, web=web_ui is not None)  # before the UI listens (Locust starts it later)
         if warning:
@@ -192,7 +167,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     except UserError as e:
         fail(str(e))
     environment.host = run.target.display  # shown as Host in the web UI; secrets removed
-    if run.role == "master" and not getattr(own, "processes", None):  # a master the user asked for
+    if run.has_workers and not getattr(own, "processes", None):  # a master the user asked for
         log.info(membership.listening_line(own.master_bind_host, own.master_bind_port,
                                            token=run.membership is not None and run.membership.token is not None))
     # Locust sends its parsed options to every worker with each spawn: not the web UI's password
@@ -209,23 +184,7 @@ def _on_test_start(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
     if run is None:
         return
-    if run.role == "worker":
-        _arm_worker(run)
-        return
-    begin_run(run)
-
-
-def _arm_worker(run: DbSurgeRun) -> None:
-    """Worker, at test start: SIGTERM leaves gracefully, and the Spot watcher runs if asked for.
-
-    Not at init: Locust installs its own SIGTERM handler after init, and the last one wins.
-    """
-    stopping.install_worker_signal_handlers(run)
-    if run.local_options.get("spot_watch") and run.spot_watcher is None:
-        from .spot import start_spot_watcher
-
-        run.spot_watcher = start_spot_watcher(
-            run.local_options.get("imds_endpoint"), lambda notice: gevent.spawn(stopping.leave, run, notice.reason))
+    run.begin_test()
 
 
 # -- once-a-second reports and heartbeats (registered per environment at init) ----------------------------
@@ -254,12 +213,6 @@ def _on_worker_report(run: DbSurgeRun, client_id, data, **_kw):
         gevent.sleep(0)
 
 
-def _on_heartbeat_sent(run: DbSurgeRun, client_id, timestamp, **_kw):
-    """Master: Locust answers each worker heartbeat; that answer dates the worker's last sign of life."""
-    if run.role == "master":
-        run.last_seen[client_id] = time.monotonic()  # monotonic: a wall-clock step must not hasten a give-up
-
-
 # -- the end ----------------------------------------------------------------------------------------------
 
 
@@ -272,7 +225,7 @@ def _on_test_stopping(environment, **_kw):
     shape's last tick has closed the run already.)
     """
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
-    if run is None or run.role == "worker" or run.aggregator is None or run.closing is not None:
+    if run is None or not run.writes_results or run.aggregator is None or run.ending.closing is not None:
         return
     if run.plan is None:
         stopping.close_run(run, "users_exhausted", in_flight_reason="in_flight")
@@ -281,14 +234,14 @@ def _on_test_stopping(environment, **_kw):
 @events.test_stop.add_listener
 def _on_test_stop(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
-    if run is None or run.role == "worker" or run.aggregator is None:
+    if run is None or not run.writes_results or run.aggregator is None:
         return
-    if environment.parsed_options.headless or run.finished:
+    if environment.parsed_options.headless or run.ending.finished:
         return  # headless, Locust quits next: `_on_quitting` writes the tables
-    if run.closing is None:
+    if run.ending.closing is None:
         # the web UI's Stop: Locust has stopped the users; an interruption, like a signal, with its own code
-        run.interrupted = ("web UI Stop", run.elapsed_s() or 0.0)
-        run.exit_code_override = EXIT_STOPPED
+        run.ending.interrupted = ("web UI Stop", run.elapsed_s() or 0.0)
+        run.ending.exit_code_override = EXIT_STOPPED
         log.warning("dbsurge: the web UI's Stop: stopping the run (exit %d once the process ends)", EXIT_STOPPED)
 
         def stop_from_ui():
@@ -301,7 +254,8 @@ def _on_test_stop(environment, **_kw):
     # under `dbsurge run --web` the process ends too, by the verdict (a hand-run Locust UI stays up)
     def finish_at_plan_end():
         finish.finish_run(run)
-        if os.environ.get(locust_child.END_WITH_PLAN_ENV) and run.interrupted is None and run.signals == 0:
+        ending = run.ending
+        if os.environ.get(locust_child.END_WITH_PLAN_ENV) and ending.interrupted is None and ending.signals == 0:
             if run.exit_code is not None:
                 environment.process_exit_code = run.exit_code
             stopping.end_process(run)
@@ -316,19 +270,19 @@ def _keep_prometheus_for_the_last_scrape(run: DbSurgeRun) -> None:
     grace = float(getattr(run.options, "prometheus_grace", 0) or 0)
     if grace > 0:
         log.info("Prometheus endpoint kept %g s for the last scrape (--prometheus-grace)", grace)
-        signals = run.signals
-        run.prometheus.linger(grace, interrupted=lambda: run.signals != signals)
+        signals = run.ending.signals
+        run.prometheus.linger(grace, interrupted=lambda: run.ending.signals != signals)
     run.prometheus.close()
 
 
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
-    if run is None or run.role == "worker":
+    if run is None or not run.writes_results:
         return
     try:
-        if run.aggregator is not None and not run.finished:
-            if run.closing is None:
+        if run.aggregator is not None and not run.ending.finished:
+            if run.ending.closing is None:
                 stopping.close_run(run, "interrupted" if run.plan is not None else "users_exhausted",
                                    in_flight_reason="in_flight")
             finish.finish_run(run)

@@ -53,7 +53,7 @@ def preflight(run: DbSurgeRun) -> None:
     from .embedded import resolve_embedded
 
     opts = run.options
-    if run.role == "master" and not is_loopback(getattr(opts, "master_bind_host", None)) \
+    if run.has_workers and not is_loopback(getattr(opts, "master_bind_host", None)) \
             and not (run.membership and run.membership.token) and not opts.insecure_join:
         where = "every address (*)" if opts.master_bind_host in ("*", "0.0.0.0", "::") else opts.master_bind_host
         raise UserError(f"this master listens on {where}, so workers on other hosts can join and "
@@ -76,13 +76,13 @@ def preflight(run: DbSurgeRun) -> None:
     run.embedded_handle = handle
     uri = credentials.for_master(uri, opts.target_secret, opts.target_secret_endpoint_url)
     run.configure_target(uri, target_options, workload_options, [])
-    run.credentials = credentials.setup_fields(uri, getattr(run.target, "flavor", None), opts.target_secret,
+    run.config.credentials = credentials.setup_fields(uri, getattr(run.target, "flavor", None), opts.target_secret,
                                                opts.target_secret_endpoint_url)
     opts.target = credentials.strip_password(uri)  # Locust sends the options to every worker with each spawn
     names = sorted({u.workload for u in dbsurge_user_classes(run.environment)})
     for name in names:
         wl = run.workload(name)
-        run.operation_weights = resolve_operations(wl, requested_ops)
+        run.config.operation_weights = resolve_operations(wl, requested_ops)
     # a check on an operation the workload lacks could only fail, after the whole load
     check_operations(checks, [op for name in names for op in run.workload(name).operations])
     run.target.check()
@@ -155,7 +155,7 @@ def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
         return None
     try:
         fns = workload.new_client(session, 12345)
-        names = [n for n, _ in run.operation_weights if n in fns] or list(fns)
+        names = [n for n, _ in run.config.operation_weights if n in fns] or list(fns)
         times = []
         for _ in range(rounds):
             for name in names:

@@ -215,7 +215,7 @@ class PrometheusExporter:
         Once the run has counted its ledger, the ledger's exact total (the same as stages.csv's planned).
         """
         agg = getattr(self.run, "aggregator", None)
-        if getattr(self.run, "finished", False) and agg is not None and agg.planned_arrivals() is not None:
+        if self.run.ending.finished and agg is not None and agg.planned_arrivals() is not None:
             return int(agg.planned_arrivals())
         return math.ceil(self.run.schedule.cumulative(t) - 1e-9)
 
@@ -234,7 +234,7 @@ class PrometheusExporter:
             t = min(elapsed, schedule.end_s)
             target.add_metric([], schedule.rate_at(t) if elapsed < schedule.end_s else 0.0)
             planned.add_metric([], float(self._planned_until(t)))
-            if elapsed < schedule.end_s and not getattr(run, "finished", False):
+            if elapsed < schedule.end_s and not run.ending.finished:
                 i = schedule.stage_at(elapsed)
                 stage.add_metric([self._stage_name(i), str(i + 1)], 1.0)  # 1-based, as the console says it
         elif schedule is not None:
@@ -253,7 +253,7 @@ class PrometheusExporter:
         if runner is not None:
             users.add_metric([], float(getattr(runner, "user_count", 0) or 0))
             count = getattr(runner, "worker_count", None)
-            if getattr(run, "role", "local") == "master" and count is not None:
+            if getattr(run, "has_workers", False) and count is not None:
                 workers.add_metric([], float(len(run.shares) if getattr(run, "shares", None) else count))
             else:
                 workers.add_metric([], 1.0)

@@ -23,7 +23,7 @@ import time
 
 import gevent
 
-from . import credentials, wire
+from . import credentials, stopping, wire
 from .clocks import ROUND, wall_ns
 from .errors import UserError
 from .hosts import hello_fields
@@ -54,7 +54,8 @@ def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
     ids = sorted(c.id for c in runner.clients.values() if c.state != "missing")
     if run is not None:
         now = time.monotonic()
-        ids = [c for c in ids if now - run.last_seen.get(c, now) <= LOST_AFTER_S and c not in run.departed]
+        book = run.workers
+        ids = [c for c in ids if now - book.last_seen.get(c, now) <= LOST_AFTER_S and c not in book.departed]
         if run.membership is not None:
             ids = run.membership.members(ids)
     return ids
@@ -63,12 +64,12 @@ def _worker_ids(runner, run: DbSurgeRun | None = None) -> list[str]:
 def setup_for(run: DbSurgeRun, index: int, count: int, max_lag_s: float | None, worker: str | None = None) -> Setup:
     """What worker ``worker`` (share ``index`` of ``count``) is told: the plan, its share, its clock, no password."""
     return Setup(
-        target_uri=credentials.strip_password(run.target_uri), target_options=run.target_options,
-        workload_options=run.workload_options, operations=run.operation_weights,
+        target_uri=credentials.strip_password(run.config.target_uri), target_options=run.config.target_options,
+        workload_options=run.config.workload_options, operations=run.config.operation_weights,
         plan=run.plan.to_dict() if run.plan else None, start_epoch_ns=run.start_epoch_ns, index=index, count=count,
         arrivals=run.options.arrivals, seed=run.options.seed, max_lag_s=max_lag_s, changes=list(run.changes),
-        op_timeout_s=run.op_timeout_s, clock_offset_ns=run.clocks.offset_ns(worker) if worker else 0,
-        credentials=run.credentials,
+        op_timeout_s=run.config.op_timeout_s, clock_offset_ns=run.clocks.offset_ns(worker) if worker else 0,
+        credentials=run.config.credentials,
     )
 
 
@@ -84,36 +85,39 @@ def share_plan(run: DbSurgeRun, max_lag_s: float | None) -> None:
     workers = _worker_ids(runner, run)
     _measure_clocks(run, workers)
     run.shares = {cid: i for i, cid in enumerate(workers)}
-    run.share_history = {cid: [(0, i, len(workers))] for cid, i in run.shares.items()}
+    run.workers.share_history = {cid: [(0, i, len(workers))] for cid, i in run.shares.items()}
     _note_shares(run, 0.0)
     for cid, i in run.shares.items():
         wire.send(runner, setup_for(run, i, len(workers), max_lag_s, cid), client_id=cid)
         run.rundir.event("worker_join", worker=cid, index=i, count=len(workers), **run.hosts.fields(cid))
 
 
-def register(run: DbSurgeRun, runner) -> None:
-    """Register this role's end of every message (a local run: both ends; see `dbsurge.stopping` too)."""
-    from . import stopping
+def register_worker(runner) -> None:
+    """Worker: its end of every message, then its hello (see `dbsurge.stopping` too)."""
+    for message, handler in ((wire.Setup, _on_setup_message), (wire.Rate, _on_rate_message),
+                             (wire.Share, _on_share_message), (wire.Challenge, _on_challenge_message),
+                             (wire.Clock, _on_clock_ping), (wire.LeaveOk, _on_leave_ok),
+                             (wire.Refused, _on_refused_message), (wire.Lease, on_lease)):
+        wire.listen(runner, message, handler)
+    wire.listen(runner, wire.Close, stopping.on_close_message, concurrent=True)
+    # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
+    # "client_ready" could arrive before them and be dropped as an unknown message); say where we run
+    wire.send(runner, wire.Hello(**hello_fields(runner.master_host, runner.master_port)))
 
-    if run.role == "worker":
-        for message, handler in ((wire.Setup, _on_setup_message), (wire.Rate, _on_rate_message),
-                                 (wire.Share, _on_share_message), (wire.Challenge, _on_challenge_message),
-                                 (wire.Clock, _on_clock_ping), (wire.LeaveOk, _on_leave_ok),
-                                 (wire.Refused, _on_refused_message), (wire.Lease, on_lease)):
-            wire.listen(runner, message, handler)
-        wire.listen(runner, wire.Close, stopping.on_close_message, concurrent=True)
-        # ask for a challenge once our handlers are in place (a challenge sent at Locust's own
-        # "client_ready" could arrive before them and be dropped as an unknown message); say where we run
-        wire.send(runner, wire.Hello(**hello_fields(runner.master_host, runner.master_port)))
-        return
+
+def register_master(runner) -> None:
+    """Master: its end of every message (see `dbsurge.stopping` too)."""
     wire.listen(runner, wire.Final, stopping.on_final_message)
-    if run.role == "master":
-        for message, handler in ((wire.Proof, _on_proof_message), (wire.Hello, _on_hello_message),
-                                 (wire.Clock, _on_clock_answer), (wire.Leave, _on_leave_message),
-                                 (wire.Renew, on_renew), (wire.ShareOk, _on_share_ok)):
-            wire.listen(runner, message, handler)
-    else:
-        wire.listen(runner, wire.Close, stopping.on_close_message)
+    for message, handler in ((wire.Proof, _on_proof_message), (wire.Hello, _on_hello_message),
+                             (wire.Clock, _on_clock_answer), (wire.Leave, _on_leave_message),
+                             (wire.Renew, on_renew), (wire.ShareOk, _on_share_ok)):
+        wire.listen(runner, message, handler)
+
+
+def register_local(runner) -> None:
+    """A local run: both ends of the close and the final account, as a master and its worker would."""
+    wire.listen(runner, wire.Final, stopping.on_final_message)
+    wire.listen(runner, wire.Close, stopping.on_close_message)
 
 
 #: A stall of the master's event loop beyond this is logged: its answers to lease renewals come that late.
@@ -125,7 +129,7 @@ def membership_loop(run: DbSurgeRun) -> None:
     every 10 s, measure the workers' clocks again. How late each 0.25 s wake-up comes is the master's own
     loop stall (merging, writing, a slow disk): its worst is in run.json (``master_loop_stall_max_ms``)."""
     next_clock = time.monotonic() + 10.0
-    while not run.finished:
+    while not run.ending.finished:
         asleep = time.monotonic()
         gevent.sleep(0.25)
         _note_master_stall(run, time.monotonic() - asleep - 0.25)
@@ -139,7 +143,7 @@ def membership_loop(run: DbSurgeRun) -> None:
             refuse_silent_workers(run)
         except Exception as e:  # noqa: BLE001 - membership must not stop the run
             run.note_problem("refusing a silent worker", e)
-        if run.closing is not None or run.plan is None:
+        if run.ending.closing is not None or run.plan is None:
             continue
         try:
             _reshare_if_needed(run)
@@ -331,7 +335,7 @@ def _reshare_if_needed(run: DbSurgeRun) -> None:
         from_number = number_at(run, elapsed + HANDOVER_AHEAD_S)
         for cid in sorted(set(run.shares) - alive):
             _book_lost(run, cid, from_number)
-        run.joining = None  # a proposal made for the old membership is stale
+        run.offers.pending = None  # a proposal made for the old membership is stale
         _commit_shares(run, survivors, from_number, elapsed + HANDOVER_AHEAD_S)
         return
     joiners = sorted(w for w in alive - set(run.shares) if _has_users(env.runner, w))
@@ -346,7 +350,7 @@ def _propose_join(run: DbSurgeRun, cid: str) -> None:
     One proposal at a time. Unanswered for `JOIN_ACK_TIMEOUT_S`, or answered too late, it is made again
     twice as far ahead (a rejoining worker's messages may still be stuck in TCP's retransmission backoff).
     """
-    p = run.joining
+    p = run.offers.pending
     now = time.monotonic()
     if p is not None and now - p["sent_at"] < JOIN_ACK_TIMEOUT_S:
         return  # waiting for an answer
@@ -358,12 +362,13 @@ def _propose_join(run: DbSurgeRun, cid: str) -> None:
     i = workers.index(cid)
     # "lost": it holds arrivals that are not its own (its old share, or an earlier offer never taken up);
     # it books as not sent only its own old share's, below where that share was given away
-    lost = cid in run.lost_from or cid in run.offered_to
-    write_off_until = run.lost_from.get(cid, run.offered_to.setdefault(cid, from_number))
+    lost = cid in run.workers.lost_from or cid in run.offers.offered_to
+    write_off_until = run.workers.lost_from.get(cid, run.offers.offered_to.setdefault(cid, from_number))
     run.join_proposals += 1
-    run.joining = {"worker": cid, "workers": workers, "from_number": from_number, "from_elapsed": elapsed + lead_s,
-                   "lead_s": lead_s, "sent_at": now, "first_at": p["first_at"] if again else now,
-                   "attempts": p["attempts"] + 1 if again else 1, "proposal": run.join_proposals}
+    run.offers.pending = {"worker": cid, "workers": workers, "from_number": from_number,
+                          "from_elapsed": elapsed + lead_s, "lead_s": lead_s, "sent_at": now,
+                          "first_at": p["first_at"] if again else now, "attempts": p["attempts"] + 1 if again else 1,
+                          "proposal": run.join_proposals}
     _send_share(run, cid, i, len(workers), from_number, lost=lost, write_off_until=write_off_until,
                 proposal=run.join_proposals)
 
@@ -380,17 +385,17 @@ def _send_share(run: DbSurgeRun, cid: str, index: int, count: int, from_number: 
 def _on_share_ok(environment, msg, **_kw):
     """Master: a joining worker took its offered share; the others now narrow theirs from the same arrival."""
     run: DbSurgeRun = environment.dbsurge
-    p, ok, cid = run.joining, wire.ShareOk.decode(msg.data), msg.node_id
-    if p is None or cid != p["worker"] or ok.proposal != p["proposal"] or run.closing is not None:
+    p, ok, cid = run.offers.pending, wire.ShareOk.decode(msg.data), msg.node_id
+    if p is None or cid != p["worker"] or ok.proposal != p["proposal"] or run.ending.closing is not None:
         return
     elapsed = run.elapsed_s() or 0.0
     if (ok.late or number_at(run, elapsed + COMMIT_MARGIN_S) >= p["from_number"]
             or set(run.shares) != set(p["workers"]) - {cid}):
         p["sent_at"] = -math.inf  # too late for the others to switch in time, or the members changed: again
         return
-    run.joining = None
-    run.lost_from.pop(cid, None)
-    run.offered_to.pop(cid, None)
+    run.offers.pending = None
+    run.workers.lost_from.pop(cid, None)
+    run.offers.offered_to.pop(cid, None)
     _commit_shares(run, p["workers"], p["from_number"], p["from_elapsed"], offered=cid)
     waited = time.monotonic() - p["first_at"]
     run.safe_event("worker_join", worker=cid, index=run.shares[cid], count=len(run.shares),
@@ -407,7 +412,7 @@ def _commit_shares(run: DbSurgeRun, workers: list[str], from_number: int, from_e
     """The new shares from ``from_number`` on, sent to every member (but ``offered``, which has its share)."""
     run.shares = {w: i for i, w in enumerate(workers)}
     for w, i in run.shares.items():
-        run.share_history.setdefault(w, []).append((from_number, i, len(workers)))
+        run.workers.share_history.setdefault(w, []).append((from_number, i, len(workers)))
     _note_shares(run, from_elapsed_s)
     for w, i in run.shares.items():
         if w != offered:
@@ -422,11 +427,11 @@ def _note_shares(run: DbSurgeRun, from_elapsed_s: float) -> None:
 
 def _book_lost(run: DbSurgeRun, cid: str, from_number: int) -> None:
     """A worker gone silent: its share is given away from ``from_number``; the ledger books the rest."""
-    run.lost_workers.append(cid)
-    run.lost_from[cid] = from_number
-    run.lease_end[cid] = min(lease_end_number(run, cid), from_number)
-    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
-    silent = time.monotonic() - run.last_seen.get(cid, time.monotonic())
+    run.ending.lost_workers.append(cid)
+    run.workers.lost_from[cid] = from_number
+    run.ending.lease_end[cid] = min(lease_end_number(run, cid), from_number)
+    run.workers.share_history.setdefault(cid, []).append((from_number, -1, 0))
+    silent = time.monotonic() - run.workers.last_seen.get(cid, time.monotonic())
     run.safe_event("worker_lost", worker=cid, from_arrival=from_number, silent_s=round(silent, 3),
                    **run.hosts.fields(cid))
     log.warning("worker %s lost: its share of the rate moves to the others; its unreported arrivals "
@@ -437,18 +442,18 @@ def _on_leave_message(environment, msg, **_kw):
     """Master: a worker leaves gracefully: the others take its share from just ahead, at once."""
     run: DbSurgeRun = environment.dbsurge
     cid = msg.node_id
-    if run.plan is None or cid not in run.shares or run.closing is not None:
+    if run.plan is None or cid not in run.shares or run.ending.closing is not None:
         wire.send(environment.runner, wire.LeaveOk(until_number=None), client_id=cid)
         return
     why = wire.Leave.decode(msg.data).why
-    run.departed.add(cid)
+    run.workers.departed.add(cid)
     from_number = number_at(run, (run.elapsed_s() or 0.0) + 0.3)
     run.safe_event("worker_leaving", worker=cid, why=why, from_arrival=from_number, **run.hosts.fields(cid))
     log.warning("worker %s is leaving (%s): its share moves to the others from arrival %d", run.hosts.name(cid),
                 why, from_number)
     wire.send(environment.runner, wire.LeaveOk(until_number=from_number), client_id=cid)
-    run.share_history.setdefault(cid, []).append((from_number, -1, 0))
-    run.joining = None  # an offer made for the old membership is stale (it is made again)
+    run.workers.share_history.setdefault(cid, []).append((from_number, -1, 0))
+    run.offers.pending = None  # an offer made for the old membership is stale (it is made again)
     workers = [w for w in _worker_ids(environment.runner, run) if w in run.shares]
     if workers:
         _commit_shares(run, workers, from_number, (run.elapsed_s() or 0.0) + 0.3)
@@ -498,7 +503,7 @@ def _on_clock_answer(environment, msg, **_kw):
 def _on_hello_message(environment, msg, **_kw):
     run: DbSurgeRun = environment.dbsurge
     hello = wire.Hello.decode(msg.data)
-    run.last_seen[msg.node_id] = time.monotonic()
+    run.workers.last_seen[msg.node_id] = time.monotonic()
     run.hosts.note(msg.node_id, hello)
     other = another_build(hello)
     if other is not None:
@@ -597,11 +602,11 @@ def change_rate(run: DbSurgeRun, *, rate_tps: float | None = None, scale: float 
     """
     if run.schedule is None or run.start_epoch_ns is None:
         raise UserError("no arrival-rate plan is running: start a test with an arrival-rate shape first")
-    if run.closing is not None:
+    if run.ending.closing is not None:
         raise UserError("the run is stopping: its rate can no longer change")
     at_s = max(0.0, (run.elapsed_s() or 0.0) + 0.2)  # a little ahead, so every worker applies it on time
     run.apply_rate_change(at_s, rate_tps, scale)
-    if run.role == "master":
+    if run.has_workers:
         for cid in run.shares:
             wire.send(run.environment.runner, wire.Rate(at_s=at_s, rate_tps=rate_tps, scale=scale), client_id=cid)
     n = len(run.changes)

@@ -3,7 +3,8 @@
 `DbSurgeRun` holds what every role needs (options, target, workloads, the recorder, the pacer on
 a worker or local run, the aggregator and run directory on a master or local run) and the few
 helpers that keep measurement going when something fails (`note_problem`, `safe_event`,
-`merge_payload`). What the master tells each worker is `dbsurge.wire.Setup`.
+`merge_payload`); each role is its subclass in `dbsurge.roles`. A test's end is an `Ending`, new at
+each test's start. What the master tells each worker is `dbsurge.wire.Setup`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import ClassVar
 
 import gevent
 import gevent.event
 import gevent.lock
-from locust.runners import MasterRunner, WorkerRunner
 
 from . import credentials, stopping
 from .arrivals import ArrivalSequence, OperationMix
@@ -43,62 +45,23 @@ RESULTS_WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno
                                   errno.EFBIG, errno.ESTALE})
 
 
-class DbSurgeRun:
-    """Per-process state: the target, workloads, pacer, recorder and (on the master) the aggregator."""
+class Ending:
+    """How one test ends: its ledger's close, the signals, the final files (`dbsurge.stopping`, `dbsurge.finish`).
 
-    def __init__(self, environment, own_options=None):
-        """``own_options``: this process's options as it was started (a worker's are overwritten by the master's)."""
-        self.environment = environment
-        self.options = environment.parsed_options
-        self.role = ("worker" if isinstance(environment.runner, WorkerRunner)
-                     else "master" if isinstance(environment.runner, MasterRunner) else "local")
-        self.recorder = Recorder(raw_sink=_raw_samples_sink(), wall_ns=wall_ns)
-        # Locust's tables get this process's successful operations from the recorder's drains (dbsurge.locust_stats)
-        self.locust_stats: LocustStatsFeed | None = None
-        if self.role != "master" and getattr(environment, "stats", None) is not None:
-            self.locust_stats = LocustStatsFeed(environment.stats, self.recorder.operations)
-            self.recorder.stats_sink = self.locust_stats
-        self.pacer: Pacer | None = None
-        self.schedule: Schedule | None = None
-        self.plan: StagePlan | None = None
-        self.start_epoch_ns: int | None = None
-        self.slot_lock = gevent.lock.Semaphore()
-        # a worker's payloads made ahead of its report (`pre_drain_loop`), and the lock that keeps a report
-        # or the final account from taking them while a pass is half way
-        self.drained: list[dict] = []
-        self.drain_lock = gevent.lock.Semaphore()
-        self._pre_drain = None
-        # held by the once-a-second loop while a second's drain, merge, rows and files are under way (it
-        # yields to the pacer between them): the end waits for it before stopping that loop
-        self.timeline_lock = gevent.lock.Semaphore()
-        self.ready = gevent.event.Event()
-        self.target = None
-        self.target_uri: str | None = None
-        # this process's own ways to the password, as started: Locust overwrites the options with the master's
-        self.own_credentials = credentials.Sources.from_options(own_options or self.options)
-        self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
-        self.target_options: dict = {}
-        self.workload_options: dict = {}
-        self.workloads: dict = {}
-        self.operation_weights: list = []
-        self.embedded_handle = None
-        self.rundir: RunDirectory | None = None
-        self.aggregator: Aggregator | None = None
-        self.changes: list = []
-        self.shares: dict[str, int] = {}
-        self.finished = False
-        self.side_tasks: list = []
-        self.progress = None  # dbsurge.console.Progress: the headless console's progress lines
-        self.exit_code: int | None = None
+    Every role has one from the start; the master and a local run make a new one at each test's start
+    (`dbsurge.lifecycle.begin_run`): the web UI's second Start begins with nothing of the first's end.
+    """
+
+    def __init__(self) -> None:
+        self.finished = False  # the tables are being written, or are
         # the end, as the web panel tells it: None while running, then "writing", "report", "done"
         self.finish_state: str | None = None
         self.report_path = None  # report.html once built (`dbsurge.finish`)
-        self.cloudwatch_collector = None
-        # stopping and the ledger (see dbsurge.stopping)
         self.closing: str | None = None  # why the plan was closed, once it was
         self.awaiting_final: set[str] = set()
         self.lost_workers: list[str] = []
         self.silent_at_close: set[str] = set()  # workers whose final account missed the close's deadline
+        self.lease_end: dict[str, int] = {}  # a lost worker -> the first arrival its last lease did not cover
         self.interrupted: tuple[str, float] | None = None  # (signal name, elapsed s)
         self.signals = 0
         self.raw_signals = 0  # as the signal handler counts them (`stopping._handler`), before any greenlet runs
@@ -108,31 +71,147 @@ class DbSurgeRun:
         # a second signal cut the run short: what the master's workers had not reported is booked so
         self.unreported_reason: str | None = None
         self.disk_full = False  # the results disk filled up: stop writing until the final files
-        self.problems: dict[str, int] = {}
-        self.master_stall_max_s = 0.0  # the master's worst event-loop stall (`protocol.membership_loop`)
+
+
+class SideTasks:
+    """The greenlets a test runs beside the load on the master or a local run (`dbsurge.lifecycle`, `dbsurge.side`)."""
+
+    def __init__(self) -> None:
+        self.greenlets: list = []
+        self.progress = None  # dbsurge.console.Progress: the headless console's progress lines
+        self.cloudwatch = None  # the CloudWatch side collector, when one runs
+
+
+class Drain:
+    """A worker's payloads made ahead of its report (`pre_drain_loop`), and the lock that keeps a report or the
+    final account from taking them while a pass is half way."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict] = []
+        self.lock = gevent.lock.Semaphore()
+        self.greenlet = None  # the worker's `pre_drain_loop`, once its setup came
+
+
+class LoadConfig:
+    """What this process loads, as configured (`DbSurgeRun.configure_target`; on a worker from its `wire.Setup`):
+    the target, the workload's options and operations, the per-operation timeout, and the ways to the password."""
+
+    def __init__(self, own_options) -> None:
+        self.target_uri: str | None = None
+        # this process's own ways to the password, as started: Locust overwrites the options with the master's
+        self.own_credentials = credentials.Sources.from_options(own_options)
+        self.credentials: dict = {}  # what workers are told (credentials.setup_fields)
+        self.target_options: dict = {}
+        self.workload_options: dict = {}
+        self.workloads: dict = {}  # workload name -> the workload, made on first use (`DbSurgeRun.workload`)
+        self.operation_weights: list = []
         self.op_timeout_s = 30.0
+
+
+class DbSurgeRun:
+    """What every role of a dbsurge process holds: the target, workloads, recorder, pacer, and the few helpers
+    that keep measurement going when something fails.
+
+    Abstract: a process has one `dbsurge.roles.LocalRun`, `dbsurge.roles.MasterRun` or `dbsurge.roles.WorkerRun`,
+    chosen once by `dbsurge.roles.new_run`. What differs between them is said by these class attributes and
+    by the methods the roles override, never by asking a role's name.
+    """
+
+    #: The role's name, as run.json and the Prometheus info label give it.
+    role: ClassVar[str] = ""
+    #: This process keeps the run directory, the aggregator and the verdict, and owns the signals (master, local).
+    writes_results: ClassVar[bool] = True
+    #: This process shares the plan with workers (the master).
+    has_workers: ClassVar[bool] = False
+    #: This process runs the load and merges its own recorder into its aggregator (a local run).
+    measures_here: ClassVar[bool] = False
+    #: Which workers may take a share (`dbsurge.membership`): the master's, when it asks for a token.
+    membership: Membership | None = None
+    #: Each worker's share index: the master's.
+    shares: Mapping[str, int] = MappingProxyType({})
+    #: The master's worst event-loop stall (`protocol.membership_loop`); None where there is no master loop.
+    master_stall_max_s: float | None = None
+    #: Locust's tables fed from the recorder's drains (`dbsurge.locust_stats`), where users run.
+    locust_stats: LocustStatsFeed | None = None
+
+    def __init__(self, environment, own_options=None):
+        """``own_options``: this process's options as it was started (a worker's are overwritten by the master's)."""
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.recorder = Recorder(raw_sink=_raw_samples_sink(), wall_ns=wall_ns)
+        self.pacer: Pacer | None = None
+        self.schedule: Schedule | None = None
+        self.plan: StagePlan | None = None
+        self.start_epoch_ns: int | None = None
+        self.slot_lock = gevent.lock.Semaphore()
+        # held by the once-a-second loop while a second's drain, merge, rows and files are under way (it
+        # yields to the pacer between them): the end waits for it before stopping that loop
+        self.timeline_lock = gevent.lock.Semaphore()
+        self.ready = gevent.event.Event()
+        self.drain = Drain()
+        self.target = None
+        self.config = LoadConfig(own_options or self.options)
+        self.embedded_handle = None
+        self.rundir: RunDirectory | None = None
+        self.aggregator: Aggregator | None = None
+        self.changes: list = []
+        self.side = SideTasks()
+        self.exit_code: int | None = None
+        self.ending = Ending()
+        self.problems: dict[str, int] = {}
         self.probe_service_s: float | None = None  # measured before time zero (preflight.probe_service_time)
         self.capped_stages: set[int] = set()
         self.prometheus = None  # dbsurge.prometheus.PrometheusExporter with --prometheus-port
-        self.membership: Membership | None = None
-        self.last_seen: dict[str, float] = {}  # master: worker id -> its last heartbeat (wall clock)
-        self.lost_from: dict[str, int] = {}  # master: worker id -> the arrival from which its share was given away
-        # master: each worker's shares in order, (from_number, index, count); index -1: none from there on
-        self.share_history: dict[str, list[tuple[int, int, int]]] = {}
-        self.renewed_at: dict[str, float] = {}  # master: worker id -> when its last lease renewal was answered
-        self.joining: dict | None = None  # master: the share offered to a joining worker, not yet acknowledged
-        self.join_proposals = 0
-        # master: workers offered a share they have not taken up yet -> the first offer's first arrival
-        self.offered_to: dict[str, int] = {}
-        self.lease_end: dict[str, int] = {}  # master: a lost worker -> the first arrival its last lease did not cover
         self.sequence = None  # the numbered arrivals (`arrivals`): reshare points, the end, the ledger
-        self.clocks = ClockBook()  # master: each worker's clock offset
-        self.hosts = WorkerHosts()  # master: each worker's host name and address (dbsurge.hosts)
-        self.departed: set[str] = set()  # master: workers that left gracefully
-        self.leaving: str | None = None  # worker: why it is leaving
-        self.leave_until: int | None = None
-        self.spot_watcher = None  # worker: the EC2 interruption-notice watcher (--spot-watch)
-        self.local_options: dict = {}  # worker: options of this host, kept before the master's overwrite them
+        self.clocks = ClockBook()  # each worker's clock offset (a master's; a local run's stays empty)
+        self.hosts = WorkerHosts()  # each worker's host name and address (dbsurge.hosts; a master's)
+
+    def _feed_locust_tables(self) -> None:
+        """Where users run: Locust's tables get this process's successful operations from the recorder's drains."""
+        if getattr(self.environment, "stats", None) is not None:
+            self.locust_stats = LocustStatsFeed(self.environment.stats, self.recorder.operations)
+            self.recorder.stats_sink = self.locust_stats
+
+    def share_history_of(self, worker: str) -> list[tuple[int, int, int]] | None:
+        """A worker's shares in order, (from_number, index, count); None where no plan is shared."""
+        return None
+
+    # -- what each role does its own way (`dbsurge.roles`) ------------------------------------------------
+
+    def start(self, runner, *, forked: bool = False) -> None:
+        """At Locust's ``init``: register this role's end of the messages and start its greenlets.
+
+        ``forked``: this process is a ``--processes`` worker, forked from its master (it dies with it)."""
+        raise NotImplementedError
+
+    def begin_test(self) -> None:
+        """At Locust's ``test_start``."""
+        raise NotImplementedError
+
+    def new_test(self) -> None:
+        """A test begins (`dbsurge.lifecycle.begin_run`): a new ending, no rate change yet, the arrivals built anew
+        (the arrival process may have changed in the web UI's start form since the last test)."""
+        self.ending = Ending()
+        self.changes = []
+        self.sequence = None
+
+    def admit_workers(self) -> None:
+        """Before time zero: decide who takes part (the master's workers)."""
+
+    def workers_at_start(self) -> int:
+        """run.json's ``workers``."""
+        return 1
+
+    def hand_out_plan(self, max_lag_s: float | None) -> None:
+        """After time zero is set: give the plan to whoever sends the load."""
+        raise NotImplementedError
+
+    def test_greenlets(self) -> list:
+        """This role's own loops for a test, beside the once-a-second loop (`dbsurge.lifecycle`)."""
+        return []
+
+    def settle(self) -> None:
+        """The test has begun and everything for it is made."""
 
     # -- keeping going when something goes wrong ----------------------------------------------------
 
@@ -143,8 +222,8 @@ class DbSurgeRun:
         without recording would be load nobody can account for.
         """
         if isinstance(exc, OSError) and exc.errno in RESULTS_WRITE_FAULTS:
-            self.disk_full = True
-            if self.closing is None and self.role != "worker":
+            self.ending.disk_full = True
+            if self.ending.closing is None and self.writes_results:
                 gevent.spawn(stopping.stop_for, self, "interrupted",
                              f"cannot write results to {self.rundir.path if self.rundir else '?'} "
                              f"({exc.strerror or exc})", stopping.EXIT_INCOMPLETE)
@@ -167,20 +246,16 @@ class DbSurgeRun:
                 self.note_problem(f"writing event {kind}", e)
 
     def take_drained(self) -> list[dict]:
-        """Worker: every payload not yet shipped, the pre-drain's and the recorder's rest (for a report or the end).
+        """Worker or local: every payload not yet shipped, the pre-drain's and the recorder's rest (for a report or
+        the end).
 
         Waits for a pre-drain pass under way: its parts come from the buffer it took, and are shipped with
         this call's, never after the final account."""
-        with self.drain_lock:
-            parts, self.drained = self.drained, []
+        with self.drain.lock:
+            parts, self.drain.parts = self.drain.parts, []
             parts.append(self.recorder.drain())
             self.feed_locust_stats()
         return parts
-
-    def start_pre_drain(self) -> None:
-        """Worker: turn what the recorder holds into payloads every `PRE_DRAIN_S`, in parts (`pre_drain_loop`)."""
-        if self._pre_drain is None or self._pre_drain.dead:
-            self._pre_drain = gevent.spawn(pre_drain_loop, self)
 
     def feed_locust_stats(self, pause=None) -> None:
         """Add the operations drained since the last call to Locust's own tables (`dbsurge.locust_stats`)."""
@@ -214,7 +289,7 @@ class DbSurgeRun:
         from .arrivals import operation_mix_weights
 
         name = sorted({u.workload for u in dbsurge_user_classes(self.environment)})[0]
-        weights = operation_mix_weights(self.operation_weights, self.workload(name).operations)
+        weights = operation_mix_weights(self.config.operation_weights, self.workload(name).operations)
         return OperationMix(weights, self.options.seed)
 
     # -- helpers used by the shapes and the users -----------------------------------------------------
@@ -225,11 +300,11 @@ class DbSurgeRun:
         return (time.time_ns() - self.start_epoch_ns) / 1e9
 
     def workload(self, name: str):
-        wl = self.workloads.get(name)
+        wl = self.config.workloads.get(name)
         if wl is None:
             from .workloads import get_workload
 
-            wl = self.workloads[name] = get_workload(name, self.target, self.workload_options)
+            wl = self.config.workloads[name] = get_workload(name, self.target, self.config.workload_options)
         return wl
 
     # -- setup on every process ---------------------------------------------------------------------
@@ -238,15 +313,15 @@ class DbSurgeRun:
                          op_timeout_s: float | None = None) -> None:
         from .targets import open_target
 
-        self.target_uri = uri
-        self.target_options = target_options
-        self.workload_options = workload_options
-        self.operation_weights = operations
+        self.config.target_uri = uri
+        self.config.target_options = target_options
+        self.config.workload_options = workload_options
+        self.config.operation_weights = operations
         if op_timeout_s is None:
             op_timeout_s = parse_duration(self.options.op_timeout)
-        self.op_timeout_s = op_timeout_s
+        self.config.op_timeout_s = op_timeout_s
         self.target = open_target(uri, target_options, op_timeout_s=op_timeout_s)
-        self.workloads = {}
+        self.config.workloads = {}
 
     def make_pacer(self, s: Setup) -> None:
         # Everything alive now (Locust, gevent, drivers, workload tables) lives for the whole run:
@@ -309,11 +384,11 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
 
     def keep(payload: dict) -> None:
         if _holds_something(payload):
-            run.drained.append(payload)
+            run.drain.parts.append(payload)
 
     while True:
         gevent.sleep(PRE_DRAIN_S)
-        with run.drain_lock:
+        with run.drain.lock:
             drain_recorder(run, keep, Breather())
 
 

@@ -36,12 +36,12 @@ register_sampler("mongo", "MongoSampler")
 def preflight_side(run) -> None:
     """Check --cloudwatch and --cost-cap before any load; keeps the CloudWatch collector on the run."""
     opts = run.options
-    run.cloudwatch_collector = None
+    run.side.cloudwatch = None
     if opts.cloudwatch:
         from .collectors.cloudwatch import cloudwatch_collector
 
-        run.cloudwatch_collector = cloudwatch_collector(opts.cloudwatch, opts.cloudwatch_region,
-                                                        opts.cloudwatch_endpoint_url)
+        run.side.cloudwatch = cloudwatch_collector(opts.cloudwatch, opts.cloudwatch_region,
+                                                   opts.cloudwatch_endpoint_url)
     if opts.cost_cap is not None and not opts.cost_cap > 0:
         raise UserError(f"--cost-cap must be a positive number of dollars, not {opts.cost_cap}")
 
@@ -67,16 +67,16 @@ def start_side_collectors(run) -> list:
             from .collectors import samplers
 
             cls = getattr(samplers, sampler_name)
-            sampler = cls(run.target_uri, run.rundir.path, events=events)
+            sampler = cls(run.config.target_uri, run.rundir.path, events=events)
             sampler.start()
             started.append(sampler)
         except Exception as e:
             log.warning("database sampler not started: %s", e)
             events({"kind": "error", "source": "db_sampler", "message": str(e)})
-    if getattr(run, "cloudwatch_collector", None) is not None:
+    if run.side.cloudwatch is not None:
         from .collectors.cloudwatch import CloudWatchPoller
 
-        poller = CloudWatchPoller(run.cloudwatch_collector, run.rundir.path, interval_s=opts.cloudwatch_interval,
+        poller = CloudWatchPoller(run.side.cloudwatch, run.rundir.path, interval_s=opts.cloudwatch_interval,
                                   events=events, started=run.start_epoch_ns / 1e9)
         poller.start()
         started.append(poller)
@@ -91,7 +91,7 @@ def _cost_guard_loop(run) -> None:
 
     guard = CostGuard(run.options.cost_cap, run_dir=run.rundir.path, runners=run.options.runner or [],
                       presets=run.options.cloudwatch or [])
-    while not run.finished:
+    while not run.ending.finished:
         gevent.sleep(10.0)
         try:
             exceeded = guard.check()
@@ -109,7 +109,7 @@ def _cost_guard_loop(run) -> None:
 
 
 def stop_side_collectors(run) -> None:
-    for task in getattr(run, "side_tasks", []):
+    for task in run.side.greenlets:
         try:
             if hasattr(task, "stop"):
                 task.stop()

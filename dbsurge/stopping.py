@@ -63,9 +63,9 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
 
     Idempotent: the first call decides the reason.
     """
-    if run.closing is not None or run.aggregator is None:
+    if run.ending.closing is not None or run.aggregator is None:
         return
-    run.closing = reason
+    run.ending.closing = reason
     now = time.time()
     agg = run.aggregator
     until = None
@@ -76,29 +76,29 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
         if not math.isfinite(run.schedule.end_s):
             # an open-ended plan ends where it stopped; workers get the message a little later, so
             # the cut is that much ahead: no slot they start meanwhile falls beyond the plan
-            lead = CLOSE_LEAD_S if run.role == "master" else 0.0
+            lead = CLOSE_LEAD_S if run.has_workers else 0.0
             until = run.schedule.cumulative(max(elapsed + lead, 0.0))
-        run.until_position = until
+        run.ending.until_position = until
     msg = Close(reason=reason, drain_s=float(drain_s), in_flight_reason=in_flight_reason, until_position=until)
     runner = run.environment.runner
-    if run.role == "master":
-        run.awaiting_final = set(run.shares)
+    if run.has_workers:
+        run.ending.awaiting_final = set(run.shares)
         for cid in list(run.shares):
             send(runner, msg, client_id=cid)
     else:
-        run.awaiting_final = {"local"}
+        run.ending.awaiting_final = {"local"}
         send(runner, msg)
     deadline = time.monotonic() + drain_s + FINAL_WAIT_S
-    while run.awaiting_final and time.monotonic() < deadline:
+    while run.ending.awaiting_final and time.monotonic() < deadline:
         gevent.sleep(0.05)
-    for cid in sorted(run.awaiting_final):
-        if run.schedule is not None and run.role == "master":
-            run.lease_end.setdefault(cid, lease_end_number(run, cid))  # what it may have issued: `unknown`
+    for cid in sorted(run.ending.awaiting_final):
+        if run.schedule is not None and run.has_workers:
+            run.ending.lease_end.setdefault(cid, lease_end_number(run, cid))  # what it may have issued: `unknown`
         run.safe_event("worker_silent", worker=cid, note="no final account before the deadline")
         log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost", cid)
-        run.lost_workers.append(cid)
-        run.silent_at_close.add(cid)
-    run.awaiting_final = set()
+        run.ending.lost_workers.append(cid)
+        run.ending.silent_at_close.add(cid)
+    run.ending.awaiting_final = set()
 
 
 def on_final_message(environment, msg, **_kw) -> None:
@@ -115,13 +115,13 @@ def on_final_message(environment, msg, **_kw) -> None:
     if final.in_flight:
         run.safe_event("in_flight_at_end", worker=msg.node_id, count=final.in_flight,
                        oldest_s=round(final.oldest_s, 3), reason=final.reason)
-    run.awaiting_final.discard(msg.node_id)
-    if msg.node_id in run.silent_at_close and not run.finished:
+    run.ending.awaiting_final.discard(msg.node_id)
+    if msg.node_id in run.ending.silent_at_close and not run.ending.finished:
         # late, but before the tables: a worker that answered is not lost
-        run.silent_at_close.discard(msg.node_id)
-        run.lost_workers.remove(msg.node_id)  # the entry the deadline added (one lost mid-run stays)
-        if msg.node_id not in run.lost_workers:
-            run.lease_end.pop(msg.node_id, None)
+        run.ending.silent_at_close.discard(msg.node_id)
+        run.ending.lost_workers.remove(msg.node_id)  # the entry the deadline added (one lost mid-run stays)
+        if msg.node_id not in run.ending.lost_workers:
+            run.ending.lease_end.pop(msg.node_id, None)
         run.safe_event("worker_final_late", worker=msg.node_id)
     gevent.sleep(0)
 
@@ -252,16 +252,16 @@ def install_signal_handlers(run) -> None:
 
 def _handler(signum, _frame):
     run = _RUN
-    if run is None or run.role == "worker" or run.aggregator is None:
+    if run is None or not run.writes_results or run.aggregator is None:
         _before_any_load(run, signum)
         return
-    run.raw_signals = run.raw_signals + 1
-    if run.raw_signals > 1:
+    run.ending.raw_signals = run.ending.raw_signals + 1
+    if run.ending.raw_signals > 1:
         # The second signal is honoured here, in the handler, not only in a greenlet: work that holds the
         # event loop (a report's plots, the tables of a plan of thousands of stages) would keep a greenlet
         # from running for as long as it lasts. What is written stays; the report can be built later.
         _exit_within(run, signum, SECOND_SIGNAL_S)
-        if run.finish_state in ("report", "done"):
+        if run.ending.finish_state in ("report", "done"):
             _exit_now(run, signum)
     gevent.spawn(_on_signal, run, signum)
 
@@ -271,7 +271,7 @@ SECOND_SIGNAL_S = 1.0
 
 
 def _exit_code_after(run, signum: int) -> int:
-    code = run.exit_code if run.exit_code is not None else run.exit_code_override
+    code = run.exit_code if run.exit_code is not None else run.ending.exit_code_override
     return EXIT_SIGNAL.get(signum, 128 + signum) if code is None else code
 
 
@@ -279,7 +279,7 @@ def _exit_now(run, signum: int) -> None:
     """The tables and run.json are written (the report was being built, or all is done): end the process at once."""
     if run.rundir is not None:
         unbuilt = (f"; report.html not built (`dbsurge report {run.rundir.path}` builds it)"
-                   if run.finish_state == "report" else "")
+                   if run.ending.finish_state == "report" else "")
         _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now{unbuilt}")
         from .locust_child import remove_temp_files
 
@@ -315,7 +315,7 @@ def _exit_within(run, signum: int, seconds: float) -> None:
 def _before_any_load(run, signum: int) -> None:
     """No test has started in this process: nothing was sent; end it now, in one line."""
     code = EXIT_SIGNAL.get(signum, 128 + signum)
-    if os.getpid() == _OWNER_PID and (run is None or run.role != "worker"):  # a forked worker: its master says it
+    if os.getpid() == _OWNER_PID and (run is None or run.writes_results):  # a forked worker: its master says it
         when = "before the load started" if run is None or run.options.headless else "while no test was running"
         _say(f"dbsurge: {signal.Signals(signum).name} {when}: nothing was sent (exit {code})")
     handle = getattr(run, "embedded_handle", None)
@@ -342,8 +342,8 @@ def install_worker_signal_handlers(run) -> None:
     SIGINT and only a second one ends it at once. SIGTERM (what a Spot interruption or
     ``docker stop`` sends) makes the worker leave gracefully (`leave`)."""
     def on_int(signum, _frame):
-        run.signals += 1
-        if run.signals > 1:
+        run.ending.signals += 1
+        if run.ending.signals > 1:
             os._exit(EXIT_SIGNAL.get(signum, 128 + signum))
 
     def on_term(signum, _frame):
@@ -407,18 +407,18 @@ def _on_signal(run, signum: int) -> None:
     from .locust_child import parent_gone
 
     name = signal.Signals(signum).name
-    run.signals += 1
-    if run.signals > 1:
+    run.ending.signals += 1
+    if run.ending.signals > 1:
         _hurry(run, name, signum)
         return
-    if run.finished and run.finish_state == "done":
+    if run.ending.finished and run.ending.finish_state == "done":
         code = run.exit_code if run.exit_code is not None else EXIT_SIGNAL.get(signum, 128 + signum)
         _say(f"dbsurge: {name}: no test running; exiting with the last run's code (exit {code})")
         run.environment.process_exit_code = code
         end_process(run)
         return
-    if run.closing is not None:
-        why = "the plan has ended" if run.closing == "users_exhausted" and run.interrupted is None \
+    if run.ending.closing is not None:
+        why = "the plan has ended" if run.ending.closing == "users_exhausted" and run.ending.interrupted is None \
             else "the run is already stopping"
         _say(f"dbsurge: {name}: {why}; writing its results ({name} again stops at once)")
         finish_run(run)
@@ -426,10 +426,10 @@ def _on_signal(run, signum: int) -> None:
         end_process(run)
         return
     by = f"{name}: dbsurge run was gone" if parent_gone() else name
-    run.interrupted = (by, run.elapsed_s() or 0.0)
+    run.ending.interrupted = (by, run.elapsed_s() or 0.0)
     _say(f"dbsurge: {by}: stopping the run (in-flight operations get up to {float(run.options.drain):g} s; "
          f"{name} again stops at once)")
-    run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
+    run.ending.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
     close_run(run, "interrupted", drain_s=float(run.options.drain), in_flight_reason="interrupted")
     finish_run(run)
     # a signal ends the process, web UI or not (the UI's Stop button is the way to stop and stay)
@@ -444,29 +444,29 @@ def end_process(run) -> None:
 
 def _wait_for_files(run, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while run.finish_state not in (None, "done") and time.monotonic() < deadline:
+    while run.ending.finish_state not in (None, "done") and time.monotonic() < deadline:
         gevent.sleep(0.05)
 
 
 def _hurry(run, name: str, signum: int) -> None:
     """The second signal: book what is still out as interrupted, write what there is, exit at once."""
     _say(f"dbsurge: {name} again: stopping now")
-    if run.interrupted is None and run.closing is None:
-        run.interrupted = (name, run.elapsed_s() or 0.0)
-    if run.interrupted is not None:
-        run.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
+    if run.ending.interrupted is None and run.ending.closing is None:
+        run.ending.interrupted = (name, run.elapsed_s() or 0.0)
+    if run.ending.interrupted is not None:
+        run.ending.exit_code_override = EXIT_SIGNAL.get(signum, 128 + signum)
     pacer = run.pacer
     if pacer is not None:  # a local run: its own pacer holds the rest
         if pacer.closed is None:
-            pacer.close("interrupted", run.until_position)
+            pacer.close("interrupted", run.ending.until_position)
         pacer.write_off_in_flight("interrupted")  # the first signal's drain may still be waiting on them
         run.merge_payload(run.recorder.drain(), source="local")
         run.feed_locust_stats()
     # a master's workers that have not sent their final account: what they held was interrupted, not lost
-    run.unreported_reason = "interrupted"
-    run.awaiting_final = set()
-    if run.finished:  # the tables are being written: give them a moment, not the report
-        if run.finish_state == "writing":
+    run.ending.unreported_reason = "interrupted"
+    run.ending.awaiting_final = set()
+    if run.ending.finished:  # the tables are being written: give them a moment, not the report
+        if run.ending.finish_state == "writing":
             _wait_for_files(run, timeout_s=HURRY_WRITE_S)
     else:
         finish_run(run, hurry=True)
@@ -474,7 +474,7 @@ def _hurry(run, name: str, signum: int) -> None:
         from .locust_child import remove_temp_files
 
         remove_temp_files(run.rundir.path)
-    code = run.exit_code if run.exit_code is not None else run.exit_code_override
+    code = run.exit_code if run.exit_code is not None else run.ending.exit_code_override
     if code is None:
         code = EXIT_SIGNAL.get(signum, 128 + signum)
     try:
@@ -487,12 +487,12 @@ def _hurry(run, name: str, signum: int) -> None:
 
 def stop_for(run, reason: str, message: str, code: int) -> None:
     """Stop the run because of a problem of dbsurge's own (disk full, cost cap): tables, then exit ``code``."""
-    if run.closing is not None:
+    if run.ending.closing is not None:
         return
     sys.stderr.write(f"dbsurge: {message}: stopping the load\n")
     sys.stderr.flush()
-    run.stop_reason = message
-    run.exit_code_override = code
+    run.ending.stop_reason = message
+    run.ending.exit_code_override = code
     close_run(run, reason, drain_s=min(float(run.options.drain), 2.0), in_flight_reason="interrupted")
     finish_run(run)
     _quit(run)
@@ -500,7 +500,7 @@ def stop_for(run, reason: str, message: str, code: int) -> None:
 
 def _quit(run) -> None:
     runner = run.environment.runner
-    if run.options.headless or run.role == "local":
+    if run.options.headless or not run.has_workers:
         gevent.spawn(runner.quit)
     else:
         gevent.spawn(runner.stop)

@@ -88,7 +88,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     number = next(_user_numbers)
     rng = random.Random(run.options.seed * 7919 + number * 104729 + (run.pacer.index if run.pacer else 0))
     workload = run.workload(user.workload)
-    weights = operation_mix_weights(run.operation_weights, workload.operations)
+    weights = operation_mix_weights(run.config.operation_weights, workload.operations)
     # under a plan, arrival k runs operation mix.of(k): the user must use the pacer's order of names
     names = list(run.pacer.mix.names) if run.pacer is not None else [n for n, _ in weights]
     cum = list(accumulate(dict(weights)[n] for n in names))

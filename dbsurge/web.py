@@ -140,7 +140,7 @@ REPORT_CSP = "script-src 'none'; object-src 'none'; base-uri 'none'"
 
 def report_response(run):
     """``GET /dbsurge/report``: this run's report.html, once built; nothing else is served from the run directory."""
-    path = run.report_path
+    path = run.ending.report_path
     if path is None or not path.is_file():
         return jsonify({"error": "no report for this run yet: report.html is built when the run ends"}), 404
     response = Response(path.read_bytes(), mimetype="text/html")

@@ -22,13 +22,13 @@ def plan_state(run) -> dict:
     """The plan and where the run is in it, for the panel and for scripts."""
     plan = run.plan
     elapsed = run.elapsed_s()
-    running = bool(elapsed is not None and not run.finished and run.aggregator is not None)
+    running = bool(elapsed is not None and not run.ending.finished and run.aggregator is not None)
     start_s = run.start_epoch_ns / 1e9 if run.start_epoch_ns is not None else None
     state = {
         "plan": str(plan) if plan else None,
         "stages": [],
         "running": running,
-        "closing": run.closing if running else None,  # why the run is stopping, while it does
+        "closing": run.ending.closing if running else None,  # why the run is stopping, while it does
         "elapsed_s": round(elapsed, 3) if elapsed is not None else 0.0,
         "stage_index": None,
         "stage": None,
@@ -63,15 +63,15 @@ def results_state(run) -> dict | None:
     ``state`` is ``writing`` (the ledger and tables), ``report`` (report.html being built) or ``done``;
     ``report_url`` is set once report.html exists (served by ``GET /dbsurge/report``).
     """
-    if run.rundir is None or not run.finished:
+    if run.rundir is None or not run.ending.finished:
         return None
     results = run.rundir.meta.get("results") or {}
     return {
-        "state": run.finish_state or "writing",
+        "state": run.ending.finish_state or "writing",
         "run_dir": str(run.rundir.path),
-        "verdict": results.get("verdict") if run.finish_state in ("report", "done") else None,
+        "verdict": results.get("verdict") if run.ending.finish_state in ("report", "done") else None,
         "exit_code": run.exit_code,
-        "report_url": "./dbsurge/report" if run.report_path is not None else None,
+        "report_url": "./dbsurge/report" if run.ending.report_path is not None else None,
     }
 
 

@@ -5,8 +5,8 @@ Here each message is a frozen dataclass: its name once (``NAME``), its fields, `
 the dict and ``decode`` from it, beside the docstring that names who sends it and who handles it.
 A sender calls `send`; a handler reads ``msg.data`` with the type's ``decode``.
 
-A local run registers both ends of ``close`` and ``final`` on its `LocalRunner`, whose
-``send_message`` calls the listener directly: one path serves a single process and a master with workers.
+A local run registers both ends of `Close` and `Final` on its `LocalRunner` (`dbsurge.protocol.register_local`),
+whose ``send_message`` calls the listener directly: one path serves a single process and a master with workers.
 
 master -> worker                          worker -> master
 `Challenge` (join nonce)                  `Hello` (ready, where it runs, its build)
@@ -104,7 +104,7 @@ class Setup(Message):
 class Hello(Message):
     """A worker is ready (its handlers are registered), where it runs, which dbsurge it is.
 
-    Sent by the worker at init (`dbsurge.protocol.register`, fields from `dbsurge.hosts.hello_fields`);
+    Sent by the worker at init (`dbsurge.protocol.register_worker`, fields from `dbsurge.hosts.hello_fields`);
     handled by the master (`dbsurge.protocol._on_hello_message`: its host, its build, the join challenge).
     Every field may be missing (None).
     """

@@ -226,6 +226,7 @@ def _fake_run():
     return SimpleNamespace(
         aggregator=agg, schedule=Schedule.from_plan(StagePlan.constant(100.0, 60.0)), elapsed_s=lambda: 5.0,
         environment=SimpleNamespace(runner=SimpleNamespace(user_count=4, worker_count=2)), role="master",
+        has_workers=True, ending=SimpleNamespace(finished=False),
         shares={"w1": 0, "w2": 1}, clock_offsets={"w1": 0.0012, "w2": -0.0004},
         rundir=SimpleNamespace(run_id="r1"), target=SimpleNamespace(display="postgresql://u@h/db"))
 
@@ -259,7 +260,7 @@ def test_counters_are_whole_numbers_and_every_series_starts_at_zero():
         assert f'dbsurge_unknown_total{{operation="read",reason="{reason}",stage="100tps"}} 0.0' in text, reason
     assert 'dbsurge_operations_total{operation="read",outcome="ok",stage="100tps"} 1.0' in text
     # after the run: the ledger's exact count, and no stage under way
-    run.finished, run.elapsed_s = True, lambda: 61.0
+    run.ending.finished, run.elapsed_s = True, lambda: 61.0
     run.aggregator.planned_arrivals = lambda: 6000
     text = scrape_text(exp)
     assert "dbsurge_planned_arrivals_total 6000.0" in text and 'dbsurge_stage{' not in text

@@ -7,6 +7,7 @@ the cut was never planned, so nothing shows as "sent beyond the plan".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -93,6 +94,17 @@ def _post(base: str, path: str, body: bytes = b"") -> None:
         r.read()
 
 
+@contextlib.contextmanager
+def _ended(proc):
+    """The process and its children are gone at the block's end, whatever the block did."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            kill_process_tree(proc)
+            proc.communicate()
+
+
 def _no_temp_files(run) -> None:
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
 
@@ -145,6 +157,42 @@ def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):
     _no_temp_files(run)
 
 
+def test_a_second_start_from_the_web_ui_is_a_run_of_its_own(tmp_path, pg_uri):
+    """Stop, then Start again: the second test has its own run directory and its own ending (nothing of the
+    first's stop carries over: not its interruption, its close, its signals); a signal then ends the process
+    with the second test's code."""
+    proc, base, results = _web_run(tmp_path, pg_uri, 30)
+
+    def plan() -> dict:
+        return _get(base + "/dbsurge/plan") or {}
+
+    def stopped_at_15_tps() -> dict:
+        _wait_for(lambda: plan().get("achieved_tps", 0) >= 15, 20, "15 TPS")
+        _post(base, "/stop")
+        return _wait_for(lambda: (plan().get("results") or {}).get("state") == "done" and plan()["results"], 60,
+                         "the results")
+
+    with _ended(proc):
+        first = stopped_at_15_tps()
+        _post(base, "/swarm", b"user_count=1&spawn_rate=1")
+        _wait_for(lambda: plan().get("results") is None and plan().get("closing") is None, 20, "the second test")
+        second = stopped_at_15_tps()
+        assert first["exit_code"] == second["exit_code"] == 4, (first, second)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 4 and "Traceback" not in out, out[-3000:]
+    runs = sorted(p for p in results.iterdir() if p.is_dir())
+    assert len(runs) == 2, runs
+    for run in runs:
+        total = ledger(run)
+        assert total["ok"] > 0 and total["not_sent_unaccounted"] == 0, (run.name, total)
+        meta = read_json(run / "run.json")
+        assert meta["exit_code"] == 4 and meta["interrupted"]["by"] == "web UI Stop", (run.name, meta["interrupted"])
+        assert meta["interrupted"]["at_s"] < 15, meta["interrupted"]  # each test's own moment, from its own start
+        _no_temp_files(run)
+
+
 def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
     """A hand-run Locust web UI stays up after the plan's end; a SIGINT then ends the process by the run's own
     verdict (0), never INTERRUPTED."""
@@ -156,7 +204,7 @@ def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
            "--web-port", str(port), "--web-host", "127.0.0.1", "--operation", "product_lookup", "--no-db-sampler",
            "--workload-option", "products=300", "--results-dir", str(results)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with _ended(proc):
         _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
         _post(base, "/swarm", b"user_count=1&spawn_rate=1")
         _wait_for(lambda: ((_get(base + "/dbsurge/plan") or {}).get("results") or {}).get("state") == "done",
@@ -164,10 +212,6 @@ def test_a_signal_after_a_delivered_plan_interrupts_nothing(tmp_path, pg_uri):
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            kill_process_tree(proc)
-            proc.communicate()
     assert proc.returncode == 0, out[-3000:]
     assert "INTERRUPTED" not in out and "Traceback" not in out, out[-3000:]
     run = only_run_dir(results)
