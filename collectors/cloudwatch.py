@@ -52,6 +52,7 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError
+from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 
 from .rundata import CLOUDWATCH_COLUMNS, append_event, format_utc, normalize_cloudwatch, open_run, parse_utc
 
@@ -557,7 +558,7 @@ class CloudWatchAppender:
     """
 
     def __init__(self, run_dir: str | Path) -> None:
-        self.path = Path(run_dir) / "metrics" / "cloudwatch.csv"
+        self.path = Path(run_dir) / METRICS / CLOUDWATCH
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._seen: dict[tuple, float] = {}
         existing = normalize_cloudwatch(pd.read_csv(self.path) if self._has_rows() else None)

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dbsurge.rundir.schema import METRICS, MONGO_SERVER_STATUS, PG_STAT_DATABASE
+
 from .rundata import append_event, format_utc
 
 log = logging.getLogger("dbsurge.collectors.samplers")
@@ -108,7 +110,7 @@ class _Sampler:
         self.interval_s = float(interval_s)
         self.clock = clock
         self.events = events or (lambda event: append_event(self.run_dir, event, clock))
-        self.path = self.run_dir / "metrics" / self.filename
+        self.path = self.run_dir / METRICS / self.filename
         self.samples = 0
         self.errors = 0
         self._conn: Any = None
@@ -244,7 +246,7 @@ class PostgresSampler(_Sampler):
     falls (every block is read from the OS) and climbs back as shared buffers warm.
     """
 
-    filename = "pg_stat_database.csv"
+    filename = PG_STAT_DATABASE
     columns = PG_COLUMNS
     source = "pg_sampler"
 
@@ -277,7 +279,7 @@ class PostgresSampler(_Sampler):
 class MongoSampler(_Sampler):
     """Samples ``serverStatus`` once a second: connections, opcounters and what cache figures exist."""
 
-    filename = "mongo_server_status.csv"
+    filename = MONGO_SERVER_STATUS
     columns = MONGO_COLUMNS
     source = "mongo_sampler"
 

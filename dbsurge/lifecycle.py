@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import gevent
 
+from dbsurge.rundir.schema import METRICS
+
 from . import console, protocol, stopping
 from .embedded import embedded_name_of
 from .locust_child import note_run_dir
@@ -184,7 +186,7 @@ def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
                 continue
         pause()
         size = 0
-        for folder in (run.rundir.path, run.rundir.path / "metrics"):
+        for folder in (run.rundir.path, run.rundir.path / METRICS):
             with os.scandir(folder) as entries:
                 size += sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
         run.rundir.event("resources", rss_mb=round(rss / 2**20, 1), processes=len(procs),

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 from flask import Response, jsonify, request
 
+from dbsurge.rundir.schema import REPORT_HTML
+
 from .errors import UserError, clip
 from .json_input import load_json
 from .membership import is_loopback
@@ -142,7 +144,7 @@ def report_response(run):
     """``GET /dbsurge/report``: this run's report.html, once built; nothing else is served from the run directory."""
     path = run.report_path
     if path is None or not path.is_file():
-        return jsonify({"error": "no report for this run yet: report.html is built when the run ends"}), 404
+        return jsonify({"error": f"no report for this run yet: {REPORT_HTML} is built when the run ends"}), 404
     response = Response(path.read_bytes(), mimetype="text/html")
     response.headers["Content-Security-Policy"] = REPORT_CSP
     return response
