@@ -44,6 +44,7 @@ from typing import Any
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
 from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta
+from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
 
 from .bootstrap import difference_interval, per_second
@@ -787,7 +788,7 @@ def add_section(report_path: Path, section: str) -> None:
         text = text[: text.index(marker)] + text[text.index("</section>", text.index(marker)) + len("</section>"):]
     end = text.rfind("</body>")
     text = text[:end] + section + "\n" + text[end:] if end >= 0 else text + section
-    report_path.write_text(text)
+    write_text(report_path, text)
 
 
 def write_csv(path: Path, sides: Sequence[Side], rows: Sequence[Row]) -> None:

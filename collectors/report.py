@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import (
     COST,
     MERGED,
@@ -524,8 +525,8 @@ def build_report(run_dir: str | Path, scenario: Any = None) -> Path:
         old = summary.read_text()
         if SCENARIO_MARK in old:
             kept = "\n" + old[old.index(SCENARIO_MARK):]
-    summary.write_text(render_markdown(data, part) + kept)
+    write_text(summary, render_markdown(data, part) + kept)
     out = path / REPORT_HTML
-    out.write_text(render_html(data, images, part))
+    write_text(out, render_html(data, images, part))
     return out
 

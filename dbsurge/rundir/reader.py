@@ -390,15 +390,20 @@ def check_metrics_csv(path: Path) -> int:
 # -- events.jsonl and intervals.hlog ------------------------------------------------------------------------------
 
 
-def check_events(path: Path) -> int:
-    """Every line of events.jsonl a JSON object with a text ``kind``; returns the number of events."""
+def _whole_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(number, line) of a file of lines that are not blank, after checking that its last line is whole."""
     text = read_text(path)
     if text and not text.endswith("\n"):
         raise _damaged(path, "its last line is cut short (no line break at the end)")
-    count = 0
     for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+        if line.strip():
+            yield n, line
+
+
+def check_events(path: Path) -> int:
+    """Every line of events.jsonl a JSON object with a text ``kind``; returns the number of events."""
+    count = 0
+    for n, line in _whole_lines(path):
         try:
             event = load_json(line)
         except ValueError:
@@ -420,12 +425,9 @@ _HDR_V2, _HDR_V2_COMPRESSED = 0x1C849303, 0x1C849304
 
 def check_hlog(path: Path) -> int:
     """An HdrHistogram interval log (``rundir.RunDirectory.hlog_interval``): returns its number of intervals."""
-    text = read_text(path)
-    if text and not text.endswith("\n"):
-        raise _damaged(path, "its last line is cut short (no line break at the end)")
     count = 0
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith(("#", '"StartTimestamp"')):
+    for n, line in _whole_lines(path):
+        if line.startswith(("#", '"StartTimestamp"')):
             continue
         fields = line.split(",")
         if fields[0].startswith("Tag="):

@@ -24,7 +24,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -108,6 +108,34 @@ def write_csv(path: str | Path, columns: list[str], rows: list[dict]) -> Path:
         w.writeheader()
         w.writerows(rows)
     return Path(path)
+
+
+class CsvAppender:
+    """A CSV of the run directory that grows as rows arrive (a sampler's, a scenario's raw rows): opened for
+    appending at the first `write`, its header written when the file is new, flushed after every write so a
+    kill loses nothing written, kept open until `close`. Keys not in ``columns`` are left out."""
+
+    def __init__(self, path: str | Path, columns: list[str]):
+        self.path = Path(path)
+        self.columns = columns
+        self._file = None
+        self._writer = None
+
+    def write(self, rows: Iterable[dict]) -> None:
+        """Append ``rows`` (none: only open the file and write its header)."""
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", newline="")  # noqa: SIM115 - kept open while rows arrive; see close
+            self._writer = csv.DictWriter(self._file, self.columns, extrasaction="ignore")
+            if self._file.tell() == 0:
+                self._writer.writeheader()
+        self._writer.writerows(rows)
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = self._writer = None
 
 
 # -- run.json and events.jsonl after the run -------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbsurge.rundir import RunDirectory
+from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import REPORT_HTML, SUMMARY_MD
 from dbsurge.scenarios.files import csv_cell
 from dbsurge.tables import markdown, render
@@ -67,7 +68,7 @@ def write_report(run_dir: Path, report: Report, *, title: str) -> None:
     path = run_dir / SUMMARY_MD
     existing = path.read_text() if path.is_file() else f"# {title}\n\n"
     head = existing.split(SECTION_MARK)[0].rstrip() + "\n\n"
-    path.write_text(head + report.markdown())
+    write_text(path, head + report.markdown())
 
 
 def show_report(run_dir: Path, report: Report, scenario: str, *, title: str | None = None) -> Report:
