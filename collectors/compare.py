@@ -44,8 +44,8 @@ from typing import Any
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
 from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta
-from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
+from dbsurge.rundir.writer import write_text
 
 from .bootstrap import difference_interval, per_second
 from .figures import MIN_OPERATIONS, Figure, Row

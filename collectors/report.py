@@ -36,7 +36,6 @@ from typing import Any
 
 import pandas as pd
 
-from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import (
     COST,
     MERGED,
@@ -50,6 +49,7 @@ from dbsurge.rundir.schema import (
     TIMELINE_OPEN,
     TIMELINE_PNG,
 )
+from dbsurge.rundir.writer import write_text
 
 from .cost import CostReport
 from .report_data import ReportData, load_report_data

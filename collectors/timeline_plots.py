@@ -571,8 +571,8 @@ def latency_caption(data: ReportData, op: str) -> str:
             f"successful operations ({needs}); of the {seconds} seconds with {op} operations it is a line in: "
             f"{drawn}. Hollow markers are percentiles of fewer than {MIN_SAMPLES} operations. A percentile of fewer "
             f"than 100 / (100 − q) operations is their maximum or next to it and is left out: the grey dots, each "
-            f"second's maximum, stand for it. Wide translucent segments: each stage's p99 over the whole stage ({STAGES}, "
-            f"by intended start) where the stage had at least 100 operations.")
+            f"second's maximum, stand for it. Wide translucent segments: each stage's p99 over the whole stage "
+            f"({STAGES}, by intended start) where the stage had at least 100 operations.")
 
 
 def capacity_caption(data: ReportData) -> str:

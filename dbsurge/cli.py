@@ -43,12 +43,11 @@ import importlib.resources  # noqa: E402 - after the early signal handlers
 import os  # noqa: E402 - after the early signal handlers
 import sys  # noqa: E402 - after the early signal handlers
 
-from dbsurge.rundir.schema import MERGED, REPORT_HTML, SUMMARY_MD, TIMELINE_PNG
-
 from .errors import UserError  # noqa: E402
 from .help_examples import epilog  # noqa: E402
 from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
 from .option_types import ascii_int  # noqa: E402
+from .rundir.schema import MERGED, REPORT_HTML, SUMMARY_MD, TIMELINE_PNG
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")

@@ -23,8 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dbsurge.rundir.schema import EVENTS, REPORT_HTML, RUN_JSON, SEGMENTS, STAGES, SUMMARY_CSV, SUMMARY_MD, TIMELINE
-
 from . import console
 from .checks import evaluate_checks, parse_checks
 from .errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
@@ -32,6 +30,7 @@ from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
 from .pacer import TARGET_SILENT_S
 from .rundir import SEGMENT_COLUMNS, utc_iso
+from .rundir.schema import EVENTS, REPORT_HTML, RUN_JSON, SEGMENTS, STAGES, SUMMARY_CSV, SUMMARY_MD, TIMELINE
 from .segments import segment_rows
 from .stage_plan import parse_duration
 from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
@@ -187,7 +186,7 @@ def finish_run(run, hurry: bool = False) -> None:
     if by_signal and run.role != "worker":
         # a signal asks for the process to end: the tables and summary.md are written; the report (its
         # plots take a minute for a plan of thousands of stages) can be built from them at any time
-        log.warning(f"{REPORT_HTML} not built (interrupted): `dbsurge report %s` builds it", run.rundir.path)
+        log.warning("%s not built (interrupted): `dbsurge report %s` builds it", REPORT_HTML, run.rundir.path)
     elif run.role != "worker" and not hurry and not write_failed and not run.disk_full:
         run.finish_state = "report"
         try:

@@ -17,8 +17,6 @@ from collections.abc import Callable
 
 import gevent
 
-from dbsurge.rundir.schema import METRICS
-
 from . import console, protocol, stopping
 from .embedded import embedded_name_of
 from .locust_child import note_run_dir
@@ -27,6 +25,7 @@ from .option_names import config_files_in_use
 from .pacer import Breather
 from .run_state import DbSurgeRun, dbsurge_user_classes, drain_recorder, freeze_what_lives_for_the_run
 from .rundir import RunDirectory, new_run_id, utc_iso
+from .rundir.schema import METRICS
 from .stage_plan import Schedule, StagePlan, parse_duration
 from .versions import versions
 

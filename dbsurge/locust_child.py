@@ -32,9 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dbsurge.rundir.schema import RUN_JSON
-
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
+from .rundir.schema import RUN_JSON
 from .rundir.writer import finalise, run_dir_finalised
 
 #: Where the child writes each run directory it makes (one path a line), for the parent to finalise.

@@ -22,11 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbsurge.rundir import writer
-from dbsurge.rundir.reader import read_rows
-from dbsurge.rundir.schema import REPETITION_COLUMNS, REPETITIONS, RUN_JSON, STAGES
-
 from .errors import UserError
+from .rundir import writer
+from .rundir.reader import read_rows
+from .rundir.schema import REPETITION_COLUMNS, REPETITIONS, RUN_JSON, STAGES
 
 #: stages.csv columns summarised across repetitions
 FIGURES = ("target_tps", "achieved_tps", "failure_rate", "p50_ms", "p95_ms", "p99_ms", "lag_p99_ms", "dropped",

@@ -20,13 +20,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dbsurge.rundir.reader import read_meta
-from dbsurge.rundir.schema import RUN_JSON
-
 from .errors import UserError
 from .help_examples import epilog
 from .option_names import OneLineParser
 from .redact import MASK
+from .rundir.reader import read_meta
+from .rundir.schema import RUN_JSON
 
 EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
 

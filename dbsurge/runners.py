@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dbsurge.rundir.schema import RUNNERS, in_metrics
-from dbsurge.rundir.writer import metrics_path, write_csv
-
 from . import __version__
 from .errors import UserError, clip
 from .help_examples import epilog
+from .rundir.schema import RUNNERS, in_metrics
+from .rundir.writer import metrics_path, write_csv
 from .runner_userdata import UserDataSpec, user_data
 from .tables import render
 

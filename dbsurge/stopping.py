@@ -35,12 +35,11 @@ import time
 
 import gevent
 
-from dbsurge.rundir.schema import REPORT_HTML
-
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
 from .lease import lease_end_number
 from .pacer import TARGET_SILENT_S
+from .rundir.schema import REPORT_HTML
 
 log = logging.getLogger("dbsurge")
 

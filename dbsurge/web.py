@@ -37,13 +37,12 @@ from urllib.parse import urlsplit
 
 from flask import Response, jsonify, request
 
-from dbsurge.rundir.schema import REPORT_HTML
-
 from .errors import UserError, clip
 from .json_input import load_json
 from .membership import is_loopback
 from .options import _WEIGHT
 from .redact import MASK, redact_uri
+from .rundir.schema import REPORT_HTML
 from .web_state import live_state, max_rate, plan_state, remaining_peak
 
 log = logging.getLogger("dbsurge")

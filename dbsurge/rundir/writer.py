@@ -184,7 +184,7 @@ class RunDirectory:
         self.path = Path(root) / run_id
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / METRICS).mkdir(exist_ok=True)
-        self._events = open(self.path / EVENTS, "a", buffering=1)
+        self._events = open(self.path / EVENTS, "a", buffering=1)  # noqa: SIM115 - open for the run; see close
         self._timeline_file = None
         self._timeline = None
         self._hlog = None
@@ -222,7 +222,8 @@ class RunDirectory:
 
     def timeline_rows(self, rows: list[dict]) -> None:
         if self._timeline is None:
-            self._timeline_file = open(self.path / TIMELINE, "a", newline="", buffering=1)
+            # open for the run; see close
+            self._timeline_file = open(self.path / TIMELINE, "a", newline="", buffering=1)  # noqa: SIM115
             self._timeline = csv.DictWriter(self._timeline_file, TIMELINE_COLUMNS, extrasaction="ignore")
             if self._timeline_file.tell() == 0:
                 self._timeline.writeheader()
@@ -276,7 +277,7 @@ class RunDirectory:
         ``output_start_time`` fails (it formats milliseconds as seconds with a method datetime lacks).
         """
         if self._hlog is None:
-            self._hlog = open(self.path / INTERVALS, "a", buffering=1)
+            self._hlog = open(self.path / INTERVALS, "a", buffering=1)  # noqa: SIM115 - open for the run; see close
             if self._hlog.tell() == 0:
                 self._hlog.write("#[Histogram log format version 1.3]\n")
                 self._hlog.write(f"#[StartTime: {base_s:.3f} (seconds since epoch), {utc_iso(base_s)}]\n")

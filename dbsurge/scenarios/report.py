@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbsurge.rundir import RunDirectory
-from dbsurge.rundir.writer import write_text
 from dbsurge.rundir.schema import REPORT_HTML, SUMMARY_MD
+from dbsurge.rundir.writer import write_text
 from dbsurge.scenarios.files import csv_cell
 from dbsurge.tables import markdown, render
 

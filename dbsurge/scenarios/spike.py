@@ -131,7 +131,8 @@ def report(run_dir: Path) -> Report:
     headers += ["failure rate", "max capacity"]
     plan = (meta.get("plan") or {}).get("text", "")
     table = Table(title=f"Spike ({plan} of {number((meta.get('plan') or {}).get('baseline_tps'), 0)} TPS)",
-                  headers=headers, rows=display, csv_name=scenario_table(NAME), csv_columns=TABLE_COLUMNS, csv_rows=rows)
+                  headers=headers, rows=display, csv_name=scenario_table(NAME), csv_columns=TABLE_COLUMNS,
+                  csv_rows=rows)
     notes = []
     results = meta.get("results") or {}
     for finding in results.get("behind_plan") or []:
