@@ -26,7 +26,6 @@ or a pull request.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import math
 import re
@@ -36,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import (
     COST,
     MERGED,
@@ -99,8 +99,7 @@ def _usd(value: Any) -> str:
 
 def _read_rows(path: Path) -> list[dict]:
     try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+        return read_rows(path.parent, path.name)
     except OSError:
         return []
 

@@ -14,12 +14,12 @@ These read the CSVs only: a 12-hour run's panels cost the number of windows, not
 
 from __future__ import annotations
 
-import csv
 import re
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import CSV_SUFFIX, INTERVALS, LONGRUN_WINDOWS_PREFIX, longrun_windows
 
 from .timeline_plots import _COLORS, Panel, _draw, _empty, _encode, _log_ms_axis, _panel_figure, _pixels
@@ -47,8 +47,7 @@ def window_files(run_dir: Path) -> list[tuple[str, Path]]:
 
 
 def _rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    return read_rows(path.parent, path.name)
 
 
 def _num(v: Any) -> float | None:
