@@ -60,8 +60,7 @@ from .schema import (
     RUN_SCHEMA,
     STAGE_KEYS,
     SUMMARY_CSV,
-    TEXT_COLUMNS,
-    TIME_COLUMNS,
+    column_type,
     is_count,
     is_time,
 )
@@ -352,13 +351,14 @@ def _check_header(path: Path, header: list[str], allowed: set[str], required: se
 
 def _cell_problem(column: str, cell: str) -> str | None:
     """What is wrong with one cell (None when nothing): blanks are "not measured" and always allowed."""
-    if column in TEXT_COLUMNS or cell == "":
+    kind = column_type(column)
+    if kind == "text" or cell == "":
         return None
-    if column in TIME_COLUMNS:
+    if kind == "time":
         return None if is_time(cell) else "an ISO 8601 time"
     if not _NUMBER.fullmatch(cell) or not math.isfinite(float(cell)):
         return "a finite number"
-    if column in COUNT_COLUMNS:
+    if kind == "count":
         value = float(cell)
         if value < 0 or value != int(value):
             return "a count (a whole number of 0 or more)"

@@ -163,6 +163,21 @@ TIME_COLUMNS = {"time_utc", "start_utc", "end_utc"}
 COUNT_COLUMNS = {"planned", "count", "ok", "failures", "retries", "dropped", "not_sent", "over_plan", "sent",
                  "failed", *(c for c in STAGE_COLUMNS if c.startswith(("failed_", "not_sent_"))
                              and not c.endswith("_ms") and c != "failed_detail")}
+
+
+def column_type(column: str) -> str:
+    """The type of an engine CSV's column: ``text``, ``time`` (ISO 8601 UTC), ``count`` or ``number``.
+
+    >>> [column_type(c) for c in ("operation", "time_utc", "failed_timeout", "p99_ms")]
+    ['text', 'time', 'count', 'number']
+    """
+    if column in TEXT_COLUMNS:
+        return "text"
+    if column in TIME_COLUMNS:
+        return "time"
+    return "count" if column in COUNT_COLUMNS else "number"
+
+
 #: The ledger's columns: a table with one of them must have them all.
 LEDGER = ("planned", "ok", "failures", "dropped", "not_sent")
 
@@ -195,10 +210,6 @@ def is_time(v: Any) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
 
 
 def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
