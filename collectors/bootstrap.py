@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dbsurge.rundir.schema import TIMELINE
+
 RESAMPLES = 2000
 SEED = 20260
 LEVEL = 0.95
@@ -58,7 +60,7 @@ def per_second(run_dir: Path, stage: str, operation: str, column: str) -> list[f
     from dbsurge.scenarios.files import iter_rows
 
     out = []
-    for row in iter_rows(run_dir, "timeline.csv"):
+    for row in iter_rows(run_dir, TIMELINE):
         if row.get("stage") != stage or row.get("operation") != operation:
             continue
         if column.endswith("_ms") and str(row.get("count") or "0") in ("0", ""):

@@ -26,7 +26,20 @@ from typing import Any
 from dbsurge.errors import UserError, clip
 from dbsurge.help_examples import epilog
 from dbsurge.option_names import OneLineParser
-from dbsurge.rundir_check import check_run_dir, check_run_dirs
+from dbsurge.rundir.reader import check_run_dir, check_run_dirs
+from dbsurge.rundir.schema import (
+    CLOUDWATCH,
+    COST,
+    COST_ACTUAL,
+    MERGED,
+    METRICS,
+    REPORT_HTML,
+    RUN_JSON,
+    STAGES,
+    SUMMARY_MD,
+    TIMELINE_PNG,
+)
+from dbsurge.rundir.writer import atomic_path
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
@@ -91,7 +104,7 @@ def collect_main(argv: Sequence[str]) -> int:
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
     parser.add_argument("--cloudwatch", action="append", default=[], metavar="PRESET:ID",
                         help="docdb:ID, aurora:CLUSTER[/writer|/reader], dsql:CLUSTER-ID or metric:NS:NAME[...]; "
-                             "default: the presets recorded in run.json")
+                             f"default: the presets recorded in {RUN_JSON}")
     parser.add_argument("--region", help="AWS region (default: AWS_DEFAULT_REGION / the profile's)")
     parser.add_argument("--profile", help="AWS profile (default: AWS_PROFILE)")
     parser.add_argument("--endpoint-url", help="CloudWatch endpoint (default: AWS_ENDPOINT_URL / AWS's)")
@@ -104,7 +117,7 @@ def collect_main(argv: Sequence[str]) -> int:
     if specs:
         window = run.window()
         if window is None:
-            raise UserError(f"{run.path}: run.json has no started_utc: cannot tell which window to fetch")
+            raise UserError(f"{run.path}: {RUN_JSON} has no started_utc: cannot tell which window to fetch")
         start, end = window
         if run.ended is None:
             end = max(end, _now())
@@ -126,11 +139,11 @@ def collect_main(argv: Sequence[str]) -> int:
         if _now() - end.value / 1e9 < 900:
             _say("CloudWatch publishes minutes late: run `dbsurge collect` again in a few minutes for the last ones")
     else:
-        _say("no CloudWatch presets (none recorded in run.json, none given with --cloudwatch): merging the run's "
+        _say(f"no CloudWatch presets (none recorded in {RUN_JSON}, none given with --cloudwatch): merging the run's "
              "own metrics")
     merged = merge_run(run.path)
-    _say(f"wrote {run.path / 'metrics' / 'cloudwatch.csv'} and {run.path / 'merged.csv'} ({len(merged)} rows)"
-         if specs else f"wrote {run.path / 'merged.csv'} ({len(merged)} rows)")
+    _say(f"wrote {run.path / METRICS / CLOUDWATCH} and {run.path / MERGED} ({len(merged)} rows)"
+         if specs else f"wrote {run.path / MERGED} ({len(merged)} rows)")
     return 0
 
 
@@ -166,7 +179,7 @@ def _build_reports(run_dirs: list[str]) -> int:
         open_sides(run_dirs)  # refuse kinds that cannot be compared before writing anything
         section = report_section(run_dirs)
         for run_dir in run_dirs:
-            path = build_report(run_dir) if (Path(run_dir) / "stages.csv").is_file() else None
+            path = build_report(run_dir) if (Path(run_dir) / STAGES).is_file() else None
             if path is None:
                 continue
             add_section(path, section)
@@ -179,7 +192,7 @@ def _build_reports(run_dirs: list[str]) -> int:
 
 def _report_files(report: Path, note: str = "") -> str:
     """The report's files that were written (a run without a timeline has no timeline.png)."""
-    others = [str(report.with_name(n)) for n in ("timeline.png", "summary.md") if report.with_name(n).exists()]
+    others = [str(report.with_name(n)) for n in (TIMELINE_PNG, SUMMARY_MD) if report.with_name(n).exists()]
     return f"{report}{note}, " + " and ".join(others) if others else f"{report}{note}"
 
 
@@ -189,7 +202,7 @@ def cost_main(argv: Sequence[str]) -> int:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
     parser.add_argument("--prices", help="a prices TOML file laid over the us-east-1 defaults")
-    parser.add_argument("--region", help="the region to price (default: run.json's, AWS_DEFAULT_REGION, us-east-1)")
+    parser.add_argument("--region", help=f"the region to price (default: {RUN_JSON}'s, AWS_DEFAULT_REGION, us-east-1)")
     parser.add_argument("--runner", action="append", default=[], metavar="TYPE[:COUNT]",
                         help="load-generator instance type and count, e.g. c6g.4xlarge:2 (repeatable)")
     parser.add_argument("--database", action="append", default=[], metavar="NAME[:COUNT]",
@@ -221,7 +234,7 @@ def cost_main(argv: Sequence[str]) -> int:
         args.actual_tag = [parse_tag(t) for t in args.actual_tag]
         args.ce_client = make_client(args.profile, args.endpoint_url)  # a bad URL or profile before any estimate
     check_run_dir(args.run_dir)
-    check_writable(args.run_dir, "cost.csv")
+    check_writable(args.run_dir, COST)
     with _writing("the cost"):
         return _cost(args)
 
@@ -241,10 +254,10 @@ def _cost(args: argparse.Namespace) -> int:
         _say(markdown_table(stages_h, stages))
     _say("")
     _say("Prices: " + "; ".join([report.prices.note, *report.notes]))
-    _say(f"wrote {Path(args.run_dir) / 'cost.csv'}")
+    _say(f"wrote {Path(args.run_dir) / COST}")
     if args.actual:
         _actual(args, report)
-    if (Path(args.run_dir) / "report.html").is_file():  # the report shows the same bill, not the one before
+    if (Path(args.run_dir) / REPORT_HTML).is_file():  # the report shows the same bill, not the one before
         from .report import build_report
 
         _say(f"rebuilt {build_report(args.run_dir)} with this cost")
@@ -289,16 +302,14 @@ def _actual(args: argparse.Namespace, report: Any) -> None:
 def _write_actual(run_dir: Path, got: Any) -> None:
     import csv
 
-    tmp = run_dir / "cost_actual.csv.tmp"
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(run_dir / COST_ACTUAL) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["usage_type", "usage", "unit", "actual_usd", "period_start", "period_end", "granularity",
                     "estimated"])
         for line in got.lines:
             w.writerow([line.usage_type, line.quantity, line.unit, line.amount_usd, got.start, got.end,
                         got.granularity, got.estimated])
-    tmp.replace(run_dir / "cost_actual.csv")
-    _say(f"wrote {run_dir / 'cost_actual.csv'}")
+    _say(f"wrote {run_dir / COST_ACTUAL}")
 
 
 def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
@@ -310,5 +321,5 @@ def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
              "database_price": None if args.database_price is None else check_database_price(args.database_price),
              "prices": str(Path(args.prices).resolve()) if args.prices else None, "region": args.region}
     given = {k: v for k, v in given.items() if v is not None}
-    if given and (run_dir / "run.json").is_file():
+    if given and (run_dir / RUN_JSON).is_file():
         update_run_json(run_dir, cost_inputs=given)

@@ -38,7 +38,6 @@ honoured; ``region``, ``profile`` and ``endpoint_url`` override them.
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import re
@@ -52,6 +51,8 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError
+from dbsurge.rundir.schema import CLOUDWATCH, METRICS
+from dbsurge.rundir.writer import CsvAppender
 
 from .rundata import CLOUDWATCH_COLUMNS, append_event, format_utc, normalize_cloudwatch, open_run, parse_utc
 
@@ -557,7 +558,7 @@ class CloudWatchAppender:
     """
 
     def __init__(self, run_dir: str | Path) -> None:
-        self.path = Path(run_dir) / "metrics" / "cloudwatch.csv"
+        self.path = Path(run_dir) / METRICS / CLOUDWATCH
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._seen: dict[tuple, float] = {}
         existing = normalize_cloudwatch(pd.read_csv(self.path) if self._has_rows() else None)
@@ -576,13 +577,11 @@ class CloudWatchAppender:
                 self._seen[key] = row.value
                 fresh.append([*key, repr(float(row.value))])
         if fresh:
-            header = not self._has_rows()
-            with open(self.path, "a", newline="") as f:
-                writer = csv.writer(f)
-                if header:
-                    writer.writerow(CLOUDWATCH_COLUMNS)
-                writer.writerows(fresh)
-                f.flush()
+            out = CsvAppender(self.path, CLOUDWATCH_COLUMNS)
+            try:
+                out.write(dict(zip(CLOUDWATCH_COLUMNS, row, strict=True)) for row in fresh)
+            finally:
+                out.close()
         return len(fresh)
 
 

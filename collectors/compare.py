@@ -43,7 +43,9 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
-from dbsurge.rundir_check import check_run_dirs, check_run_json
+from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta
+from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
+from dbsurge.rundir.writer import write_text
 
 from .bootstrap import difference_interval, per_second
 from .figures import MIN_OPERATIONS, Figure, Row
@@ -91,8 +93,6 @@ class Side:
 
 
 def _meta(path: Path) -> dict:
-    from dbsurge.scenarios.files import read_meta
-
     return read_meta(path)
 
 
@@ -105,7 +105,7 @@ def open_side(path: str | Path, label: str) -> Side:
     runs = [p]
     if meta.get("kind") == "repetitions":
         runs = [p / str(r["run_dir"]) for r in (meta.get("repetitions") or {}).get("runs") or []]
-        runs = [r for r in runs if (r / "run.json").is_file()]
+        runs = [r for r in runs if (r / RUN_JSON).is_file()]
         if not runs:
             raise UserError(f"{p}: a set of repetitions with no finished repetition")
     first = _meta(runs[0])
@@ -117,10 +117,10 @@ def open_side(path: str | Path, label: str) -> Side:
         kind = "scalability" if mode == "scale" else "consistency" if mode == "consistency" else "ycsb"
     elif scenario in TABLE_KINDS:
         kind = str(scenario)
-    elif (runs[0] / "stages.csv").is_file():
+    elif (runs[0] / STAGES).is_file():
         kind = "engine"
     else:
-        what = f"a run of scenario {scenario}" if scenario else "not a finished run (no stages.csv)"
+        what = f"a run of scenario {scenario}" if scenario else f"not a finished run (no {STAGES})"
         raise UserError(f"{p} is {what}, which compare cannot read: it reads engine runs (dbsurge run, scenario "
                         f"spike), and scenarios cache, ycsb-run (one distribution, --consistency, --scale-workers), "
                         f"idle, longscan, rewarm, ycsb-load and capacity")
@@ -202,8 +202,8 @@ def _workload_options(side: Side) -> dict[str, Any]:
     m = side.first_meta
     given = dict(m.get("workload_options") or {})
     if side.kind == "scalability":
-        sub = side.runs[0] / "runs"
-        firsts = sorted(sub.glob("*/run.json")) if sub.is_dir() else []
+        sub = side.runs[0] / RUNS
+        firsts = sorted(sub.glob(f"*/{RUN_JSON}")) if sub.is_dir() else []
         if firsts:
             given = dict(check_run_json(firsts[0]).get("workload_options") or {})
     workload = m.get("workload")
@@ -275,7 +275,7 @@ def what_differed(sides: Sequence[Side]) -> list[str]:
         if changes:
             out.append(f"What differed, {first.label} vs {s.label}: " + "; ".join(changes))
         else:
-            out.append(f"What differed, {first.label} vs {s.label}: nothing in run.json's options, target or "
+            out.append(f"What differed, {first.label} vs {s.label}: nothing in {RUN_JSON}'s options, target or "
                        "versions")
     return out
 
@@ -357,7 +357,7 @@ def _capacity(side: Side) -> dict[str, dict[str, list[float]]]:
     """stage -> capacity series -> the max per repetition (CloudWatch data only)."""
     out: dict[str, dict[str, list[float]]] = {}
     for d in side.runs:
-        if not (d / "metrics" / "cloudwatch.csv").is_file():
+        if not (d / METRICS / CLOUDWATCH).is_file():
             continue
         from .merge import stage_capacity
 
@@ -410,7 +410,7 @@ def _ycsb_rows(sides: Sequence[Side]) -> list[Row]:
 
     rows = []
     dist = [str(s.first_meta.get("distribution") or "") for s in sides]
-    nums = [summary_numbers(read_rows(s.runs[0], "summary.csv")) for s in sides]
+    nums = [summary_numbers(read_rows(s.runs[0], SUMMARY_CSV)) for s in sides]
     costs = [_cost(s) for s in sides]
     for d in dict.fromkeys(dist):
         def cells(key: str, d: str = d) -> list[Figure]:
@@ -595,7 +595,7 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
         notes.append(f"Each cell is the median of the repetitions [min-max] (at least {n} per run).")
         if intervals:
             notes.append("The 95% CI is of the difference in the per-second mean (successful TPS, p95, p99 of each "
-                         "second in the stage), by a two-level bootstrap over the repetitions' timeline.csv: runs "
+                         f"second in the stage), by a two-level bootstrap over the repetitions' {TIMELINE}: runs "
                          "drawn with replacement, then seconds within each run, 2,000 resamples, seeded. Where it "
                          "has one, 'beyond spread?' says yes when the interval excludes 0; elsewhere, when the "
                          "repetitions' ranges do not overlap.")
@@ -673,7 +673,7 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
     loaded = []  # (side index, repetition index, run directory, merged.csv)
     for i, s in enumerate(sides):
         for j, d in enumerate(s.runs):
-            path = d / "merged.csv"
+            path = d / MERGED
             try:
                 merged = pd.read_csv(path) if path.is_file() else merge_run(d)
             except (UserError, OSError, ValueError):
@@ -788,7 +788,7 @@ def add_section(report_path: Path, section: str) -> None:
         text = text[: text.index(marker)] + text[text.index("</section>", text.index(marker)) + len("</section>"):]
     end = text.rfind("</body>")
     text = text[:end] + section + "\n" + text[end:] if end >= 0 else text + section
-    report_path.write_text(text)
+    write_text(report_path, text)
 
 
 def write_csv(path: Path, sides: Sequence[Side], rows: Sequence[Row]) -> None:
@@ -838,7 +838,7 @@ def compare_main(argv: Sequence[str]) -> int:
     out = Path(args.html) if args.html else sides[0].path.parent / name
     title = f"dbsurge compare: {' vs '.join(s.label for s in sides)}"
     out.write_text(page_html(section_html(sides, rows, blocking, notes, render_plot(sides)), title))
-    csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
+    csv_path = Path(args.csv) if args.csv else out.with_suffix(CSV_SUFFIX)
     write_csv(csv_path, sides, rows)
     print(f"\nwrote {out} and {csv_path}", flush=True)
     return 0

@@ -48,6 +48,8 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError, clip
+from dbsurge.rundir.schema import CLOUDWATCH, COST, METRICS, RUN_JSON, RUNNERS
+from dbsurge.rundir.writer import atomic_path
 from dbsurge.size_limits import FileRefused, read_bounded
 from dbsurge.validate import parse_runner
 
@@ -290,7 +292,7 @@ def runners_from_csv(run_dir: str | Path) -> tuple[list[tuple[str, int]], dict[s
     Returns ``(instance type, count)`` per type and, for each type whose every instance has its
     hours (launch to termination, or to the status call), the summed instance-hours.
     """
-    path = Path(run_dir) / "metrics" / "runners.csv"
+    path = Path(run_dir) / METRICS / RUNNERS
     if not path.is_file():
         return [], {}
     frame = pd.read_csv(path, dtype={"instance_type": str})
@@ -412,7 +414,7 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
     """
     window = run.window()
     if window is None:
-        raise UserError(f"{run.path}: run.json has no start and end time (started_utc, ended_utc)")
+        raise UserError(f"{run.path}: {RUN_JSON} has no start and end time (started_utc, ended_utc)")
     start, end = window
     window_s = (end - start).total_seconds()
     hours = window_s / 3600.0
@@ -444,7 +446,7 @@ def cost_frames(  # noqa: C901 - one validated option or cost item per line, fla
                     f"[regions.{prices.region}.runner_hour] in a prices file (--prices)"
                 )
             usage = (runner_hours or {}).get(instance_type)
-            note = "launch to termination (metrics/runners.csv)" if usage is not None else ""
+            note = f"launch to termination ({METRICS}/{RUNNERS})" if usage is not None else ""
             usage = hours * count if usage is None else usage
             items.append(CostItem(f"runner {instance_type} x{count}", usage, "instance-hours", price,
                                   usage * price, note))
@@ -558,9 +560,8 @@ def estimate_cost(
     )
     if write:
         frame = report.to_frame()
-        tmp = run.path / "cost.csv.tmp"
-        frame.to_csv(tmp, index=False)
-        tmp.replace(run.path / "cost.csv")
+        with atomic_path(run.path / COST) as tmp:
+            frame.to_csv(tmp, index=False)
     return report
 
 
@@ -604,7 +605,7 @@ class CostGuard:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.clock = clock
         self.assume = dict(assume_capacity or {})
-        run = open_run(self.run_dir) if self.run_dir is not None and (self.run_dir / "run.json").is_file() else None
+        run = open_run(self.run_dir) if self.run_dir is not None and (self.run_dir / RUN_JSON).is_file() else None
         self.prices = prices or load_prices(prices_path, region or (region_of(run) if run else None))
         self.runners = [parse_runner(r) if isinstance(r, str) else r for r in runners]
         for instance_type, _ in self.runners:
@@ -623,7 +624,7 @@ class CostGuard:
     def _read_cloudwatch(self) -> pd.DataFrame:
         if self.run_dir is None:
             return read_cloudwatch(Path("/nonexistent"))
-        path = self.run_dir / "metrics" / "cloudwatch.csv"
+        path = self.run_dir / METRICS / CLOUDWATCH
         try:
             stat = path.stat()
             key = (stat.st_mtime, stat.st_size)

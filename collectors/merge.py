@@ -32,6 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from dbsurge.rundir.schema import MERGED, MONGO_SERVER_STATUS, PG_STAT_DATABASE
+from dbsurge.rundir.writer import atomic_path
+
 from .cloudwatch import capacity_unit
 from .rundata import (
     RunInfo,
@@ -185,17 +188,16 @@ def merge_run(run_dir: str | Path, *, write: bool = True) -> pd.DataFrame:
     merged = merge_frames(
         run,
         read_timeline(run.path),
-        read_sampler(run.path, "pg_stat_database.csv"),
-        read_sampler(run.path, "mongo_server_status.csv"),
+        read_sampler(run.path, PG_STAT_DATABASE),
+        read_sampler(run.path, MONGO_SERVER_STATUS),
         read_cloudwatch(run.path),
     )
     if write:
         out = merged.copy()
         out["time_utc"] = out["time_utc"].map(format_utc)
         out = integer_columns(out)
-        tmp = run.path / "merged.csv.tmp"
-        out.to_csv(tmp, index=False)
-        tmp.replace(run.path / "merged.csv")
+        with atomic_path(run.path / MERGED) as tmp:
+            out.to_csv(tmp, index=False)
     return merged
 
 

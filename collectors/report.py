@@ -26,7 +26,6 @@ or a pull request.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import math
 import re
@@ -35,6 +34,22 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from dbsurge.rundir.reader import read_rows
+from dbsurge.rundir.schema import (
+    COST,
+    MERGED,
+    METRICS,
+    REPORT_HTML,
+    SEGMENTS,
+    STAGES,
+    SUMMARY_CSV,
+    SUMMARY_MD,
+    TIMELINE,
+    TIMELINE_OPEN,
+    TIMELINE_PNG,
+)
+from dbsurge.rundir.writer import write_text
 
 from .cost import CostReport
 from .report_data import ReportData, load_report_data
@@ -84,8 +99,7 @@ def _usd(value: Any) -> str:
 
 def _read_rows(path: Path) -> list[dict]:
     try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+        return read_rows(path.parent, path.name)
     except OSError:
         return []
 
@@ -104,7 +118,7 @@ def operation_rows(data: ReportData) -> Table:
     """Per operation over the whole run (summary.csv), as the console's "Operations" table."""
     from dbsurge.tables import operation_table
 
-    rows = _csv_rows(data, "summary.csv")
+    rows = _csv_rows(data, SUMMARY_CSV)
     return operation_table(rows) if rows else ([], [])
 
 
@@ -112,7 +126,7 @@ def stage_table(data: ReportData) -> Table:
     """Per stage (stages.csv) as the console's "Stages" table, with each capacity series' max and mean."""
     from dbsurge.tables import stage_table as console_stage_table
 
-    rows = _csv_rows(data, "stages.csv")
+    rows = _csv_rows(data, STAGES)
     if not rows:
         return [], []
     headers, lines = console_stage_table(rows)
@@ -127,7 +141,7 @@ def stage_operation_rows(data: ReportData) -> Table:
     """Every stage and operation in full: the console's operation columns, one row per stages.csv row."""
     from dbsurge.tables import operation_table
 
-    rows = _csv_rows(data, "stages.csv")
+    rows = _csv_rows(data, STAGES)
     if not rows:
         return [], []
     headers, lines = operation_table(rows)
@@ -135,7 +149,7 @@ def stage_operation_rows(data: ReportData) -> Table:
 
 
 #: What the rate-override table is (the console's end-of-run table says the same, `dbsurge.finish.SEGMENTS_TITLE`).
-OVERRIDES_NOTE = ("A row per stage and per live rate override in force (segments.csv: timeline.csv's seconds, each "
+OVERRIDES_NOTE = (f"A row per stage and per live rate override in force ({SEGMENTS}: {TIMELINE}'s seconds, each "
                   "in the row in force at its start; the ledger stays per stage).")
 
 
@@ -143,7 +157,7 @@ def override_rows(data: ReportData) -> Table:
     """The rate-override table from segments.csv (a run with live rate changes); no rows without one."""
     from dbsurge.tables import segment_table
 
-    rows = _read_rows(data.run.path / "segments.csv")
+    rows = _read_rows(data.run.path / SEGMENTS)
     return segment_table(rows) if rows else ([], [])
 
 
@@ -151,7 +165,7 @@ def ledger_rows(data: ReportData) -> Table:
     """The ledger per stage from stages.csv (or the run from summary.csv)."""
     from dbsurge.tables import ledger_table
 
-    rows = _read_rows(data.run.path / "stages.csv") or _read_rows(data.run.path / "summary.csv")
+    rows = _read_rows(data.run.path / STAGES) or _read_rows(data.run.path / SUMMARY_CSV)
     if not rows or "planned" not in rows[0]:
         return [], []
     return ledger_table(rows)
@@ -185,11 +199,11 @@ def thin_note(rows: list[dict], group: Callable[[dict], str] | None = None) -> s
 
 
 def _operation_thin_note(data: ReportData) -> str:
-    return thin_note(_csv_rows(data, "summary.csv"))
+    return thin_note(_csv_rows(data, SUMMARY_CSV))
 
 
 def _stage_thin_note(data: ReportData) -> str:
-    rows = [r for r in _csv_rows(data, "stages.csv") if r["operation"] != "ALL"]
+    rows = [r for r in _csv_rows(data, STAGES) if r["operation"] != "ALL"]
     return thin_note(rows, group=lambda r: r["stage"])
 
 
@@ -276,7 +290,7 @@ def completeness(data: ReportData) -> str | None:
             return f"stopped early: {meta['stop_reason']}"
         return None
     last = None
-    for name in ("timeline.open.csv", "timeline.csv"):
+    for name in (TIMELINE_OPEN, TIMELINE):
         rows = _read_rows(data.run.path / name)
         if rows:
             last = rows[-1].get("time_utc")
@@ -374,7 +388,7 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
         parts += _section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
     figures = [_figure_html(p.name, p.caption, images[p.name]) for p in panels(data) if p.name in images]
     if figures:
-        engine = bool(data.run.stages) or (data.run.path / "stages.csv").is_file()
+        engine = bool(data.run.stages) or (data.run.path / STAGES).is_file()
         parts += ["<h2>Timeline</h2>" if engine else "<h2>Over the run</h2>",
                   f'<p class="note">{html.escape(_TIME_NOTE if engine else _SCENARIO_TIME_NOTE)}</p>', *figures]
     parts += _scenario_figures_html(data)
@@ -391,8 +405,8 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
         rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")),
                  ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]
         parts += ["<h2>Events</h2>", html_table(["Time (UTC)", "Kind", "Details"], rows)]
-    files = ["merged.csv (one row per second)", "cost.csv", *(["timeline.png"] if figures else []), "summary.md",
-             "metrics/", *(raw_files(data.run.path) if part is not None else [])]
+    files = [f"{MERGED} (one row per second)", COST, *([TIMELINE_PNG] if figures else []), SUMMARY_MD,
+             f"{METRICS}/", *(raw_files(data.run.path) if part is not None else [])]
     parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
 
@@ -450,7 +464,7 @@ def render_markdown(data: ReportData, part: ScenarioPart | None = None) -> str:
             [data.cost.prices.note, *data.cost.notes]), ""]
     elif cost_failure(data):
         lines += ["## Cost", "", f"No cost estimate: {cost_failure(data)}", ""]
-    if part is None or (data.run.path / "stages.csv").is_file():  # an in-process scenario had no plan to keep
+    if part is None or (data.run.path / STAGES).is_file():  # an in-process scenario had no plan to keep
         lines += _generator_lines(data.run.meta.get("results") or {})
     errors = [e for e in data.events if e.get("kind") in _MARKED_EVENTS]
     if errors:
@@ -458,9 +472,9 @@ def render_markdown(data: ReportData, part: ScenarioPart | None = None) -> str:
         lines += [f"- {e.get('time_utc', '')} {e.get('kind')}: {_event_text(e)}".rstrip() for e in errors]
         lines.append("")
     if panels(data):
-        lines += ["Plots: report.html and timeline.png beside this file.", ""]
+        lines += [f"Plots: {REPORT_HTML} and {TIMELINE_PNG} beside this file.", ""]
     elif part is not None and part.view.figures:
-        lines += ["Figures: report.html beside this file.", ""]
+        lines += [f"Figures: {REPORT_HTML} beside this file.", ""]
     return "\n".join(lines)
 
 
@@ -501,17 +515,17 @@ def build_report(run_dir: str | Path, scenario: Any = None) -> Path:
     images, timeline = render_images(data)
     path = data.run.path
     if timeline is not None:
-        (path / "timeline.png").write_bytes(timeline)
+        (path / TIMELINE_PNG).write_bytes(timeline)
     else:  # nothing to draw: no picture rather than an empty one (or a stale one from an earlier report)
-        (path / "timeline.png").unlink(missing_ok=True)
-    summary = path / "summary.md"
+        (path / TIMELINE_PNG).unlink(missing_ok=True)
+    summary = path / SUMMARY_MD
     kept = ""
     if summary.exists():  # a scenario's own table (`dbsurge scenario`) follows its marker: keep it
         old = summary.read_text()
         if SCENARIO_MARK in old:
             kept = "\n" + old[old.index(SCENARIO_MARK):]
-    summary.write_text(render_markdown(data, part) + kept)
-    out = path / "report.html"
-    out.write_text(render_html(data, images, part))
+    write_text(summary, render_markdown(data, part) + kept)
+    out = path / REPORT_HTML
+    write_text(out, render_html(data, images, part))
     return out
 

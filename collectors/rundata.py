@@ -10,7 +10,6 @@ ISO 8601 UTC with milliseconds and a ``Z`` (``2026-09-29T08:43:07.250Z``).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -21,11 +20,10 @@ from typing import Any
 import pandas as pd
 
 from dbsurge.errors import UserError, clip
-from dbsurge.json_input import load_json
-from dbsurge.rundir_check import damaged
-
-CLOUDWATCH_COLUMNS = ["time_utc", "preset", "id", "metric", "stat", "value"]
-CLOUDWATCH_KEY = ["time_utc", "preset", "id", "metric", "stat"]
+from dbsurge.rundir import writer
+from dbsurge.rundir.reader import damaged, read_meta
+from dbsurge.rundir.reader import read_events as read_events_of
+from dbsurge.rundir.schema import CLOUDWATCH, CLOUDWATCH_COLUMNS, CLOUDWATCH_KEY, METRICS, STAGES, SUMMARY_CSV, TIMELINE
 
 
 def parse_utc(value: Any) -> pd.Timestamp:
@@ -134,15 +132,7 @@ def open_run(run_dir: str | Path) -> RunInfo:
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"{path} is not a directory: give a run directory such as results/<run-id>")
-    meta_path = path / "run.json"
-    if not meta_path.is_file():
-        raise UserError(f"{path} is not a run directory (no run.json)")
-    try:
-        meta = load_json(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{meta_path} cannot be read: {exc}") from None
-    if not isinstance(meta, dict):
-        raise UserError(f"{meta_path} does not hold a JSON object")
+    meta = read_meta(path)
     started = _maybe_time(meta.get("started_utc"))
     ended = _maybe_time(meta.get("ended_utc"))
     return RunInfo(path=path, meta=meta, started=started, ended=ended, stages=_stages(meta, ended))
@@ -212,22 +202,22 @@ def _times(path: Path, column: pd.Series) -> pd.Series:
 
 def read_timeline(run_dir: Path) -> pd.DataFrame | None:
     """``timeline.csv``: one row per second and operation."""
-    return read_csv(Path(run_dir) / "timeline.csv")
+    return read_csv(Path(run_dir) / TIMELINE)
 
 
 def read_stages(run_dir: Path) -> pd.DataFrame | None:
     """``stages.csv``: one row per stage and operation (plus ``operation=ALL``)."""
-    return read_csv(Path(run_dir) / "stages.csv", ("start_utc", "end_utc"))
+    return read_csv(Path(run_dir) / STAGES, ("start_utc", "end_utc"))
 
 
 def read_summary(run_dir: Path) -> pd.DataFrame | None:
     """``summary.csv``: one row per operation over the whole run."""
-    return read_csv(Path(run_dir) / "summary.csv", ())
+    return read_csv(Path(run_dir) / SUMMARY_CSV, ())
 
 
 def read_sampler(run_dir: Path, filename: str) -> pd.DataFrame | None:
     """A database sampler's CSV under ``metrics/``, sorted by time."""
-    frame = read_csv(Path(run_dir) / "metrics" / filename)
+    frame = read_csv(Path(run_dir) / METRICS / filename)
     if frame is None or "time_utc" not in frame.columns:
         return None
     return frame.dropna(subset=["time_utc"]).sort_values("time_utc", kind="stable").reset_index(drop=True)
@@ -235,7 +225,7 @@ def read_sampler(run_dir: Path, filename: str) -> pd.DataFrame | None:
 
 def read_cloudwatch(run_dir: Path) -> pd.DataFrame:
     """``metrics/cloudwatch.csv`` in long form, deduplicated (the last row of a key wins), sorted."""
-    frame = read_csv(Path(run_dir) / "metrics" / "cloudwatch.csv")
+    frame = read_csv(Path(run_dir) / METRICS / CLOUDWATCH)
     return normalize_cloudwatch(frame)
 
 
@@ -259,47 +249,27 @@ def normalize_cloudwatch(frame: pd.DataFrame | None) -> pd.DataFrame:
 
 def write_cloudwatch(run_dir: Path, frame: pd.DataFrame) -> Path:
     """Rewrite ``metrics/cloudwatch.csv`` from a long-form frame (atomically)."""
-    path = Path(run_dir) / "metrics" / "cloudwatch.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = writer.metrics_path(run_dir, CLOUDWATCH)
     out = normalize_cloudwatch(frame)
     out["time_utc"] = out["time_utc"].map(format_utc)
-    tmp = path.with_suffix(".csv.tmp")
-    out.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with writer.atomic_path(path) as tmp:
+        out.to_csv(tmp, index=False)
     return path
 
 
 def read_events(run_dir: Path) -> list[dict]:
     """``events.jsonl`` as a list of dicts; lines that are not JSON objects are skipped."""
-    path = Path(run_dir) / "events.jsonl"
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            item = load_json(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            events.append(item)
-    return events
+    return read_events_of(run_dir)
 
 
 def append_event(run_dir: Path, event: dict, clock: Callable[[], float] = time.time) -> None:
-    """Append one event to ``events.jsonl`` (adding ``time_utc`` when absent)."""
+    """Append one event to ``events.jsonl`` (adding ``time_utc`` when absent), through the run directory's writer."""
     row = {"time_utc": format_utc(clock()), **event} if "time_utc" not in event else dict(event)
-    with open(Path(run_dir) / "events.jsonl", "a") as f:
-        f.write(json.dumps(row, default=str) + "\n")
+    writer.append_event(run_dir, row)
 
 
-def update_run_json(run_dir: Path, **fields: Any) -> None:
-    """Rewrite ``run.json`` atomically with some top-level fields changed."""
-    path = Path(run_dir) / "run.json"
-    meta = load_json(path.read_text())
-    meta.update(fields)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    tmp.replace(path)
+#: Rewrite ``run.json`` atomically with some top-level fields changed (secrets removed): the writer's.
+update_run_json = writer.update_run_json
 
 
 def floor_s(ts: pd.Timestamp) -> pd.Timestamp:

@@ -33,13 +33,15 @@ and leaves the deltas of the first sample after the reconnect blank.
 from __future__ import annotations
 
 import contextlib
-import csv
 import logging
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
+
+from dbsurge.rundir.schema import METRICS, MONGO_SERVER_STATUS, PG_STAT_DATABASE
+from dbsurge.rundir.writer import CsvAppender
 
 from .rundata import append_event, format_utc
 
@@ -108,13 +110,12 @@ class _Sampler:
         self.interval_s = float(interval_s)
         self.clock = clock
         self.events = events or (lambda event: append_event(self.run_dir, event, clock))
-        self.path = self.run_dir / "metrics" / self.filename
+        self.path = self.run_dir / METRICS / self.filename
         self.samples = 0
         self.errors = 0
         self._conn: Any = None
         self._prev: tuple[float, dict] | None = None
-        self._file: Any = None
-        self._writer: Any = None
+        self._out = CsvAppender(self.path, self.columns)
         self._greenlet: Any = None
         self._down = False
 
@@ -134,18 +135,9 @@ class _Sampler:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _open_file(self) -> None:
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", newline="")  # noqa: SIM115 - kept open for the whole run
-            self._writer = csv.DictWriter(self._file, self.columns, extrasaction="ignore")
-            if self._file.tell() == 0:
-                self._writer.writeheader()
-                self._file.flush()
-
     def sample_once(self) -> dict | None:
         """Take one sample and append its row; returns the row, or ``None`` when the server is unreachable."""
-        self._open_file()
+        self._out.write([])  # the header, before the first sample
         try:
             if self._conn is None:
                 self._conn = self._connect()
@@ -160,8 +152,7 @@ class _Sampler:
         prev_raw, dt = (self._prev[1], now - self._prev[0]) if self._prev else (None, None)
         row = {"time_utc": format_utc(now), **raw, **self._derive(raw, prev_raw, dt)}
         self._prev = (now, raw)
-        self._writer.writerow({k: _cell(v) for k, v in row.items()})
-        self._file.flush()
+        self._out.write([{k: _cell(v) for k, v in row.items()}])
         self.samples += 1
         return row
 
@@ -210,9 +201,7 @@ class _Sampler:
             with contextlib.suppress(Exception):
                 self._close(self._conn)
             self._conn = None
-        if self._file is not None:
-            self._file.close()
-            self._file = self._writer = None
+        self._out.close()
 
 
 def _cell(value: Any) -> Any:
@@ -244,7 +233,7 @@ class PostgresSampler(_Sampler):
     falls (every block is read from the OS) and climbs back as shared buffers warm.
     """
 
-    filename = "pg_stat_database.csv"
+    filename = PG_STAT_DATABASE
     columns = PG_COLUMNS
     source = "pg_sampler"
 
@@ -277,7 +266,7 @@ class PostgresSampler(_Sampler):
 class MongoSampler(_Sampler):
     """Samples ``serverStatus`` once a second: connections, opcounters and what cache figures exist."""
 
-    filename = "mongo_server_status.csv"
+    filename = MONGO_SERVER_STATUS
     columns = MONGO_COLUMNS
     source = "mongo_sampler"
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import pandas as pd
 
+from dbsurge.rundir.schema import BATCHES, INSERTS, PROBES, SNAPSHOTS, TRACE
+
 WARM, COLD = "#1f77b4", "#d62728"
 P50, P99, MEAN, MAX = "#1f77b4", "#ff7f0e", "#2ca02c", "#8a8a8a"
 BANDS = ("#eef2f7", "#ffffff")
@@ -191,7 +193,7 @@ def cache_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
         figures.append(Figure("cache-percentiles", "Warm vs cold latency percentiles of the snapshots (ms, log "
                               "scale); each bar is labelled with its value; the table gives the change.",
                               _png(fig)))
-    snaps = _ok(_csv(run_dir, "snapshots.csv", ["snapshot", "index", "latency_ms", "ok"]))
+    snaps = _ok(_csv(run_dir, SNAPSHOTS, ["snapshot", "index", "latency_ms", "ok"]))
     if not snaps.empty:
         fig, (ax,) = _figure(3.0)
         for name, color in (("warm", WARM), ("cold", COLD)):
@@ -203,7 +205,7 @@ def cache_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
         _legend(ax)
         _grid(ax)
         figures.append(Figure("cache-reads", "Every successful read of each snapshot against its place in the "
-                              "snapshot (snapshots.csv): a cold cache shows in the first reads.", _png(fig)))
+                              f"snapshot ({SNAPSHOTS}): a cold cache shows in the first reads.", _png(fig)))
     result = next((n for n in report.notes if n.startswith(("COLD was", "No comparison"))), "")
     return ScenarioView(result, figures)
 
@@ -228,7 +230,7 @@ def rewarm_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
 
 def _rewarm_buckets(run_dir: Path, settings: dict, buckets: list[dict]) -> Figure:
     """P50, mean and P99 per bucket as steps over the buckets (shaded), every read a grey dot."""
-    ok = _ok(_csv(run_dir, "trace.csv", ["t_since_start_s", "latency_ms", "ok"]))
+    ok = _ok(_csv(run_dir, TRACE, ["t_since_start_s", "latency_ms", "ok"]))
     fig, (ax,) = _figure(3.4)
     for i, b in enumerate(buckets):
         ax.axvspan(b["start_s"], b["end_s"], color=BANDS[i % 2], zorder=0)
@@ -289,7 +291,7 @@ def _rewarm_first(settings: dict, first: list[dict]) -> Figure:
 def longscan_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
     from dbsurge.scenarios.longscan import segments
 
-    batches = _csv(run_dir, "batches.csv", ["batch", "documents", "elapsed_ms", "t_end_s", "docs_per_s"])
+    batches = _csv(run_dir, BATCHES, ["batch", "documents", "elapsed_ms", "t_end_s", "docs_per_s"])
     rows = {r["metric"]: r for r in report.tables[0].csv_rows} if report.tables else {}
     size = int((meta.get("settings") or {}).get("segment", 10))
     figures = []
@@ -343,7 +345,7 @@ def idle_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
                   ("first query", [r["first_query_ms"] for r in rows], COLD),
                   (f"p50 of the next {rows[0]['next_count'] or ''}".rstrip(), [r["next_p50_ms"] for r in rows], P50)]
         _bars(ax, groups, series, "ms")
-        probes = _csv(run_dir, "probes.csv", ["run", "step", "latency_ms", "ok"])
+        probes = _csv(run_dir, PROBES, ["run", "step", "latency_ms", "ok"])
         lookups = _ok(probes[probes["step"] == "lookup"]) if not probes.empty else probes
         width = 0.8 / 3
         for i, r in enumerate(rows):
@@ -370,7 +372,7 @@ def idle_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
 
 @register_view("ycsb-load")
 def ycsb_load_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
-    inserts = _csv(run_dir, "inserts.csv", ["client", "records", "t_since_start_s", "latency_ms", "ok"])
+    inserts = _csv(run_dir, INSERTS, ["client", "records", "t_since_start_s", "latency_ms", "ok"])
     row = report.tables[0].csv_rows[0] if report.tables and report.tables[0].csv_rows else {}
     figures = []
     ok = _ok(inserts)

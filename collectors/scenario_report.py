@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dbsurge.rundir.schema import CSV_GLOB, CSV_SUFFIX, NOT_RAW, REPORT_HTML
+
 from .scenario_figures import ScenarioView, scenario_view
 
 #: A table longer than this (the first window's every read) is folded under its title.
@@ -92,7 +94,7 @@ def section_html(part: ScenarioPart, run_dir: Path, meta: dict, html_table: Any,
         return out
     out.append(f"<h2>{html.escape(part.report.heading)}</h2>")
     for table in part.report.tables:
-        slug = html.escape(table.csv_name.removesuffix(".csv"))
+        slug = html.escape(table.csv_name.removesuffix(CSV_SUFFIX))
         body = html_table(table.headers, table.rows)
         if len(table.rows) > FOLD_ROWS:  # a per-read trace: folded, so the figures stay near the top
             body = f"<details><summary>All {len(table.rows):,} rows</summary>{body}</details>"
@@ -122,11 +124,11 @@ def sub_runs(run_dir: Path, meta: dict) -> list[tuple[str, str]]:
             label = f"{r['workers']} worker" + ("" if r["workers"] == 1 else "s")
         else:
             label = f"consistency {r['consistency']}" if "consistency" in r else str(r["run_dir"])
-        if (Path(run_dir) / r["run_dir"] / "report.html").is_file():
-            out.append((f"{label}: {r['run_dir']}/report.html", f"{r['run_dir']}/report.html"))
+        if (Path(run_dir) / r["run_dir"] / REPORT_HTML).is_file():
+            out.append((f"{label}: {r['run_dir']}/{REPORT_HTML}", f"{r['run_dir']}/{REPORT_HTML}"))
     return out
 
 
 def raw_files(run_dir: Path) -> list[str]:
     """The CSV files of a scenario's run directory (its raw data and its tables), for the page's file list."""
-    return sorted(p.name for p in Path(run_dir).glob("*.csv") if p.name not in ("merged.csv", "cost.csv"))
+    return sorted(p.name for p in Path(run_dir).glob(CSV_GLOB) if p.name not in NOT_RAW)

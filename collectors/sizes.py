@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbsurge.errors import UserError, clip
+from dbsurge.rundir.schema import SUMMARY_CSV
 
 from .figures import Figure, Row
 
@@ -59,7 +60,7 @@ def run_throughput(side: Any, run_dir: Any) -> float | None:
         from dbsurge.scenarios.files import read_rows
         from dbsurge.scenarios.ycsb_run import summary_numbers
 
-        value = summary_numbers(read_rows(run_dir, "summary.csv")).get("throughput_ops_s")
+        value = summary_numbers(read_rows(run_dir, SUMMARY_CSV)).get("throughput_ops_s")
         return None if value is None else float(value)
     run = open_run(run_dir)
     window = run.window()

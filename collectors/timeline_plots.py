@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dbsurge.rundir.schema import STAGES
+
 from .merge import capacity_frames, infer_period_s, series_label
 
 if TYPE_CHECKING:
@@ -297,7 +299,7 @@ def _stage_p99(ax: Any, data: ReportData, op: str) -> bool:
             continue
         ax.hlines(float(row["p99_ms"]), elapsed(data, row["start_utc"]), elapsed(data, row["end_utc"]),
                   color=_PCT_COLORS[99.0], lw=5, alpha=0.3, zorder=2,
-                  label=None if labelled else "stage p99 (stages.csv)")
+                  label=None if labelled else f"stage p99 ({STAGES})")
         labelled = True
     return labelled
 
@@ -569,8 +571,8 @@ def latency_caption(data: ReportData, op: str) -> str:
             f"successful operations ({needs}); of the {seconds} seconds with {op} operations it is a line in: "
             f"{drawn}. Hollow markers are percentiles of fewer than {MIN_SAMPLES} operations. A percentile of fewer "
             f"than 100 / (100 − q) operations is their maximum or next to it and is left out: the grey dots, each "
-            f"second's maximum, stand for it. Wide translucent segments: each stage's p99 over the whole stage (stages.csv, "
-            f"by intended start) where the stage had at least 100 operations.")
+            f"second's maximum, stand for it. Wide translucent segments: each stage's p99 over the whole stage "
+            f"({STAGES}, by intended start) where the stage had at least 100 operations.")
 
 
 def capacity_caption(data: ReportData) -> str:

@@ -14,30 +14,32 @@ These read the CSVs only: a 12-hour run's panels cost the number of windows, not
 
 from __future__ import annotations
 
-import csv
 import re
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dbsurge.rundir.reader import read_rows
+from dbsurge.rundir.schema import CSV_SUFFIX, INTERVALS, LONGRUN_WINDOWS_PREFIX, longrun_windows
 
 from .timeline_plots import _COLORS, Panel, _draw, _empty, _encode, _log_ms_axis, _panel_figure, _pixels
 
 if TYPE_CHECKING:
     from .report_data import ReportData
 
-_NAME = re.compile(r"longrun-windows-(\d+)([smh])\.csv")
+_NAME = re.compile(re.escape(LONGRUN_WINDOWS_PREFIX) + r"(\d+)([smh])" + re.escape(CSV_SUFFIX))
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
 SECTION_TITLE = "Windows (dbsurge scenario longrun)"
 SECTION_NOTE = ("Per window: throughput is successful operations per second over the window; P99 is the P99 of the "
-                "window's merged per-second histograms (intervals.hlog). A cross marks a spike (P99 above the "
-                "spike factor times the median window P99, the dotted line). Every window: "
-                "longrun-windows-<length>.csv.")
+                f"window's merged per-second histograms ({INTERVALS}). A cross marks a spike (P99 above the "
+                f"spike factor times the median window P99, the dotted line). Every window: "
+                f"{longrun_windows('<length>')}.")
 
 
 def window_files(run_dir: Path) -> list[tuple[str, Path]]:
     """(label, path) of each windows CSV, shortest window first."""
     found = []
-    for path in run_dir.glob("longrun-windows-*.csv"):
+    for path in run_dir.glob(longrun_windows("*")):
         m = _NAME.fullmatch(path.name)
         if m:
             found.append((int(m.group(1)) * _UNIT_S[m.group(2)], f"{m.group(1)}{m.group(2)}", path))
@@ -45,8 +47,7 @@ def window_files(run_dir: Path) -> list[tuple[str, Path]]:
 
 
 def _rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    return read_rows(path.parent, path.name)
 
 
 def _num(v: Any) -> float | None:

@@ -47,6 +47,7 @@ from .errors import UserError  # noqa: E402
 from .help_examples import epilog  # noqa: E402
 from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
 from .option_types import ascii_int  # noqa: E402
+from .rundir.schema import MERGED, REPORT_HTML, SUMMARY_MD, TIMELINE_PNG
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -478,7 +479,7 @@ COMMAND_HELP = {
     "embedded": "start, stop or show the embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers",
     "scenario": "run one experiment of the studies and print its table (dbsurge scenario --help)",
     "collect": "fetch a finished run's CloudWatch metrics (they arrive minutes late)",
-    "report": "rebuild a run's summary.md, merged.csv, report.html and timeline.png",
+    "report": f"rebuild a run's {SUMMARY_MD}, {MERGED}, {REPORT_HTML} and {TIMELINE_PNG}",
     "cost": "rebuild a run's cost table",
     "rerun": "run a finished run's plan, workload, options and seed again (same or another target)",
     "compare": "compare runs side by side: the study's table, ratios, spread across repetitions, plots",

@@ -30,6 +30,7 @@ from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
 from .pacer import TARGET_SILENT_S
 from .rundir import SEGMENT_COLUMNS, utc_iso
+from .rundir.schema import EVENTS, REPORT_HTML, RUN_JSON, SEGMENTS, STAGES, SUMMARY_CSV, SUMMARY_MD, TIMELINE
 from .segments import segment_rows
 from .stage_plan import parse_duration
 from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
@@ -186,7 +187,7 @@ def finish_run(run, hurry: bool = False) -> None:
     if by_signal and run.writes_results:
         # a signal asks for the process to end: the tables and summary.md are written; the report (its
         # plots take a minute for a plan of thousands of stages) can be built from them at any time
-        log.warning("report.html not built (interrupted): `dbsurge report %s` builds it", run.rundir.path)
+        log.warning("%s not built (interrupted): `dbsurge report %s` builds it", REPORT_HTML, run.rundir.path)
     elif run.writes_results and not hurry and not write_failed and not run.ending.disk_full:
         run.ending.finish_state = "report"
         try:
@@ -196,7 +197,7 @@ def finish_run(run, hurry: bool = False) -> None:
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
     run.rundir.release_reserve()
-    from .locust_child import remove_temp_files
+    from .rundir.writer import remove_temp_files
 
     remove_temp_files(run.rundir.path)
     run.ending.finish_state = "done"
@@ -232,13 +233,13 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
         run.rundir.write_tables(stages, summary)
     except Exception as e:
         ok = False
-        run.note_problem("writing stages.csv and summary.csv", e)
+        run.note_problem(f"writing {STAGES} and {SUMMARY_CSV}", e)
     if run.changes:
         try:
-            run.rundir.write_csv("segments.csv", SEGMENT_COLUMNS, segments(run))
+            run.rundir.write_csv(SEGMENTS, SEGMENT_COLUMNS, segments(run))
         except Exception as e:
             ok = False
-            run.note_problem("writing segments.csv", e)
+            run.note_problem(f"writing {SEGMENTS}", e)
     return ok
 
 
@@ -389,7 +390,7 @@ def _failing_workers(run) -> list[str]:
 def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: dict) -> None:
     agg = run.aggregator
     try:
-        run.rundir.write_text("summary.md", summary_markdown(run, stages, summary, verdict.findings,
+        run.rundir.write_text(SUMMARY_MD, summary_markdown(run, stages, summary, verdict.findings,
                                                              verdict.results, verdict.text))
         run.rundir.write_meta(
             ended_utc=utc_iso(agg.end_epoch_s), complete=not verdict.incomplete and run.ending.interrupted is None,
@@ -422,7 +423,7 @@ def _write_summary(run, stages, summary, total: dict, verdict: Verdict, booked: 
         )
         run.rundir.event("run_end", operations=int(total.get("count") or 0), exit_code=verdict.code)
     except Exception as e:
-        run.note_problem("writing summary.md and run.json", e)
+        run.note_problem(f"writing {SUMMARY_MD} and {RUN_JSON}", e)
         if run.exit_code in (0, EXIT_CHECKS):
             run.exit_code = EXIT_INCOMPLETE
 
@@ -439,7 +440,7 @@ _REASON_TEXT = {
 
 #: Why an arrival that was sent has no outcome (the ``unknown`` a live worker wrote off at the end).
 _UNKNOWN_TEXT = {
-    "in_flight": "still in flight when the run ended, past --drain (bounded by --op-timeout; see events.jsonl "
+    "in_flight": f"still in flight when the run ended, past --drain (bounded by --op-timeout; see {EVENTS} "
                  "for their age)",
     "interrupted": "still in flight when the interrupted run stopped waiting for them (a signal, the web UI's Stop, "
                    "a full results disk)",
@@ -473,7 +474,7 @@ def _verdict(run, code: int, total: dict, incomplete: bool, failures_only: bool 
                                                     else "") + f" + not sent {total.get('not_sent')}")
 
 
-SEGMENTS_TITLE = ("Rate overrides: a row per stage and per override in force (segments.csv: timeline.csv's seconds, "
+SEGMENTS_TITLE = (f"Rate overrides: a row per stage and per override in force ({SEGMENTS}: {TIMELINE}'s seconds, "
                   "each in the row in force at its start; the ledger stays per stage)")
 
 

@@ -26,6 +26,7 @@ from .option_names import config_files_in_use
 from .pacer import Breather
 from .run_state import DbSurgeRun, dbsurge_user_classes, drain_recorder
 from .rundir import RunDirectory, new_run_id, utc_iso
+from .rundir.schema import METRICS
 from .stage_plan import Schedule, StagePlan, parse_duration
 from .versions import versions
 
@@ -164,7 +165,7 @@ def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
                 continue
         pause()
         size = 0
-        for folder in (run.rundir.path, run.rundir.path / "metrics"):
+        for folder in (run.rundir.path, run.rundir.path / METRICS):
             with os.scandir(folder) as entries:
                 size += sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
         run.rundir.event("resources", rss_mb=round(rss / 2**20, 1), processes=len(procs),

@@ -23,9 +23,7 @@ The child tells the parent its run directories through the file named in ``DBSUR
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -35,7 +33,8 @@ import time
 from pathlib import Path
 
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
-from .json_input import load_json
+from .rundir.schema import RUN_JSON
+from .rundir.writer import finalise, run_dir_finalised
 
 #: Where the child writes each run directory it makes (one path a line), for the parent to finalise.
 RUN_DIRS_ENV = "DBSURGE_RUN_DIRS"
@@ -49,8 +48,6 @@ END_WITH_PLAN_ENV = "DBSURGE_END_WITH_PLAN"
 PENDING_SIGNALS: list[int] = []
 
 PR_SET_PDEATHSIG = 1
-#: Temporary files a run directory may hold while it is written; none may outlive the run.
-TEMP_SUFFIXES = (".tmp",)
 
 
 # -- the parent's side ---------------------------------------------------------------------------------------
@@ -157,17 +154,17 @@ def ending(code: int, forwarded: list[int], cut_short: list[int], dirs: list[Pat
         # must end the command in about a second, whatever the size of the plan.
         name = signal.Signals(forwarded[-1]).name
         for d in unfinished:
-            finalise_run_dir(d, f"{name} again: the run ended before it finalised run.json", head="INTERRUPTED",
+            finalise_run_dir(d, f"{name} again: the run ended before it finalised {RUN_JSON}", head="INTERRUPTED",
                              report=False)
         return code
     if code > 0 and not forwarded and unfinished:
         # The child ended by itself and printed its verdict, but could not finalise run.json (a results
         # directory that went unwritable): finish what can be finished, keep its verdict and exit code.
         for d in unfinished:
-            verdict = finalise_run_dir(d, f"the run ended (exit {code}) before it could finalise run.json",
+            verdict = finalise_run_dir(d, f"the run ended (exit {code}) before it could finalise {RUN_JSON}",
                                        head="INCOMPLETE")
             if "could not be finalised" in verdict:
-                _say(f"dbsurge: run.json could not be finalised in {d}: the directory cannot be written; "
+                _say(f"dbsurge: {RUN_JSON} could not be finalised in {d}: the directory cannot be written; "
                      "the verdict above stands")
         return code
     signame = signal.Signals(-code).name if code < 0 else None
@@ -199,114 +196,15 @@ def _say(line: str) -> None:
 # -- a run directory the child could not finish ------------------------------------------------------------
 
 
-def run_dir_finalised(path: Path) -> bool:
-    """Whether the run's own process ended it (run.json has its end and exit code)."""
-    try:
-        meta = load_json((path / "run.json").read_text())
-    except (OSError, ValueError):
-        return not path.exists()
-    return isinstance(meta, dict) and meta.get("exit_code") is not None and bool(meta.get("ended_utc"))
-
-
-def remove_temp_files(path: Path) -> bool:
-    """Remove the run directory's temporary files; False if some could not be removed (a read-only directory)."""
-    removed = True
-    try:
-        for f in path.glob("*"):
-            if f.name.endswith(TEMP_SUFFIXES) and f.is_file():
-                try:
-                    f.unlink(missing_ok=True)
-                except OSError:
-                    removed = False
-    except OSError:
-        return False
-    return removed
-
-
-def _last_second(path: Path) -> tuple[str | None, float | None]:
-    """The last second with data (timeline.open.csv, else timeline.csv) as (UTC text, epoch seconds)."""
-    from datetime import datetime
-
-    for name in ("timeline.open.csv", "timeline.csv"):
-        try:
-            lines = (path / name).read_text().splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines[1:]):
-            stamp = line.split(",", 1)[0]
-            try:
-                return stamp, datetime.fromisoformat(stamp).timestamp()
-            except ValueError:
-                continue
-    return None, None
-
-
 def finalise_run_dir(path: Path, why: str, head: str = "KILLED", *, report: bool = True) -> str:
-    """End a run directory whose process died: run.json, summary.md from what was measured, no temp files.
+    """End a run directory whose process died (`dbsurge.rundir.writer.finalise`), its summary built by
+    ``dbsurge report``'s builder, or (``report=False``, a hurried ending) the verdict alone. Returns the verdict."""
+    def build_report(run_dir: Path) -> object:
+        from .collectors.report import build_report as build
 
-    The ledger cannot be closed here (the workers' last reports died with the master), so the run
-    is marked stopped (``stop_reason``, ``complete: false``, exit 3) and the summary is built from
-    the timeline, as ``dbsurge report`` does. Returns the verdict line.
-    """
-    from .rundir import redact_obj
-    from .utc import utc_iso
+        return build(run_dir)
 
-    remove_temp_files(path)
-    try:
-        meta = load_json((path / "run.json").read_text())
-        if not isinstance(meta, dict):
-            meta = {}
-        from .rundir import RUN_SCHEMA
-
-        meta = {"schema": meta.get("schema", RUN_SCHEMA), **meta}
-    except (OSError, ValueError):
-        meta = {}
-    last_utc, last_s = _last_second(path)
-    started = meta.get("started_utc")
-    at = ""
-    if started and last_s is not None:
-        from datetime import datetime
-
-        t0 = datetime.fromisoformat(str(started)).timestamp()
-        at = f" at t = {max(0.0, last_s + 1 - t0):.1f} s"
-    verdict = (f"{head}: {why}{at}; its ledger was not closed: summary.md holds what was measured until then "
-               f"(exit {EXIT_INCOMPLETE})")
-    meta.update(ended_utc=last_utc or utc_iso(time.time()), complete=False, exit_code=EXIT_INCOMPLETE,
-                stop_reason=why, verdict=verdict)
-    try:
-        tmp = path / "run.json.tmp"
-        tmp.write_text(json.dumps(redact_obj(meta), indent=2, default=str) + "\n")
-        os.replace(tmp, path / "run.json")
-        with open(path / "events.jsonl", "a") as f:
-            f.write(json.dumps({"time_utc": utc_iso(time.time()), "kind": "run_end", "exit_code": EXIT_INCOMPLETE,
-                                "stop_reason": why}) + "\n")
-    except OSError as exc:
-        # a directory that cannot be written (full, read-only, permissions taken away): say so, keep the verdict
-        verdict += f"; run.json could not be finalised in {path} ({exc.strerror or type(exc).__name__})"
-        remove_temp_files(path)
-        return verdict
-    _summary_from_what_was_measured(path, verdict, report=report)
-    remove_temp_files(path)
-    return verdict
-
-
-def _summary_from_what_was_measured(path: Path, verdict: str, *, report: bool = True) -> None:
-    if not report:  # a hurried ending: the verdict alone; `dbsurge report` builds the rest from the files
-        with contextlib.suppress(OSError):
-            (path / "summary.md").write_text(f"# dbsurge run {path.name}\n\n**{verdict}**\n\n"
-                                             f"`dbsurge report {path}` builds the tables and report.html.\n")
-        return
-    try:
-        from .collectors.report import build_report
-
-        build_report(path)
-        return
-    except Exception:  # noqa: BLE001, S110 - a damaged timeline: the verdict alone, rather than no summary at all
-        pass
-    try:
-        (path / "summary.md").write_text(f"# dbsurge run {path.name}\n\n**{verdict}**\n")
-    except OSError:
-        pass
+    return finalise(path, why, head, build_report=build_report if report else None)
 
 
 # -- the child's side --------------------------------------------------------------------------------------

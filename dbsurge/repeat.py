@@ -14,7 +14,6 @@ whether a difference between two systems is larger than that spread.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -24,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .rundir import writer
+from .rundir.reader import read_rows
+from .rundir.schema import REPETITION_COLUMNS, REPETITIONS, RUN_JSON, STAGES
 
 #: stages.csv columns summarised across repetitions
 FIGURES = ("target_tps", "achieved_tps", "failure_rate", "p50_ms", "p95_ms", "p99_ms", "lag_p99_ms", "dropped",
            "planned")
-COLUMNS = ["stage", "operation", "figure", "n", "median", "min", "max", "spread_pct", "values"]
+COLUMNS = REPETITION_COLUMNS
 _RANK = {0: 0, 1: 1, 3: 2, 2: 3}
 MAX_REPEAT = 1000
 
@@ -126,8 +128,8 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
             codes.append(code)
             runs.append({"index": i, "run_dir": str(i), "exit_code": code})
             sub = parent.path / str(i)
-            if i == 1 and (sub / "run.json").is_file():
-                from .scenarios.files import read_meta
+            if i == 1 and (sub / RUN_JSON).is_file():
+                from dbsurge.rundir.reader import read_meta
 
                 parent.write_meta(target_display=read_meta(sub).get("target_display"))
             parent.write_meta(repetitions={"count": count, "runs": runs})
@@ -141,7 +143,7 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
             handle.stop()
     dirs = [parent.path / r["run_dir"] for r in runs]
     rows = spread_rows(dirs)
-    write_csv(parent.path / "repetitions.csv", rows)
+    write_csv(parent.path / REPETITIONS, rows)
     print("\n" + spread_text(rows, codes, parent.path), flush=True)
     return worst
 
@@ -150,11 +152,7 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
 
 
 def read_stage_rows(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "stages.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    return read_rows(run_dir, STAGES)
 
 
 def stage_values(run_dirs: Sequence[Path]) -> tuple[list[tuple[str, str]], dict[tuple[str, str, str], list[float]]]:
@@ -193,12 +191,8 @@ def spread_rows(run_dirs: Sequence[Path]) -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        w.writeheader()
-        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
-    tmp.replace(path)
+    """repetitions.csv, atomically (through the run directory's writer)."""
+    writer.write_csv(path, COLUMNS, [{k: "" if v is None else v for k, v in r.items()} for r in rows])
 
 
 _SHOWN = (("ALL", "achieved_tps", "successful TPS"), ("ALL", "failure_rate", "failure rate"),
@@ -235,4 +229,4 @@ def spread_text(rows: list[dict], codes: Sequence[int], parent: Path) -> str:
                 out.append([stage, name, _fmt(fig, r["median"]), _fmt(fig, r["min"]), _fmt(fig, r["max"]), spread])
     title = f"Repetitions ({len(codes)} runs; exit codes {', '.join(str(c) for c in codes)})"
     table = render(["stage", "figure", "median", "min", "max", "spread (max-min)/median"], out, title)
-    return table + f"\n\nworst exit code {worst_exit(codes)}; repetitions.csv and the runs 1..{len(codes)} in {parent}"
+    return table + f"\n\nworst exit code {worst_exit(codes)}; {REPETITIONS} and the runs 1..{len(codes)} in {parent}"

@@ -24,6 +24,8 @@ from .errors import UserError
 from .help_examples import epilog
 from .option_names import OneLineParser
 from .redact import MASK
+from .rundir.reader import read_meta
+from .rundir.schema import RUN_JSON
 
 EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
 
@@ -51,8 +53,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def load_meta(run_dir: str | Path) -> dict:
     """run.json of an engine run; `UserError` (one line) when the directory is not one."""
-    from .scenarios.files import read_meta
-
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"{path} is not a directory: give a run directory such as results/<run-id>")
@@ -60,7 +60,7 @@ def load_meta(run_dir: str | Path) -> dict:
 
 
 def _missing(run_dir: Path, what: str) -> UserError:
-    return UserError(f"cannot rerun {run_dir}: run.json {what}")
+    return UserError(f"cannot rerun {run_dir}: {RUN_JSON} {what}")
 
 
 def rebuild_command(meta: dict, run_dir: Path, target: str) -> list[str]:  # noqa: C901 - one run.json field per branch, flat
@@ -148,11 +148,10 @@ def default_target(meta: dict) -> str | None:
 def default_results_dir(run_dir: Path) -> Path:
     """Beside the original run: its parent, or, for one repetition of a ``--repeat`` set (``results/X/2``),
     beside the set (``results``), never inside the set's own folder."""
-    from .scenarios.files import read_meta
 
     parent = (run_dir.resolve() if run_dir.name in ("", ".", "..") else run_dir).parent
     try:
-        is_set = (parent / "run.json").is_file() and read_meta(parent).get("kind") == "repetitions"
+        is_set = (parent / RUN_JSON).is_file() and read_meta(parent).get("kind") == "repetitions"
     except (UserError, ValueError):
         is_set = False
     return parent.parent if is_set else parent
@@ -162,7 +161,7 @@ def rerun_main(argv: list[str]) -> int:
     """``dbsurge rerun``: rebuild the run's command from run.json and run it."""
     args, rest = _parser().parse_known_args(argv)
     run_dir = Path(args.run_dir)
-    from .rundir_check import check_run_dir
+    from .rundir.reader import check_run_dir
 
     check_run_dir(run_dir)  # a damaged run.json is one line naming it, not a traceback or a wrong command
     meta = load_meta(run_dir)
@@ -182,9 +181,9 @@ def rerun_main(argv: list[str]) -> int:
     shown = " ".join(_quote(c) for c in cmd)
     print(f"dbsurge: rerun of {run_dir}: dbsurge run {shown}", flush=True)
     if not args.target and target in EMBEDDED_NAMES:
-        print(f"dbsurge: target {target} from run.json: a fresh embedded server, as the original had", flush=True)
+        print(f"dbsurge: target {target} from {RUN_JSON}: a fresh embedded server, as the original had", flush=True)
     elif not args.target:
-        print("dbsurge: target from run.json (its password is never stored: pass --target URI or set "
+        print(f"dbsurge: target from {RUN_JSON} (its password is never stored: pass --target URI or set "
               "DBSURGE_TARGET if it needs one)", flush=True)
     if args.dry_run:
         return 0
@@ -192,7 +191,7 @@ def rerun_main(argv: list[str]) -> int:
 
     code = run_main(cmd)
     new_dir = Path(results_dir) / run_id
-    if (new_dir / "run.json").is_file():
+    if (new_dir / RUN_JSON).is_file():
         from .scenarios.engine_run import annotate_run
 
         annotate_run(new_dir, rerun_of={"run_dir": str(run_dir), "run_id": meta.get("run_id")})

@@ -24,14 +24,13 @@ join token from Secrets Manager or SSM on the host: give the instances a profile
 from __future__ import annotations
 
 import argparse
-import csv
 import getpass
 import ipaddress
 import math
 import os
-import tempfile
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,8 @@ from urllib.parse import urlsplit
 from . import __version__
 from .errors import UserError, clip
 from .help_examples import epilog
+from .rundir.schema import RUNNERS, in_metrics
+from .rundir.writer import metrics_path, write_csv
 from .runner_userdata import UserDataSpec, user_data
 from .tables import render
 
@@ -409,15 +410,7 @@ def status_rows(instances: list[dict], now: datetime | None = None) -> list[dict
 
 def write_runners_csv(run_dir: str | Path, rows: list[dict]) -> Path:
     """``RUN_DIR/metrics/runners.csv`` (atomically): what ``dbsurge cost`` prices as runner hours."""
-    path = Path(run_dir) / "metrics" / "runners.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
-    return path
+    return write_csv(metrics_path(run_dir, RUNNERS), CSV_COLUMNS, rows)
 
 
 # -- the command ---------------------------------------------------------------------------------------------------
@@ -463,7 +456,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="an environment variable each worker reads from a secret, e.g. DBSURGE_TARGET=arn:...")
     u.add_argument("--no-wait", action="store_true", help="return without waiting for the instances to run")
     st = sub.add_parser("status", parents=[common], help="list the run's instances")
-    st.add_argument("--run-dir", default=None, help="also write RUN_DIR/metrics/runners.csv (for dbsurge cost)")
+    st.add_argument("--run-dir", default=None, help=f"also write RUN_DIR/{in_metrics(RUNNERS)} (for dbsurge cost)")
     sub.add_parser("down", parents=[common], help="terminate, cancel and delete everything the run has")
     sub.add_parser("verify", parents=[common], help="print remaining_count; exit 1 when anything is left")
     return p

@@ -39,6 +39,7 @@ from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .finish import finish_run
 from .lease import lease_end_number
 from .pacer import TARGET_SILENT_S
+from .rundir.schema import REPORT_HTML
 from .wire import Close, Final, Leave, send
 
 log = logging.getLogger("dbsurge")
@@ -278,10 +279,10 @@ def _exit_code_after(run, signum: int) -> int:
 def _exit_now(run, signum: int) -> None:
     """The tables and run.json are written (the report was being built, or all is done): end the process at once."""
     if run.rundir is not None:
-        unbuilt = (f"; report.html not built (`dbsurge report {run.rundir.path}` builds it)"
+        unbuilt = (f"; {REPORT_HTML} not built (`dbsurge report {run.rundir.path}` builds it)"
                    if run.ending.finish_state == "report" else "")
         _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now{unbuilt}")
-        from .locust_child import remove_temp_files
+        from .rundir.writer import remove_temp_files
 
         remove_temp_files(run.rundir.path)
     try:
@@ -304,7 +305,7 @@ def _exit_within(run, signum: int, seconds: float) -> None:
         _say(f"dbsurge: {signal.Signals(signum).name} again: the results were not all written within "
              f"{seconds:g} s; exiting with what is on disk")
         if run.rundir is not None:
-            from .locust_child import remove_temp_files
+            from .rundir.writer import remove_temp_files
 
             remove_temp_files(run.rundir.path)
         os._exit(_exit_code_after(run, signum))
@@ -471,7 +472,7 @@ def _hurry(run, name: str, signum: int) -> None:
     else:
         finish_run(run, hurry=True)
     if run.rundir is not None:
-        from .locust_child import remove_temp_files
+        from .rundir.writer import remove_temp_files
 
         remove_temp_files(run.rundir.path)
     code = run.exit_code if run.exit_code is not None else run.ending.exit_code_override

@@ -42,6 +42,7 @@ from .json_input import load_json
 from .membership import is_loopback
 from .options import _WEIGHT
 from .redact import MASK, redact_uri
+from .rundir.schema import REPORT_HTML
 from .web_state import live_state, max_rate, plan_state, remaining_peak
 
 log = logging.getLogger("dbsurge")
@@ -142,7 +143,7 @@ def report_response(run):
     """``GET /dbsurge/report``: this run's report.html, once built; nothing else is served from the run directory."""
     path = run.ending.report_path
     if path is None or not path.is_file():
-        return jsonify({"error": "no report for this run yet: report.html is built when the run ends"}), 404
+        return jsonify({"error": f"no report for this run yet: {REPORT_HTML} is built when the run ends"}), 404
     response = Response(path.read_bytes(), mimetype="text/html")
     response.headers["Content-Security-Policy"] = REPORT_CSP
     return response

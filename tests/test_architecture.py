@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,3 +134,31 @@ def test_measurement_has_no_locust_and_no_files():
     assert _offenders("dbsurge.measure", ("locust", "gevent", "dbsurge.rundir", "dbsurge.locust_plugin")) == {}
     for m in _all_imports("dbsurge.measure"):
         assert "open(" not in MODULES[m].read_text(), f"{m} opens a file"
+
+
+#: The modules that may spell a run directory's file names in a string: the schema, which owns them.
+RUN_DIRECTORY_NAMERS = {"dbsurge.rundir.schema"}
+#: A run directory's files as they are spelled (schema's names, any CSV, JSON-lines or HdrHistogram log, metrics/).
+_RUN_FILE = re.compile(r"\.(csv|jsonl|hlog)\b|metrics/|run\.json|summary\.md|report\.html|timeline\.png"
+                       r"|longrun\.(settings|state)\.json")
+
+
+def _non_docstring_strings(tree: ast.AST) -> list[str]:
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def test_one_module_spells_the_run_directory_s_file_names():
+    """Every other module names a run directory's files through `dbsurge.rundir.schema`'s constants (in
+    messages and help texts too, as f-strings); docstrings may name them as they are. At most 4 modules spell
+    them, and today only the schema does."""
+    spelling = sorted(m for m, path in MODULES.items()
+                      if any(_RUN_FILE.search(s) for s in _non_docstring_strings(ast.parse(path.read_text()))))
+    assert len(spelling) <= 4
+    assert set(spelling) <= RUN_DIRECTORY_NAMERS, spelling

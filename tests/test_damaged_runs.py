@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from runs import dbsurge, explain
 
 from dbsurge.cli import main
-from dbsurge.rundir_check import check_run_dir
+from dbsurge.rundir.reader import check_run_dir
 
 Damage = Callable[[Path], None]
 

@@ -191,6 +191,21 @@ def test_secret_formats_and_errors():
     assert credentials.setup_fields("dsql://admin@x.dsql.us-east-1.on.aws", "dsql")["needs_password"] is False
 
 
+def test_every_writer_of_run_json_and_events_removes_secrets(tmp_path):
+    """run.json and events.jsonl are written by one writer, which removes secrets whoever calls it: the run
+    itself, `update_run_json` (the collectors, ``dbsurge cost``) and `append_event`."""
+    from dbsurge.collectors.rundata import append_event, update_run_json
+    from dbsurge.rundir import RunDirectory
+
+    rd = RunDirectory(tmp_path, "r1")
+    rd.write_meta(target="postgresql://u:hunter2@db/x")
+    rd.close()
+    update_run_json(rd.path, cost_inputs={"uri": "postgresql://u:hunter2@db/x", "password": "hunter2"})
+    append_event(rd.path, {"kind": "error", "message": "mongodb://u:hunter2@db/"})
+    text = (rd.path / "run.json").read_text() + (rd.path / "events.jsonl").read_text()
+    assert "hunter2" not in text and "***" in text
+
+
 def test_move_target_to_env():
     assert move_target_to_env(["run", "--target", "u", "--quiet"]) == (["run", "--quiet"], "u")
     assert move_target_to_env(["run", "--target=u", "-t", "1s"]) == (["run", "-t", "1s"], "u")

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from dbsurge.rundir import utc_iso
+from dbsurge.rundir.schema import SERVER_CACHE, SNAPSHOTS, WARM_PHASE, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity, metric_at
@@ -128,7 +129,7 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
 
     server = [{"snapshot": "warm", **counter_delta(before, after_warm)},
               {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
-    run.append_rows("server_cache.csv", SERVER_COLUMNS, server)
+    run.append_rows(SERVER_CACHE, SERVER_COLUMNS, server)
     run.meta(cold_start={"idle_s": idle_s, "restart": restart, "restart_command": args.restart_command,
                          **restarted}, load_s=load_s, documents=documents, reads=len(ids))
     if setup.collector is not None:
@@ -153,7 +154,7 @@ def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, durati
            "achieved_ops_s": round(len(ok) / max(result.elapsed_s, 1e-9), 3) if ok else 0.0,
            "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "max_ms": s["max_ms"],
            "connect_errors": sum(result.connect_errors.values())}
-    run.append_rows("warm_phase.csv", WARM_COLUMNS, [row])
+    run.append_rows(WARM_PHASE, WARM_COLUMNS, [row])
     run.event("warm_phase", **{k: v for k, v in row.items()}, errors=dict(result.errors))
 
 
@@ -178,7 +179,7 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
         flush_server_counters(target.kind, session)
     finally:
         session.close()
-    run.append_rows("snapshots.csv", SNAPSHOT_COLUMNS, rows)
+    run.append_rows(SNAPSHOTS, SNAPSHOT_COLUMNS, rows)
     run.event("snapshot_end", snapshot=name, reads=len(rows))
     times = dict(run.rundir.meta.get("snapshot_times") or {})
     times[name] = {"started_utc": utc_iso(started), "ended_utc": utc_iso(time.time())}
@@ -244,12 +245,12 @@ def verdict(rows: list[dict]) -> str:
 def report(run_dir: Path) -> Report:
     """The study's warm-vs-cold table from snapshots.csv, warm_phase.csv and server_cache.csv."""
     meta = read_meta(run_dir)
-    snaps = read_rows(run_dir, "snapshots.csv")
+    snaps = read_rows(run_dir, SNAPSHOTS)
     warm_rows = [r for r in snaps if r["snapshot"] == "warm"]
     cold_rows = [r for r in snaps if r["snapshot"] == "cold"]
     warm, cold = floats(warm_rows, "latency_ms"), floats(cold_rows, "latency_ms")
     errors = [sum(1 for r in rs if not is_ok(r)) for rs in (warm_rows, cold_rows)]
-    server = {r["snapshot"]: r for r in read_rows(run_dir, "server_cache.csv")}
+    server = {r["snapshot"]: r for r in read_rows(run_dir, SERVER_CACHE)}
     rows = cache_rows(warm, cold, errors[0], errors[1], server, _cloudwatch_cells(run_dir, meta))
     display = []
     for r in rows:
@@ -262,7 +263,7 @@ def report(run_dir: Path) -> Report:
         else:
             display.append([r["metric"], ms(r["warm"]), ms(r["cold"]), delta_text(r["warm"], r["cold"])])
     table = Table(title=f"Snapshots: {len(warm_rows)} seeded reads by id, warm then cold (latency in ms)",
-                  headers=["", "WARM", "COLD", "delta"], rows=display, csv_name=f"{NAME}.csv",
+                  headers=["", "WARM", "COLD", "delta"], rows=display, csv_name=scenario_table(NAME),
                   csv_columns=TABLE_COLUMNS, csv_rows=rows)
     return Report(heading=f"dbsurge scenario cache (study 000, experiment 1): {meta.get('target_display')}",
                   tables=[table], notes=_notes(meta, run_dir, rows))
@@ -299,7 +300,7 @@ def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
     else:
         notes.append(f"COLD: after {cold.get('idle_s', 0):g} s with every connection closed (the study waited 20 "
                      "minutes for a scale-in to the floor capacity).")
-    for w in read_rows(run_dir, "warm_phase.csv"):
+    for w in read_rows(run_dir, WARM_PHASE):
         notes.append(f"Warm phase: {w['connections']} connections x {float(w['rate_per_connection']):g} reads/s for "
                      f"{float(w['duration_s']):g} s: {w['operations']} reads, {w['failures']} failed, "
                      f"{float(w['achieved_ops_s']):,.1f} reads/s, p50 {ms(opt_float(w['p50_ms']))} ms, "

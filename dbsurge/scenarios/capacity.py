@@ -19,6 +19,7 @@ from typing import Any
 from dbsurge.collectors.cloudwatch import cloudwatch_collector  # noqa: F401 - the scenarios' import
 from dbsurge.collectors.merge import stage_capacity_texts
 from dbsurge.errors import UserError
+from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 
 
 def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, margin_s: float = 120.0) -> str:
@@ -46,7 +47,7 @@ def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
     from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label
     from dbsurge.collectors.rundata import read_cloudwatch
 
-    path = Path(run_dir) / "metrics" / "cloudwatch.csv"
+    path = Path(run_dir) / METRICS / CLOUDWATCH
     if not path.is_file():
         return {}
     series = capacity_frames(read_cloudwatch(Path(run_dir)))
@@ -71,7 +72,7 @@ def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average")
     from dbsurge.collectors.merge import infer_period_s
     from dbsurge.collectors.rundata import read_cloudwatch
 
-    if not (Path(run_dir) / "metrics" / "cloudwatch.csv").is_file():
+    if not (Path(run_dir) / METRICS / CLOUDWATCH).is_file():
         return {}
     frame = read_cloudwatch(Path(run_dir))
     frame = frame[(frame["metric"] == metric) & (frame["stat"] == stat)]
@@ -92,7 +93,7 @@ def capacity_text(values: dict[str, float]) -> str:
 
 def stage_capacity_text(run_dir: Path) -> dict[str, str]:
     """Per stage, the labelled maximum capacity from metrics/cloudwatch.csv (empty without one)."""
-    if not (Path(run_dir) / "metrics" / "cloudwatch.csv").is_file():
+    if not (Path(run_dir) / METRICS / CLOUDWATCH).is_file():
         return {}
     from dbsurge.collectors.merge import stage_capacity
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.rundir.schema import CAPACITY_TABLE, RUN_JSON, SUMMARY_CSV
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
@@ -123,10 +124,10 @@ def lag_cause(causes: list[str]) -> str:
 
 def judge_step(run_dir: Path, rate: float, operation: str, p99_bound_ms: float, code: int) -> Step:
     """Read one step's summary.csv and run.json and give its verdict."""
-    rows = {r["operation"]: r for r in read_rows(run_dir, "summary.csv")}
+    rows = {r["operation"]: r for r in read_rows(run_dir, SUMMARY_CSV)}
     total = rows.get("ALL", {})
     op_row = rows.get(operation, total) if operation != "all" else total
-    results = (read_meta(run_dir).get("results") or {}) if (run_dir / "run.json").is_file() else {}
+    results = (read_meta(run_dir).get("results") or {}) if (run_dir / RUN_JSON).is_file() else {}
     p99 = opt_float(op_row.get("p99_ms"))
     failure_rate = opt_float(total.get("failure_rate")) or 0.0
     dropped = int(total.get("dropped") or 0)
@@ -268,7 +269,7 @@ def report(run_dir: Path) -> Report:
                "lag cause", "verdict"]
     csv_rows = [{k: s.get(k) for k in TABLE_COLUMNS} for s in steps]
     table = Table(title=f"Capacity search (p99 < {settings.get('p99', '')}, no drops, failures < 1%)",
-                  headers=headers, rows=display, csv_name="capacity.csv", csv_columns=TABLE_COLUMNS,
+                  headers=headers, rows=display, csv_name=CAPACITY_TABLE, csv_columns=TABLE_COLUMNS,
                   csv_rows=csv_rows)
     notes = [f"Answer: {results.get('answer', '')}",
              f"Each step is an engine run directory under {run_dir} ({settings.get('step_seconds', 0):g} s constant "

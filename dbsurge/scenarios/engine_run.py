@@ -10,13 +10,14 @@ out of the ``dbsurge`` process.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from dbsurge.rundir import RunDirectory
+from dbsurge.rundir.reader import has_meta, read_meta
+from dbsurge.rundir.schema import REPETITIONS, STAGES
 
 
 def run_engine(run_args: list[str]) -> int:
@@ -26,7 +27,7 @@ def run_engine(run_args: list[str]) -> int:
     SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
     command line.
     """
-    from dbsurge.cli import run_child, move_target_to_env
+    from dbsurge.cli import move_target_to_env, run_child
 
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
@@ -39,9 +40,9 @@ def run_engine(run_args: list[str]) -> int:
 
 def repetitions(run_dir: Path) -> list[Path] | None:
     """The run directories 1..N of an engine run given ``--repeat N``, or None for a single run."""
-    if not (run_dir / "repetitions.csv").is_file():
+    if not (run_dir / REPETITIONS).is_file():
         return None
-    return sorted((d for d in run_dir.iterdir() if d.name.isdigit() and (d / "stages.csv").is_file()),
+    return sorted((d for d in run_dir.iterdir() if d.name.isdigit() and (d / STAGES).is_file()),
                   key=lambda d: int(d.name))
 
 
@@ -57,8 +58,7 @@ def annotate_run(run_dir: Path, **fields: Any) -> None:
     """Add fields to the run.json the engine wrote (through `RunDirectory.write_meta`, which redacts)."""
     rd = RunDirectory(run_dir.parent, run_dir.name)
     try:
-        path = run_dir / "run.json"
-        rd.meta = json.loads(path.read_text()) if path.is_file() else {}
+        rd.meta = read_meta(run_dir) if has_meta(run_dir) else {}
         rd.write_meta(**fields)
     finally:
         rd.close()

@@ -1,4 +1,5 @@
-"""Reading a scenario's run directory: run.json, its CSVs as dicts, and the cells in them.
+"""Reading a scenario's run directory: run.json and its CSVs as dicts (`dbsurge.rundir.reader`'s), and the cells
+in them.
 
 Every table is built from these files by a scenario's pure ``report(run_dir)``, so a finished
 run's table can be printed again (``--from``). Writing goes through `dbsurge.rundir.RunDirectory`
@@ -7,39 +8,14 @@ run's table can be printed again (``--from``). Writing goes through `dbsurge.run
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
-from dbsurge.json_input import load_json
+from dbsurge.rundir.reader import iter_rows, read_meta, read_rows
 
-
-def read_meta(run_dir: Path) -> dict:
-    """run.json of a run directory; `UserError` when there is none."""
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no run.json)")
-    try:
-        return load_json(path.read_text())
-    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, nested too deeply
-        raise UserError(f"{path} cannot be read: {e}") from None
-
-
-def read_rows(run_dir: Path, name: str) -> list[dict]:
-    """A CSV of the run directory as dicts (``[]`` when it does not exist)."""
-    return list(iter_rows(run_dir, name))
-
-
-def iter_rows(run_dir: Path, name: str) -> Iterator[dict]:
-    """The rows of a CSV of the run directory, one at a time (nothing when it does not exist)."""
-    path = Path(run_dir) / name
-    if not path.is_file():
-        return
-    with open(path, newline="") as f:
-        yield from csv.DictReader(f)
+__all__ = ["csv_cell", "epoch_of", "error_cell", "floats", "is_ok", "iter_rows", "opt_float", "read_meta",
+           "read_rows"]
 
 
 def is_ok(row: dict) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import utc_iso
+from dbsurge.rundir.schema import PROBES, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.cold_start import wait_idle
@@ -98,7 +99,7 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
         wait_idle(idle_s, f"run {i}/{args.repeat}")
         rows = probe(target, workload, operation, i, args.lookups, timeout_s, setup.values["query_timeout_s"],
                      args.seed)
-        run.append_rows("probes.csv", PROBE_COLUMNS, rows)
+        run.append_rows(PROBES, PROBE_COLUMNS, rows)
         run.event("probe", run=i, result=_result(rows))
         say(f"run {i}/{args.repeat}: {_result(rows)}")
 
@@ -228,7 +229,7 @@ def _connection_cell(row: dict) -> str:
 
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
-    rows = idle_rows(read_rows(run_dir, "probes.csv"))
+    rows = idle_rows(read_rows(run_dir, PROBES))
     settings = meta.get("settings") or {}
     lookups = settings.get("lookups", 20)
     display = [[str(r["run"]), _connection_cell(r), ms(r["first_query_ms"]), ms(r["next_p50_ms"]),
@@ -236,7 +237,7 @@ def report(run_dir: Path) -> Report:
     table = Table(title=f"First request after {settings.get('idle', '?')} idle (connect timeout "
                         f"{opt_float(settings.get('connect_timeout_s')) or 0:g} s; times in ms)",
                   headers=["run", "first connection", "first query", f"p50 of next {lookups}", "result"],
-                  rows=display, csv_name=f"{NAME}.csv", csv_columns=TABLE_COLUMNS, csv_rows=rows)
+                  rows=display, csv_name=scenario_table(NAME), csv_columns=TABLE_COLUMNS, csv_rows=rows)
     ok = sum(1 for r in rows if r["result"] == "success")
     what = f"operation {meta.get('operation')} of workload {meta.get('workload')}"
     notes = [f"{ok} of {len(rows)} runs succeeded; {what}."]

@@ -28,6 +28,7 @@ windows' histograms; ``--from`` during or after a run reads only what was added 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -35,6 +36,21 @@ from pathlib import Path
 from dbsurge.errors import UserError
 from dbsurge.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory
+from dbsurge.rundir.reader import iter_events
+from dbsurge.rundir.schema import (
+    EVENTS,
+    INTERVALS,
+    LONGRUN_HOURS,
+    LONGRUN_SETTINGS,
+    LONGRUN_SPIKES,
+    LONGRUN_THROUGHPUT,
+    REPORT_HTML,
+    RUN_JSON,
+    SUMMARY_CSV,
+    longrun_windows,
+    scenario_table,
+)
+from dbsurge.rundir.writer import write_text
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, run_engine
@@ -50,7 +66,7 @@ STUDY = {"rate": 5000.0, "duration": "12h", "windows": "1m,10m", "spike_factor":
          "records": 1_000_000}
 QUICK = {"rate": 200.0, "duration": "3m", "windows": "10s,1m", "records": 2000}
 #: The window settings, written once the engine has made the run directory (run.json is the engine's until the end).
-SETTINGS_NAME = "longrun.settings.json"
+SETTINGS_NAME = LONGRUN_SETTINGS
 #: Printed spikes at most (longrun-spikes.csv lists them all).
 SHOWN_SPIKES = 20
 THROUGHPUT_COLUMNS = ["window", "windows", "target_tps", "mean_ops_s", "min_ops_s", "max_ops_s", "min_pct_of_target",
@@ -107,8 +123,8 @@ def _check_runs(setup: Setup) -> None:
                         "scenario again instead")
     if setup.args.baseline is not None:
         base = Path(setup.args.baseline)
-        if not (base / "summary.csv").is_file():
-            raise UserError(f"--baseline {setup.args.baseline}: not a finished run directory (no summary.csv)")
+        if not (base / SUMMARY_CSV).is_file():
+            raise UserError(f"--baseline {setup.args.baseline}: not a finished run directory (no {SUMMARY_CSV})")
         setup.values["baseline"] = str(base)
 
 
@@ -141,7 +157,7 @@ def launch(setup: Setup, uri: str, run_id: str) -> int:
 def _leave_settings(run_dir: Path, settings: dict, stop: threading.Event) -> None:
     """Write `SETTINGS_NAME` once the engine's run.json is there (polled twice a second until the run ends)."""
     while not stop.is_set():
-        if (run_dir / "run.json").is_file():
+        if (run_dir / RUN_JSON).is_file():
             write_settings(run_dir, settings)
             return
         stop.wait(0.5)
@@ -149,12 +165,8 @@ def _leave_settings(run_dir: Path, settings: dict, stop: threading.Event) -> Non
 
 def write_settings(run_dir: Path, settings: dict) -> None:
     """`SETTINGS_NAME`, atomically; a results disk that refuses it costs only ``--from`` during the run."""
-    tmp = run_dir / (SETTINGS_NAME + ".tmp")
-    try:
-        tmp.write_text(json.dumps(settings) + "\n")
-        tmp.replace(run_dir / SETTINGS_NAME)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        write_text(run_dir / SETTINGS_NAME, json.dumps(settings) + "\n")
 
 
 def _run(setup: Setup, uri: str, run_id: str) -> int:
@@ -173,7 +185,7 @@ def after(setup: Setup, run_id: str, code: int) -> int:
     """Annotate run.json with the window settings, show the tables and write report.html."""
     args = setup.args
     run_dir = Path(args.results_dir) / run_id
-    if not (run_dir / "run.json").is_file() or not (run_dir / "intervals.hlog").is_file():
+    if not (run_dir / RUN_JSON).is_file() or not (run_dir / INTERVALS).is_file():
         return code or 1
     annotate_run(run_dir, scenario=NAME, scenario_settings=setup.settings, target_name=args.target,
                  longrun=_longrun_settings(setup))
@@ -190,7 +202,7 @@ def write_html(run_dir: Path) -> None:
 
         say(f"report: {build_report(run_dir)}")
     except Exception as e:  # noqa: BLE001 - the tables and CSVs are written; `dbsurge report` tries again
-        say(f"report.html was not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")
+        say(f"{REPORT_HTML} was not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")
 
 
 # -- the tables -----------------------------------------------------------------------------------------
@@ -210,33 +222,25 @@ def _settings(meta: dict, run_dir: Path) -> dict:
 
 
 def _whole_run_p99(run_dir: Path) -> dict[str, float | None]:
-    return {r["operation"]: opt_float(r.get("p99_ms")) for r in read_rows(run_dir, "summary.csv")
+    return {r["operation"]: opt_float(r.get("p99_ms")) for r in read_rows(run_dir, SUMMARY_CSV)
             if r.get("operation") and r.get("operation") != "ALL" and r.get("count") not in (None, "", "0")}
 
 
 def hour_rows(run_dir: Path, started: float | None) -> list[dict]:
     """Per hour of the run: the largest generator RSS and the run directory's size (``resources`` events)."""
-    path = run_dir / "events.jsonl"
-    if not path.is_file() or started is None:
+    if started is None:
         return []
     hours: dict[int, dict] = {}
-    with open(path) as f:
-        for line in f:
-            if '"resources"' not in line:
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            at = epoch_of(e.get("time_utc"))
-            if e.get("kind") != "resources" or at is None:
-                continue
-            h = hours.setdefault(int(max(at - started, 0) // 3600), {"samples": 0, "rss": 0.0, "procs": 0,
-                                                                      "dir": 0.0})
-            h["samples"] += 1
-            h["rss"] = max(h["rss"], float(e.get("rss_mb") or 0))
-            h["procs"] = max(h["procs"], int(e.get("processes") or 0))
-            h["dir"] = max(h["dir"], float(e.get("run_dir_mb") or 0))
+    for e in iter_events(run_dir, containing='"resources"'):
+        at = epoch_of(e.get("time_utc"))
+        if e.get("kind") != "resources" or at is None:
+            continue
+        h = hours.setdefault(int(max(at - started, 0) // 3600), {"samples": 0, "rss": 0.0, "procs": 0,
+                                                                  "dir": 0.0})
+        h["samples"] += 1
+        h["rss"] = max(h["rss"], float(e.get("rss_mb") or 0))
+        h["procs"] = max(h["procs"], int(e.get("processes") or 0))
+        h["dir"] = max(h["dir"], float(e.get("run_dir_mb") or 0))
     rows, before = [], 0.0
     for hour in sorted(hours):
         h = hours[hour]
@@ -256,7 +260,7 @@ def report(run_dir: Path) -> Report:
     stages = plan.get("stages") or []
     duration = float(plan.get("duration_s") or 0.0)
     if duration <= 0:
-        raise UserError(f"{run_dir}: run.json has no plan duration")
+        raise UserError(f"{run_dir}: {RUN_JSON} has no plan duration")
     started, ended = epoch_of(meta.get("started_utc")), epoch_of(meta.get("ended_utc"))
     elapsed = min(duration, ended - started) if started is not None and ended is not None else None
     hw = build_windows(run_dir, windows, duration, ended=ended is not None)
@@ -310,7 +314,7 @@ def write_window_csvs(run_dir: Path, per_window: dict[str, list[dict]], ops: lis
     rd = RunDirectory(run_dir.parent, run_dir.name)
     try:
         for label, rows in per_window.items():
-            rd.write_csv(f"longrun-windows-{label}.csv", window_columns(ops),
+            rd.write_csv(longrun_windows(label), window_columns(ops),
                          [{k: (int(v) if isinstance(v, bool) else csv_cell(v)) for k, v in r.items()} for r in rows])
     finally:
         rd.close()
@@ -327,14 +331,14 @@ def _report(meta: dict, run_dir: Path, tp_rows: list[dict], p99_rows: list[dict]
                      number(r["min_ops_s"], 1), number(r["max_ops_s"], 1),
                      "-" if r["min_pct_of_target"] is None else f"{r['min_pct_of_target']:.1f}%",
                      str(r["below_95pct"])] for r in tp_rows],
-              csv_name="longrun-throughput.csv", csv_columns=THROUGHPUT_COLUMNS, csv_rows=tp_rows),
+              csv_name=LONGRUN_THROUGHPUT, csv_columns=THROUGHPUT_COLUMNS, csv_rows=tp_rows),
         Table(title=f"P99 per window (spike: above {factor:g} x the median window P99)",
               headers=["window", "operation", "windows", "avg P99 ms", "median P99 ms", "max P99 ms", "spikes",
                        "whole-run P99 ms", "baseline P99 ms", "avg / baseline"],
               rows=[[r["window"], r["operation"], str(r["windows"]), ms(r["avg_p99_ms"]), ms(r["median_p99_ms"]),
                      ms(r["max_p99_ms"]), str(r["spikes"]), ms(r["run_p99_ms"]), ms(r["baseline_p99_ms"]),
                      "-" if r["avg_vs_baseline"] is None else f"{r['avg_vs_baseline']:.2f}x"] for r in p99_rows],
-              csv_name=f"{NAME}.csv", csv_columns=P99_COLUMNS, csv_rows=p99_rows),
+              csv_name=scenario_table(NAME), csv_columns=P99_COLUMNS, csv_rows=p99_rows),
     ]
     if spikes:
         tables.append(Table(title=f"Spikes ({len(spikes)}" + (f"; the first {SHOWN_SPIKES} shown)" if len(spikes) > SHOWN_SPIKES
@@ -343,19 +347,19 @@ def _report(meta: dict, run_dir: Path, tp_rows: list[dict], p99_rows: list[dict]
                             rows=[[s["window"], s["operation"], str(s["index"]), number(s["start_s"], 0),
                                    number(s["end_s"], 0), ms(s["p99_ms"]), f"{s['x_median']:.1f}"]
                                   for s in spikes[:SHOWN_SPIKES]],
-                            csv_name="longrun-spikes.csv", csv_columns=SPIKE_COLUMNS, csv_rows=spikes))
+                            csv_name=LONGRUN_SPIKES, csv_columns=SPIKE_COLUMNS, csv_rows=spikes))
     else:
-        _write_empty_csv(run_dir, "longrun-spikes.csv", SPIKE_COLUMNS)
+        _write_empty_csv(run_dir, LONGRUN_SPIKES, SPIKE_COLUMNS)
     if hours:
         tables.append(Table(title="Generator memory and results disk per hour (this host)",
                             headers=["hour", "samples", "max RSS MB", "processes", "run dir MB", "added MB"],
                             rows=[[str(h["hour"]), str(h["samples"]), number(h["rss_mb_max"], 1),
                                    str(h["processes"]), number(h["run_dir_mb"], 2), number(h["run_dir_mb_added"], 2)]
                                   for h in hours],
-                            csv_name="longrun-hours.csv", csv_columns=HOUR_COLUMNS, csv_rows=hours))
-    notes = [(f"Window P99 = the P99 of the merged per-second histograms of intervals.hlog in the window "
+                            csv_name=LONGRUN_HOURS, csv_columns=HOUR_COLUMNS, csv_rows=hours))
+    notes = [(f"Window P99 = the P99 of the merged per-second histograms of {INTERVALS} in the window "
               f"({hw.lines:,} interval lines read); throughput counts successful operations per second. "
-              f"Every window: longrun-windows-<length>.csv.")]
+              f"Every window: {longrun_windows('<length>')}.")]
     if meta.get("ended_utc") is None:
         notes.append("The run has not ended (or did not record its end): the last windows may still change; "
                      f"`dbsurge scenario longrun --from {run_dir}` reads only what was added since.")
@@ -363,7 +367,7 @@ def _report(meta: dict, run_dir: Path, tp_rows: list[dict], p99_rows: list[dict]
     if late:
         notes.append(f"WARNING: {late} interval lines arrived after their window was closed and are not counted.")
     if not hours:
-        notes.append("No resources events in events.jsonl (an engine from before they were recorded): no memory "
+        notes.append(f"No resources events in {EVENTS} (an engine from before they were recorded): no memory "
                      "or results-disk rows.")
     else:
         notes.append("Memory is this host's generator (the engine and its --processes workers); remote workers "

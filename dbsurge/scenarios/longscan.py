@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from dbsurge.rundir import utc_iso
+from dbsurge.rundir.schema import BATCHES, scenario_table
 from dbsurge.scenarios.arguments import positive
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity
@@ -79,7 +80,7 @@ def phases(run: ScenarioRun, setup: Setup) -> dict:
         run.event("query_end", documents=total, batches=len(rows), query_s=round(query_s, 6))
     finally:
         session.close()
-    run.append_rows("batches.csv", BATCH_COLUMNS, rows)
+    run.append_rows(BATCHES, BATCH_COLUMNS, rows)
     note = fetch_capacity(run.path, setup.collector, started, ended) if setup.collector else None
     run.meta(query={"started_utc": utc_iso(started), "ended_utc": utc_iso(ended), "seconds": round(query_s, 6),
                     "documents": total, "batches": len(rows)}, cloudwatch_note=note)
@@ -138,7 +139,7 @@ def _display(row: dict) -> list[str]:
 
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
-    batches = read_rows(run_dir, "batches.csv")
+    batches = read_rows(run_dir, BATCHES)
     query = meta.get("query") or {}
     settings = meta.get("settings") or {}
     start, end = epoch_of(query.get("started_utc")), epoch_of(query.get("ended_utc"))
@@ -149,7 +150,7 @@ def report(run_dir: Path) -> Report:
     wopts = meta.get("workload_options") or {}
     table = Table(title=f"One full scan, 1% match, of {wopts.get('documents', 0):,} documents, "
                         f"{wopts.get('scan_batch_size')} per batch",
-                  headers=["", "value", "change"], rows=[_display(r) for r in rows], csv_name=f"{NAME}.csv",
+                  headers=["", "value", "change"], rows=[_display(r) for r in rows], csv_name=scenario_table(NAME),
                   csv_columns=TABLE_COLUMNS, csv_rows=rows)
     notes = [("Throughput counts the documents returned (the query reads 100 for each one it returns); a batch's "
               "time is one round trip (the first includes starting the query).")]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbsurge.rundir import RunDirectory
+from dbsurge.rundir.schema import REPORT_HTML, SUMMARY_MD
+from dbsurge.rundir.writer import write_text
 from dbsurge.scenarios.files import csv_cell
 from dbsurge.tables import markdown, render
 
@@ -63,10 +65,10 @@ def write_report(run_dir: Path, report: Report, *, title: str) -> None:
             rd.write_csv(t.csv_name, t.csv_columns, [{k: csv_cell(v) for k, v in row.items()} for row in t.csv_rows])
     finally:
         rd.close()
-    path = run_dir / "summary.md"
+    path = run_dir / SUMMARY_MD
     existing = path.read_text() if path.is_file() else f"# {title}\n\n"
     head = existing.split(SECTION_MARK)[0].rstrip() + "\n\n"
-    path.write_text(head + report.markdown())
+    write_text(path, head + report.markdown())
 
 
 def show_report(run_dir: Path, report: Report, scenario: str, *, title: str | None = None) -> Report:
@@ -89,7 +91,7 @@ def write_html(run_dir: Path, report: Report) -> None:
     try:
         build_report(run_dir, scenario=report)
     except Exception as e:  # noqa: BLE001 - the tables are printed and written; only the page is missing
-        say(f"report.html not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")
+        say(f"{REPORT_HTML} not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")
 
 
 def say(message: str) -> None:

@@ -20,6 +20,7 @@ import random
 from pathlib import Path
 
 from dbsurge.rundir import utc_iso
+from dbsurge.rundir.schema import FIRST_WINDOW_SUFFIX, TRACE, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.capacity import capacity_at, capacity_text, fetch_capacity
@@ -102,7 +103,7 @@ def phases(run: ScenarioRun, setup: Setup) -> dict:
     rows = [{"t_since_start_s": round(result.since_start_s(op.start_ns), 6), "client": op.client, "id": op.key,
              "latency_ms": round(op.response_ms, 3), "service_ms": round(op.service_ms, 3),
              "ok": int(op.ok), "error": op.error} for op in result.operations]
-    run.append_rows("trace.csv", TRACE_COLUMNS, rows)
+    run.append_rows(TRACE, TRACE_COLUMNS, rows)
     run.meta(time_zero_utc=utc_iso(result.t0_epoch_s), connect_errors=dict(result.connect_errors))
     if setup.collector is not None:
         run.meta(cloudwatch_note=fetch_capacity(run.path, setup.collector, result.t0_epoch_s,
@@ -183,7 +184,7 @@ def _marks(first: list[dict], top: dict | None) -> list[str]:
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     settings = meta.get("settings") or {}
-    trace = read_rows(run_dir, "trace.csv")
+    trace = read_rows(run_dir, TRACE)
     buckets = bucket_rows(trace, float(settings["bucket_s"]), float(settings["duration_s"]))
     zero = epoch_of(meta.get("time_zero_utc"))
     for b in buckets:  # the capacity for the period holding the bucket's start (blank without a collector)
@@ -196,13 +197,13 @@ def report(run_dir: Path) -> Report:
                rows=[[str(b["bucket"]), _window_label(b["start_s"], b["end_s"]), str(b["count"]), str(b["failures"]),
                       ms(b["p50_ms"]), ms(b["mean_ms"]), ms(b["p99_ms"]), ms(b["max_ms"]), b["capacity"]]
                      for b in buckets],
-               csv_name=f"{NAME}.csv", csv_columns=BUCKET_COLUMNS, csv_rows=buckets)
+               csv_name=scenario_table(NAME), csv_columns=BUCKET_COLUMNS, csv_rows=buckets)
     marks = _marks(first, top)
     t2 = Table(title=f"Every read of the first {settings.get('first_window_s'):g} s",
                headers=["t since start", "client", "id", "latency ms", ""],
                rows=[[f"t={r['t_since_start_s']:.3f}s", str(r["client"]), str(r["id"]), ms(r["latency_ms"]), m]
                      for r, m in zip(first, marks)],
-               csv_name=f"{NAME}-first-window.csv", csv_columns=FIRST_COLUMNS, csv_rows=first)
+               csv_name=f"{NAME}{FIRST_WINDOW_SUFFIX}", csv_columns=FIRST_COLUMNS, csv_rows=first)
     notes = []
     if top:
         notes.append(f"Maximum of the run: {top['latency_ms']:.3f} ms at t={top['t_since_start_s']:.3f}s "

@@ -14,7 +14,6 @@ here for the modules that imported them from this one before the split.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
+from dbsurge.rundir.writer import CsvAppender
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target
 from dbsurge.scenarios.cold_start import EMBEDDED_KINDS, start_own_embedded
 from dbsurge.scenarios.files import csv_cell, floats, iter_rows, opt_float, read_meta, read_rows
@@ -60,7 +60,7 @@ class ScenarioRun:
         self.target: Any = None
         self.rundir: RunDirectory | None = None
         self.started_s: float | None = None
-        self._raw_files: dict[str, Any] = {}
+        self._raw_files: dict[str, CsvAppender] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> ScenarioRun:  # noqa: PYI034 - not subclassed
@@ -150,22 +150,19 @@ class ScenarioRun:
             self._append_rows(name, columns, rows)
 
     def _append_rows(self, name: str, columns: list[str], rows: Iterable[dict]) -> None:
-        entry = self._raw_files.get(name)
-        if entry is None:
-            f = open(self.path / name, "a", newline="")  # noqa: SIM115 - kept open while rows arrive; closed in finish
-            writer = csv.DictWriter(f, columns, extrasaction="ignore")
-            if f.tell() == 0:
-                writer.writeheader()
-            entry = self._raw_files[name] = (f, writer)
-        f, writer = entry
-        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
-        f.flush()
+        out = self._raw_files.get(name)
+        if out is None:  # kept open while rows arrive; closed in finish
+            out = self._raw_files[name] = CsvAppender(self.path / name, columns)
+        out.write({k: csv_cell(v) for k, v in row.items()} for row in rows)
+
+    def _close_raw_files(self) -> None:
+        for out in self._raw_files.values():
+            out.close()
+        self._raw_files.clear()
 
     def finish(self, report_of_run: Any, *, results: dict | None = None) -> Report:
         """Close the raw files, mark the end in run.json, then build, write and print the report."""
-        for f, _ in self._raw_files.values():
-            f.close()
-        self._raw_files.clear()
+        self._close_raw_files()
         ended = time.time()
         self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3))
         self.event("run_end", at=ended)
@@ -178,9 +175,7 @@ class ScenarioRun:
         import signal
 
         with self._lock:
-            for f, _ in self._raw_files.values():
-                f.close()
-            self._raw_files.clear()
+            self._close_raw_files()
         ended = time.time()
         name = signal.Signals(signum).name
         self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3), complete=False,
@@ -189,9 +184,7 @@ class ScenarioRun:
         self.event("run_end", at=ended, exit_code=code, interrupted=name)
 
     def close(self) -> None:
-        for f, _ in self._raw_files.values():
-            f.close()
-        self._raw_files.clear()
+        self._close_raw_files()
         if self.rundir is not None:
             self.rundir.close()
         if self.handle is not None:

@@ -22,6 +22,7 @@ import argparse
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.rundir.schema import STAGES, scenario_table
 from dbsurge.scenarios.arguments import cloudwatch_flags
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.capacity import stage_capacity_text
@@ -85,7 +86,7 @@ def after(setup: Setup, run_id: str, code: int) -> int:
             write_html(sub, table)  # each repetition's report.html with its table, as a single run's
         print(f"\nresults: {run_dir} (repetitions 1..N; `dbsurge scenario spike --from {run_dir}/1` prints one)")
         return code
-    if not (run_dir / "stages.csv").is_file():
+    if not (run_dir / STAGES).is_file():
         return code or 1
     annotate_run(run_dir, **annotation)
     SCENARIO.show(run_dir)
@@ -119,7 +120,7 @@ def spike_rows(stage_rows: list[dict], capacity: dict[str, str]) -> list[dict]:
 
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
-    rows = spike_rows(read_rows(run_dir, "stages.csv"), stage_capacity_text(run_dir))
+    rows = spike_rows(read_rows(run_dir, STAGES), stage_capacity_text(run_dir))
     display = []
     for r in rows:
         line = [r["stage"], number(r["arrival_rate_tps"], 0), number(r["successful_tps"], 1)]
@@ -130,7 +131,8 @@ def report(run_dir: Path) -> Report:
     headers += ["failure rate", "max capacity"]
     plan = (meta.get("plan") or {}).get("text", "")
     table = Table(title=f"Spike ({plan} of {number((meta.get('plan') or {}).get('baseline_tps'), 0)} TPS)",
-                  headers=headers, rows=display, csv_name=f"{NAME}.csv", csv_columns=TABLE_COLUMNS, csv_rows=rows)
+                  headers=headers, rows=display, csv_name=scenario_table(NAME), csv_columns=TABLE_COLUMNS,
+                  csv_rows=rows)
     notes = []
     results = meta.get("results") or {}
     for finding in results.get("behind_plan") or []:

@@ -22,9 +22,9 @@ the seconds its lines cover, without a one-second error at each edge.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,8 +34,10 @@ import numpy as np
 
 from dbsurge.errors import UserError
 from dbsurge.measure.histogram import COUNTS_LEN, highest_equivalent_of, percentile_rank
+from dbsurge.rundir.schema import INTERVALS, LONGRUN_STATE
+from dbsurge.rundir.writer import write_text
 
-STATE_NAME = "longrun.state.json"
+STATE_NAME = LONGRUN_STATE
 STATE_VERSION = 1
 #: How many windows behind the newest line a window stays open (lines of one second arrive together,
 #: and seconds in order; two windows of slack is far more than the engine's reordering).
@@ -97,7 +99,7 @@ def decode_counts(encoded: str) -> np.ndarray:
     h = HdrHistogram.decode(encoded)
     counts = np.ctypeslib.as_array(h.counts, shape=(h.counts_len,)).astype(np.int64)
     if counts.size != COUNTS_LEN:
-        raise UserError(f"intervals.hlog: a histogram of {counts.size} buckets, not the engine's {COUNTS_LEN}")
+        raise UserError(f"{INTERVALS}: a histogram of {counts.size} buckets, not the engine's {COUNTS_LEN}")
     return counts
 
 
@@ -244,13 +246,13 @@ class HlogWindows:
         """One ``Tag=op,start,length,max,histogram`` line into every window length."""
         parts = line.split(",")
         if len(parts) != 5:
-            raise UserError(f"intervals.hlog: a line that is not Tag=op,start,length,max,histogram: '{line[:40]}'")
+            raise UserError(f"{INTERVALS}: a line that is not Tag=op,start,length,max,histogram: '{line[:40]}'")
         op = parts[0][4:]
         try:
             start, length = float(parts[1]), float(parts[2])
             counts = decode_counts(parts[4])
         except (ValueError, TypeError) as e:
-            raise UserError(f"intervals.hlog: a line that does not decode ({e}): '{line[:40]}'") from None
+            raise UserError(f"{INTERVALS}: a line that does not decode ({e}): '{line[:40]}'") from None
         if op not in self.operations:
             self.operations.append(op)
         for w in self.windows.values():
@@ -285,7 +287,7 @@ def build_windows(run_dir: Path, window_lengths: Iterable[float], duration_s: fl
     if resume and state_path.is_file():
         try:
             state = json.loads(state_path.read_text())
-            hlog = run_dir / "intervals.hlog"
+            hlog = run_dir / INTERVALS
             size = hlog.stat().st_size if hlog.is_file() else 0
             # a state of other settings, or of a log that has since been replaced by a shorter one, is not reused
             if state.get("version") == STATE_VERSION and state.get("key") == key and int(state["offset"]) <= size:
@@ -298,15 +300,11 @@ def build_windows(run_dir: Path, window_lengths: Iterable[float], duration_s: fl
             hw = None  # a damaged state file costs one full read, nothing more
     if hw is None:
         hw = HlogWindows({w: Windows(WindowGrid(w, duration_s, float("nan"))) for w in lengths})
-    hw.feed(run_dir / "intervals.hlog")
+    hw.feed(run_dir / INTERVALS)
     if ended:
         hw.close_all()
-    tmp = state_path.with_name(state_path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(hw.to_state(key)))
-        os.replace(tmp, state_path)
-    except OSError:  # a full results disk: the tables are still built, the next build reads the log again
-        tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a full results disk: the tables are still built, the next build reads again
+        write_text(state_path, json.dumps(hw.to_state(key)))
     return hw
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import RunDirectory, utc_iso
+from dbsurge.rundir.schema import RUNS, SUMMARY_CSV, YCSB_RUN_TABLE
 from dbsurge.scenarios.engine_run import run_engine
 from dbsurge.scenarios.files import read_rows
 from dbsurge.scenarios.latency import ms, number
@@ -70,7 +71,7 @@ def run_levels(run_dir: RunDirectory, meta: dict, target: str, levels: list[str]
         sub = f"consistency-{level}"
         run_dir.event("consistency_run_start", consistency=level)
         c = run_engine(base + ["--target-option", target_option(family, level), "--results-dir",
-                               str(run_dir.path / "runs"), "--run-id", sub])
+                               str(run_dir.path / RUNS), "--run-id", sub])
         code = code or c
         runs.append({"consistency": level, "run_dir": f"runs/{sub}", "exit_code": c})
         run_dir.write_meta(runs=runs)
@@ -99,7 +100,7 @@ def consistency_table(run_dir: Path, meta: dict, summary_numbers) -> tuple[Table
     """The comparison table of a ``--consistency`` run directory, and its notes."""
     per_level = []
     for r in meta.get("runs") or []:
-        rows = read_rows(run_dir / r["run_dir"], "summary.csv")
+        rows = read_rows(run_dir / r["run_dir"], SUMMARY_CSV)
         if rows:
             per_level.append((r["consistency"], summary_numbers(rows)))
     rows = consistency_rows(per_level)
@@ -114,7 +115,7 @@ def consistency_table(run_dir: Path, meta: dict, summary_numbers) -> tuple[Table
                   rows=[[r["consistency"], number(r["throughput_ops_s"], 1), ms(r["read_p99_ms"]),
                          ms(r["update_p99_ms"]), str(r["failures"]), times(r["throughput_vs_first"]),
                          times(r["read_p99_vs_first"]), times(r["update_p99_vs_first"])] for r in rows],
-                  csv_name="ycsb-run.csv", csv_columns=COLUMNS, csv_rows=rows)
+                  csv_name=YCSB_RUN_TABLE, csv_columns=COLUMNS, csv_rows=rows)
     notes = ["Each level is its own run of the same plan and seed (runs/consistency-<LEVEL>/); a single run per "
              "level has no spread: repeat the scenario to judge a small difference."]
     if len(per_level) < len(meta.get("levels") or []):

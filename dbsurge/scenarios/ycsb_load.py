@@ -25,6 +25,7 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.rundir import utc_iso
+from dbsurge.rundir.schema import INSERTS, YCSB_LOAD_TABLE
 from dbsurge.scenarios.arguments import positive
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.client_threads import Start, run_client_threads
@@ -76,7 +77,7 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
     run.begin(workload="ycsb", workload_options=workload.options)
     say(f"load phase: {workload.recordcount:,} records, {args.clients} clients, batch size {args.batch_size}")
     t0_epoch = load(workload, args.clients, args.batch_size,
-                    sink=lambda rows: run.append_rows("inserts.csv", INSERT_COLUMNS, rows))
+                    sink=lambda rows: run.append_rows(INSERTS, INSERT_COLUMNS, rows))
     run.meta(time_zero_utc=utc_iso(t0_epoch))
 
 
@@ -200,7 +201,7 @@ def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     settings = meta.get("settings") or {}
     wopts = meta.get("workload_options") or {}
-    row = load_row(iter_rows(run_dir, "inserts.csv"), int(wopts.get("recordcount", 0)),
+    row = load_row(iter_rows(run_dir, INSERTS), int(wopts.get("recordcount", 0)),
                    int(settings.get("clients", 1)), int(settings.get("batch_size", 1)))
     per = row["latency_per"]
     table = Table(title="YCSB load phase (insert throughput; latency per insert call)",
@@ -209,11 +210,11 @@ def report(run_dir: Path) -> Report:
                   rows=[[number(row["inserted"], 0), str(row["clients"]), str(row["batch_size"]),
                          number(row["seconds"], 3), number(row["inserts_per_s"], 1), ms(row["p50_ms"]),
                          ms(row["p99_ms"]), ms(row["max_ms"]), str(row["failures"])]],
-                  csv_name="ycsb-load.csv", csv_columns=TABLE_COLUMNS, csv_rows=[row])
+                  csv_name=YCSB_LOAD_TABLE, csv_columns=TABLE_COLUMNS, csv_rows=[row])
     notes = [(f"{row['inserted']:,} of {row['records']:,} records inserted into {wopts.get('table', 'usertable')} "
               f"in {row['calls']:,} insert calls; inserts/s counts records.")]
     if row["failures"]:
-        notes.append(f"{row['failures']} insert calls failed (inserts.csv has the errors).")
+        notes.append(f"{row['failures']} insert calls failed ({INSERTS} has the errors).")
     return Report(heading=f"dbsurge scenario ycsb-load (study 002): {meta.get('target_display')}", tables=[table],
                   notes=notes)
 

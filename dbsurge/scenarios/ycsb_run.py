@@ -33,6 +33,7 @@ from pathlib import Path
 from dbsurge.errors import UserError
 from dbsurge.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory, utc_iso
+from dbsurge.rundir.schema import REPETITIONS, RUNS, SUMMARY_CSV, scenario_table
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
@@ -154,9 +155,9 @@ def after(setup: Setup, run_id: str, code: int) -> int:
         for sub in reps:
             annotate_run(sub, **annotation)
             SCENARIO.show(sub)
-        print(f"\nresults: {run_dir} (repetitions 1..N and their spread: repetitions.csv)")
+        print(f"\nresults: {run_dir} (repetitions 1..N and their spread: {REPETITIONS})")
         return code
-    if not (run_dir / "summary.csv").is_file():
+    if not (run_dir / SUMMARY_CSV).is_file():
         return code or 1
     annotate_run(run_dir, **annotation)
     SCENARIO.show(run_dir)
@@ -199,12 +200,12 @@ def _scale(setup: Setup, run_id: str, base: list[str]) -> int:
         for n in workers:
             sub = f"workers-{n}"
             rd.event("scale_run_start", workers=n)
-            c = run_engine(base + ["--results-dir", str(rd.path / "runs"), "--run-id", sub, "--users",
+            c = run_engine(base + ["--results-dir", str(rd.path / RUNS), "--run-id", sub, "--users",
                                    str(args.users * n), "--processes", str(n)])
             code = code or c
             runs.append({"workers": n, "users": args.users * n, "run_dir": f"runs/{sub}", "exit_code": c})
             rd.write_meta(runs=runs)
-            if not (rd.path / "runs" / sub / "summary.csv").is_file():
+            if not (rd.path / RUNS / sub / SUMMARY_CSV).is_file():
                 break
         rd.write_meta(ended_utc=utc_iso(time.time()))
         rd.event("run_end")
@@ -256,7 +257,7 @@ def report(run_dir: Path) -> Report:
         table, notes = consistency_table(run_dir, meta, summary_numbers)
         return Report(heading=f"dbsurge scenario ycsb-run --consistency (study 002): {meta.get('target_name')}",
                       tables=[table], notes=notes)
-    numbers = summary_numbers(read_rows(run_dir, "summary.csv"))
+    numbers = summary_numbers(read_rows(run_dir, SUMMARY_CSV))
     row = {"distribution": dist, "target_tps": meta.get("target_tps"), "consistency": consistency, **numbers}
     table = Table(title="YCSB workload A (50% read, 50% update)",
                   headers=["distribution", "target TPS", "throughput ops/s", "read p99 ms", "update p99 ms",
@@ -264,7 +265,7 @@ def report(run_dir: Path) -> Report:
                   rows=[[dist, number(row["target_tps"], 0) if row["target_tps"] else "flat out",
                          number(row["throughput_ops_s"], 1), ms(row["read_p99_ms"]), ms(row["update_p99_ms"]),
                          f"{row['failures']} ({(row['failure_rate'] or 0) * 100:.3f}%)", consistency]],
-                  csv_name=f"{NAME}.csv", csv_columns=RUN_COLUMNS, csv_rows=[row])
+                  csv_name=scenario_table(NAME), csv_columns=RUN_COLUMNS, csv_rows=[row])
     notes = [f"{numbers['operations']:,} operations; throughput counts successful operations per second."]
     for finding in (meta.get("results") or {}).get("behind_plan") or []:
         notes.append(f"WARNING: {finding}")
@@ -277,7 +278,7 @@ def report(run_dir: Path) -> Report:
 def _scale_report(run_dir: Path, meta: dict, consistency: str, dist: str) -> Report:
     per_run = []
     for r in meta.get("runs") or []:
-        rows = read_rows(run_dir / r["run_dir"], "summary.csv")
+        rows = read_rows(run_dir / r["run_dir"], SUMMARY_CSV)
         if rows:
             per_run.append((int(r["workers"]), int(r["users"]), summary_numbers(rows)))
     rows = scale_rows(per_run)
@@ -289,7 +290,7 @@ def _scale_report(run_dir: Path, meta: dict, consistency: str, dist: str) -> Rep
                          number(r["ideal_ops_s"], 1), _pct(r["pct_of_ideal"]), _pct(r["scaling_pct"]),
                          _pct(r["theoretical_pct"]), ms(r["read_p99_ms"]), ms(r["update_p99_ms"]), str(r["failures"])]
                         for r in rows],
-                  csv_name=f"{NAME}.csv", csv_columns=SCALE_COLUMNS, csv_rows=rows)
+                  csv_name=scenario_table(NAME), csv_columns=SCALE_COLUMNS, csv_rows=rows)
     notes = [("Ideal = the first run's throughput x its share of workers (linear scaling). On one host the worker "
               "processes share its cores with each other (and with an embedded database): the line shows where the "
               "generator or the database stops scaling.")]

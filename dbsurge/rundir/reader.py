@@ -1,4 +1,8 @@
-"""Check a run directory's files before a command reads them: a damaged one is refused in one line.
+"""The one reader of a run directory: its files read, and checked before a command reads them, so that a
+damaged one is refused in one line.
+
+`read_meta`, `read_rows`, `iter_rows` and `read_events` read run.json, a CSV and events.jsonl; `check_run_dir`
+checks every file that is there.
 
 ``dbsurge report``, ``cost``, ``collect``, ``compare`` and ``rerun`` read what a run wrote
 (`dbsurge.rundir`). A file cut short by a full disk or a kill, edited by hand or replaced by
@@ -33,34 +37,37 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError, clip
-from .json_input import load_json
-from .rundir import RUN_SCHEMA, SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
-from .size_limits import FileRefused, read_bounded
+from ..errors import UserError, clip
+from ..json_input import load_json
+from ..size_limits import FileRefused, read_bounded
+from .schema import (
+    COUNT_COLUMNS,
+    CSV_FILES,
+    CSV_GLOB,
+    EVENTS,
+    INTERVALS,
+    LEDGER,
+    METRICS,
+    OPTION_KEYS,
+    PLAN_KEYS,
+    RESULT_KEYS,
+    RUN_JSON,
+    RUN_KEYS,
+    RUN_SCHEMA,
+    STAGE_KEYS,
+    SUMMARY_CSV,
+    column_type,
+    is_count,
+    is_time,
+)
 
 #: Larger files than this are not what a run writes (a year at one line a second is ~300 MB of timeline).
 MAX_FILE_BYTES = 2 * 1024**3
 
-_TEXT_COLUMNS = {"stage", "operation", "failed_detail", "worker", "host", "segment", "override"}
-_TIME_COLUMNS = {"time_utc", "start_utc", "end_utc"}
-_COUNT_COLUMNS = {"planned", "count", "ok", "failures", "retries", "dropped", "not_sent", "over_plan", "sent",
-                  "failed", *(c for c in STAGE_COLUMNS if c.startswith(("failed_", "not_sent_"))
-                              and not c.endswith("_ms") and c != "failed_detail")}
-_LEDGER = ("planned", "ok", "failures", "dropped", "not_sent")
-
-#: file -> (columns it may have, columns it must have, whether it carries the ledger)
-CSV_FILES: dict[str, tuple[set[str], set[str], bool]] = {
-    "stages.csv": (set(STAGE_COLUMNS), {"stage", "operation"}, True),
-    "summary.csv": (set(STAGE_COLUMNS), {"operation"}, True),
-    "timeline.csv": (set(TIMELINE_COLUMNS), {"time_utc", "operation"}, False),
-    "workers.csv": (set(WORKER_COLUMNS), {"time_utc", "worker"}, False),
-    "segments.csv": (set(SEGMENT_COLUMNS), {"segment", "stage"}, False),
-}
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
@@ -78,6 +85,62 @@ def _damaged(path: Path, what: str) -> DamagedRun:
                       f"or run again)")
 
 
+def read_meta(run_dir: str | Path) -> dict:
+    """run.json of a run directory as a dict; `UserError` in one line when there is none or it cannot be read."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {RUN_JSON})")
+    try:
+        meta = load_json(path.read_text())
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, nested too deeply
+        raise UserError(f"{path} cannot be read: {e}") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path} does not hold a JSON object")
+    return meta
+
+
+def has_meta(run_dir: str | Path) -> bool:
+    """Whether a directory has a run.json (a run directory, or a parent of repetitions)."""
+    return (Path(run_dir) / RUN_JSON).is_file()
+
+
+def read_rows(run_dir: str | Path, name: str) -> list[dict]:
+    """A CSV of the run directory as dicts (``[]`` when it does not exist)."""
+    return list(iter_rows(run_dir, name))
+
+
+def iter_rows(run_dir: str | Path, name: str) -> Iterator[dict]:
+    """The rows of a CSV of the run directory, one at a time (nothing when it does not exist)."""
+    path = Path(run_dir) / name
+    if not path.is_file():
+        return
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def read_events(run_dir: str | Path) -> list[dict]:
+    """events.jsonl as a list of dicts; lines that are not JSON objects are skipped (``[]`` without the file)."""
+    return list(iter_events(run_dir))
+
+
+def iter_events(run_dir: str | Path, containing: str | None = None) -> Iterator[dict]:
+    """The events of events.jsonl one at a time, read as a stream (a 12-hour run's file is large); with
+    ``containing``, only the lines that hold that text are parsed. Lines that are not JSON objects are skipped."""
+    path = Path(run_dir) / EVENTS
+    if not path.is_file():
+        return
+    with open(path) as f:
+        for line in f:
+            if containing is not None and containing not in line:
+                continue
+            try:
+                item = load_json(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict):
+                yield item
+
+
 def check_run_dir(run_dir: str | Path) -> dict | None:
     """Check every file of `run_dir` that dbsurge writes; returns run.json's object (None without one).
 
@@ -86,13 +149,13 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"{clip(path, 160)} is not a directory: give a run directory such as results/<run-id>")
-    meta = check_run_json(path / "run.json") if (path / "run.json").exists() else None
+    meta = check_run_json(path / RUN_JSON) if (path / RUN_JSON).exists() else None
     for name, (allowed, required, ledger) in CSV_FILES.items():
         if (path / name).exists():
             check_csv(path / name, allowed, required, ledger=ledger)
     _check_other_files(path)
-    if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / "summary.csv").exists():
-        check_results_agree(path / "run.json", meta["results"], path / "summary.csv")
+    if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / SUMMARY_CSV).exists():
+        check_results_agree(path / RUN_JSON, meta["results"], path / SUMMARY_CSV)
     if meta is not None and meta.get("kind") == "repetitions":
         for item in _dig(meta, "repetitions", "runs") or []:
             child = path / str(item.get("run_dir")) if isinstance(item, dict) else None
@@ -103,11 +166,11 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
 
 def _check_other_files(path: Path) -> None:
     """events.jsonl, intervals.hlog and the collectors' metrics/*.csv, those that are there."""
-    if (path / "events.jsonl").exists():
-        check_events(path / "events.jsonl")
-    if (path / "intervals.hlog").exists():
-        check_hlog(path / "intervals.hlog")
-    for csv_file in sorted((path / "metrics").glob("*.csv")) if (path / "metrics").is_dir() else []:
+    if (path / EVENTS).exists():
+        check_events(path / EVENTS)
+    if (path / INTERVALS).exists():
+        check_hlog(path / INTERVALS)
+    for csv_file in sorted((path / METRICS).glob(CSV_GLOB)) if (path / METRICS).is_dir() else []:
         check_metrics_csv(csv_file)
 
 
@@ -138,88 +201,6 @@ def read_text(path: Path) -> str:
 
 
 # -- run.json ----------------------------------------------------------------------------------------------------
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _is_time(v: Any) -> bool:
-    if _is_number(v):
-        return True
-    if not isinstance(v, str):
-        return False
-    try:
-        datetime.fromisoformat(v)
-    except ValueError:
-        return False
-    return True
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, list) and all(check(x) for x in v)
-
-
-def _one_of(*types: type) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, types) and not isinstance(v, bool)
-
-
-_STR = _one_of(str)
-_DICT = _one_of(dict)
-#: run.json's keys as dbsurge writes them (a None value stands for "not known" anywhere): key -> (check, what)
-RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "schema": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a schema number of 1 or more"),
-    "run_id": (_STR, "a name"),
-    "started_utc": (_is_time, "an ISO 8601 time"),
-    "ended_utc": (_is_time, "an ISO 8601 time"),
-    "command": (lambda v: isinstance(v, str) or _list_of(_STR)(v), "a command line"),
-    "workload": (lambda v: isinstance(v, (str, dict)) or _list_of(_STR)(v), "a workload name or list of names"),
-    "target": (_one_of(str, dict), "a target"),
-    "target_display": (_STR, "a target"),
-    "workload_options": (_DICT, "an object"),
-    "operations": (_list_of(lambda p: isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-                            and _is_number(p[1])), "a list of [name, weight]"),
-    "plan": (_DICT, "an object"),
-    "arrivals": (_STR, "uniform or poisson"),
-    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
-    "max_lag": (lambda v: isinstance(v, str) or _is_number(v), "a duration"),
-    "role": (_STR, "a role"),
-    # an engine run's worker processes; the worker counts of `dbsurge scenario ycsb-run --scale-workers`
-    "workers": (lambda v: _is_count(v) or (_list_of(_is_count)(v) and bool(v)), "a count or a list of counts"),
-    "cloudwatch": (lambda v: isinstance(v, str) or _list_of(_STR)(v), "a list of PRESET:ID"),
-    "runners": (_list_of(lambda r: isinstance(r, (str, dict))), "a list of runners"),
-    "region": (_STR, "a region"),
-    "versions": (_DICT, "an object"),
-    "options": (_DICT, "an object"),
-    "complete": (lambda v: isinstance(v, bool), "true or false"),
-    "exit_code": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
-    "results": (_DICT, "an object"),
-    "kind": (_STR, "a kind"),
-    "scenario": (_STR, "a scenario name"),
-    "repetitions": (_DICT, "an object"),
-}
-_STAGE_KEYS = {"name": (_STR, "a name"), "start_s": (_is_number, "a number"), "duration_s": (_is_number, "a number"),
-               "start_tps": (_is_number, "a number"), "end_tps": (_is_number, "a number"),
-               "target_tps": (_is_number, "a number"), "start_utc": (_is_time, "an ISO 8601 time"),
-               "end_utc": (_is_time, "an ISO 8601 time")}
-_PLAN_KEYS = {"text": (_STR, "a plan"), "baseline_tps": (_is_number, "a number"),
-              "duration_s": (_is_number, "a number"), "stages": (_list_of(_DICT), "a list of stages")}
-_WHOLE = (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number")
-#: The options `dbsurge rerun` turns back into a command line (Locust's parsed values: numbers, not text).
-_OPTION_KEYS = {"max_users": _WHOLE, "num_users": _WHOLE, "processes": _WHOLE,
-                "run_time": (_is_number, "a number of seconds")}
-_RESULT_KEYS = {**{k: (_is_count, "a count") for k in ("planned_operations", "operations", "ok", "failures",
-                                                        "dropped", "not_sent", "over_plan")},
-                "failed_by_kind": (_DICT, "an object"), "not_sent_by_reason": (_DICT, "an object"),
-                "verdict": (_STR, "a verdict")}
 
 
 def _check_keys(path: Path, obj: dict, keys: dict, where: str) -> None:
@@ -263,16 +244,16 @@ def _check_parts(path: Path, meta: dict) -> None:
     """The plan, its stages, the options rerun reads and the results, each by its own keys."""
     plan = meta.get("plan")
     if isinstance(plan, dict):
-        _check_keys(path, plan, _PLAN_KEYS, "plan.")
+        _check_keys(path, plan, PLAN_KEYS, "plan.")
         for i, stage in enumerate(plan.get("stages") or []):
-            _check_keys(path, stage, _STAGE_KEYS, f"plan.stages[{i}].")
+            _check_keys(path, stage, STAGE_KEYS, f"plan.stages[{i}].")
     if isinstance(meta.get("options"), dict):
-        _check_keys(path, meta["options"], _OPTION_KEYS, "options.")
+        _check_keys(path, meta["options"], OPTION_KEYS, "options.")
     if isinstance(meta.get("results"), dict):
-        _check_keys(path, meta["results"], _RESULT_KEYS, "results.")
+        _check_keys(path, meta["results"], RESULT_KEYS, "results.")
         for key in ("failed_by_kind", "not_sent_by_reason"):
             for name, value in (meta["results"].get(key) or {}).items():
-                if not _is_count(value):
+                if not is_count(value):
                     raise _damaged(path, f"results.{key}.{clip(name, 30)} is {clip(value, 30)}, not a count")
 
 
@@ -316,7 +297,7 @@ def _check_balance(path: Path, n: int, row: dict[str, str]) -> None:
         return int(float(row.get(column) or 0))
 
     where = f"line {n} ({clip(row.get('stage') or 'run', 30)}, {clip(row.get('operation') or '', 30)})"
-    sums = [("failures", "the failures by kind", [c for c in row if c.startswith("failed_") and c in _COUNT_COLUMNS]),
+    sums = [("failures", "the failures by kind", [c for c in row if c.startswith("failed_") and c in COUNT_COLUMNS]),
             ("not_sent", "the arrivals not sent by reason", [c for c in row if c.startswith("not_sent_")])]
     for total, what, parts in sums:
         if total in row and parts and get(total) != sum(get(c) for c in parts):
@@ -343,7 +324,7 @@ def check_results_agree(meta_path: Path, results: dict, summary: Path) -> None:
         return  # a summary without its run row (an old or partial one): nothing to compare
     for key, column in _RESULTS_IN_SUMMARY.items():
         said, cell = results.get(key), rows[0].get(column) or ""
-        if _is_count(said) and cell != "" and said != int(float(cell)):
+        if is_count(said) and cell != "" and said != int(float(cell)):
             raise _inconsistent(meta_path, f"results.{key} is {said} but {summary.name}'s run row says {column} "
                                            f"{int(float(cell))}")
 
@@ -361,7 +342,7 @@ def _check_header(path: Path, header: list[str], allowed: set[str], required: se
                              f"(a header cut short or edited?)")
     # a run before the ledger (no planned, ok, not_sent) is read as it is; a ledger with a column gone is damage
     missing = sorted(required - set(header)) or (
-        sorted(set(_LEDGER) - set(header)) if ledger and set(header) & {"planned", "ok", "not_sent"} else [])
+        sorted(set(LEDGER) - set(header)) if ledger and set(header) & {"planned", "ok", "not_sent"} else [])
     if missing:
         raise _damaged(path, f"its header has no column {missing[0]}")
     if len(set(header)) != len(header):
@@ -370,13 +351,14 @@ def _check_header(path: Path, header: list[str], allowed: set[str], required: se
 
 def _cell_problem(column: str, cell: str) -> str | None:
     """What is wrong with one cell (None when nothing): blanks are "not measured" and always allowed."""
-    if column in _TEXT_COLUMNS or cell == "":
+    kind = column_type(column)
+    if kind == "text" or cell == "":
         return None
-    if column in _TIME_COLUMNS:
-        return None if _is_time(cell) else "an ISO 8601 time"
+    if kind == "time":
+        return None if is_time(cell) else "an ISO 8601 time"
     if not _NUMBER.fullmatch(cell) or not math.isfinite(float(cell)):
         return "a finite number"
-    if column in _COUNT_COLUMNS:
+    if kind == "count":
         value = float(cell)
         if value < 0 or value != int(value):
             return "a count (a whole number of 0 or more)"
@@ -400,7 +382,7 @@ def check_metrics_csv(path: Path) -> int:
         if len(row) != len(header):
             raise _damaged(path, f"line {n} has {len(row)} cells for {len(header)} columns (cut short?)")
         for i in times:
-            if row[i] and not _is_time(row[i]):
+            if row[i] and not is_time(row[i]):
                 raise _damaged(path, f"line {n}, column {header[i]}: '{clip(row[i], 30)}' is not an ISO 8601 time")
     return len(body)
 
@@ -408,15 +390,20 @@ def check_metrics_csv(path: Path) -> int:
 # -- events.jsonl and intervals.hlog ------------------------------------------------------------------------------
 
 
-def check_events(path: Path) -> int:
-    """Every line of events.jsonl a JSON object with a text ``kind``; returns the number of events."""
+def _whole_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(number, line) of a file of lines that are not blank, after checking that its last line is whole."""
     text = read_text(path)
     if text and not text.endswith("\n"):
         raise _damaged(path, "its last line is cut short (no line break at the end)")
-    count = 0
     for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+        if line.strip():
+            yield n, line
+
+
+def check_events(path: Path) -> int:
+    """Every line of events.jsonl a JSON object with a text ``kind``; returns the number of events."""
+    count = 0
+    for n, line in _whole_lines(path):
         try:
             event = load_json(line)
         except ValueError:
@@ -425,7 +412,7 @@ def check_events(path: Path) -> int:
             raise _damaged(path, f"line {n} is a JSON {type(event).__name__}, not an event object")
         if "kind" in event and not isinstance(event["kind"], str):
             raise _damaged(path, f"line {n}: kind is {clip(event['kind'], 30)}, not a name")
-        if "time_utc" in event and not _is_time(event["time_utc"]):
+        if "time_utc" in event and not is_time(event["time_utc"]):
             raise _damaged(path, f"line {n}: time_utc is {clip(event['time_utc'], 30)}, not an ISO 8601 time")
         count += 1
     return count
@@ -438,12 +425,9 @@ _HDR_V2, _HDR_V2_COMPRESSED = 0x1C849303, 0x1C849304
 
 def check_hlog(path: Path) -> int:
     """An HdrHistogram interval log (``rundir.RunDirectory.hlog_interval``): returns its number of intervals."""
-    text = read_text(path)
-    if text and not text.endswith("\n"):
-        raise _damaged(path, "its last line is cut short (no line break at the end)")
     count = 0
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith(("#", '"StartTimestamp"')):
+    for n, line in _whole_lines(path):
+        if line.startswith(("#", '"StartTimestamp"')):
             continue
         fields = line.split(",")
         if fields[0].startswith("Tag="):
