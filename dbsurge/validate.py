@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .cloudwatch_presets import parse_presets
 from .errors import UserError, clip
 from .stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
 
@@ -265,8 +266,6 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
         if value:
             parse_duration(value)
     if getattr(opts, "cloudwatch", None):  # the syntax before the target is even contacted
-        from .collectors.cloudwatch import parse_presets
-
         parse_presets(opts.cloudwatch)
     op_timeout = parse_duration(opts.op_timeout)
     if not (0 < op_timeout < math.inf):
