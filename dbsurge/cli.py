@@ -43,10 +43,15 @@ import importlib.resources  # noqa: E402 - after the early signal handlers
 import os  # noqa: E402 - after the early signal handlers
 import sys  # noqa: E402 - after the early signal handlers
 
+from .collector_hooks import install as install_collectors  # noqa: E402
+from .collectors.hooks import COLLECTOR_HOOKS  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .help_examples import epilog  # noqa: E402
 from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
 from .option_types import ascii_int  # noqa: E402
+
+# What a dead Locust child left is finalised here (`run_child`): its report needs the collectors.
+install_collectors(COLLECTOR_HOOKS)
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -329,9 +334,9 @@ def _console_options(args, rest: list[str], env: dict) -> list[str]:
 
 def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
-    from .size_limits import check_master_bind, check_plan_size
+    from .size_limits import check_plan_size
     from .stage_plan import StagePlan
-    from .validate import check_offline, check_web_exposure
+    from .validate import check_master_bind, check_offline, check_web_exposure
 
     if args.shape == "stages" and not ns.stages:
         raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import gevent
 
 from . import console, protocol, stopping
+from .collector_hooks import collectors
 from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
@@ -92,9 +93,7 @@ def begin_run(run: DbSurgeRun) -> None:
                     if opts.headless and console.mode() != "quiet" else None)
     if run.role == "master":
         run.side_tasks.append(gevent.spawn(protocol.membership_loop, run))
-    from .side import start_side_collectors
-
-    run.side_tasks += start_side_collectors(run)
+    run.side_tasks += collectors().start(run)
     if run.role == "master":
         # What the master holds now (Locust, gevent, pandas, a node and a clock book per worker) lives for
         # the run: out of the cycle collector's sight, as a worker's is (`DbSurgeRun.make_pacer`). Left in

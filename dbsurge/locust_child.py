@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .collector_hooks import collectors
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .json_input import load_json
 
@@ -297,9 +298,7 @@ def _summary_from_what_was_measured(path: Path, verdict: str, *, report: bool = 
                                              f"`dbsurge report {path}` builds the tables and report.html.\n")
         return
     try:
-        from .collectors.report import build_report
-
-        build_report(path)
+        collectors().build_report(path)
         return
     except Exception:  # noqa: BLE001, S110 - a damaged timeline: the verdict alone, rather than no summary at all
         pass

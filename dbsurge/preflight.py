@@ -12,6 +12,7 @@ import logging
 import sys
 
 from . import credentials
+from .collector_hooks import collectors
 from .errors import UserError
 from .membership import is_loopback
 from .redact import redact_text
@@ -89,9 +90,7 @@ def preflight(run: DbSurgeRun) -> None:
     if run.environment.shape_class is None:  # the closed model: every user holds a connection from the start
         limit, in_use = run.target.connection_limit()
         check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)
-    from .side import preflight_side
-
-    preflight_side(run)
+    collectors().preflight(run)
     if not opts.no_load:
         for name in names:
             _load_default_data(run, name)

@@ -111,7 +111,7 @@ class RunnerSpec:
         if not self.join_token_secret and not self.insecure_join:
             raise UserError("runners need the join token: pass --join-token-secret ARN (Secrets Manager or SSM), "
                             "or --insecure-join for a master started with --insecure-join")
-        from .worker import parse_secret_ref
+        from .credentials import parse_secret_ref
 
         for ref in [self.join_token_secret or "", *self.secret_env.values()]:
             if ref:

@@ -29,6 +29,7 @@ from typing import Any
 
 from .cloudwatch_presets import parse_presets
 from .errors import UserError, clip
+from .membership import is_loopback
 from .stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -143,14 +144,21 @@ def parse_web_auth(text: Any) -> tuple[str, str]:
     return user, password
 
 
+def check_master_bind(processes: int | None, bind_host: str | None) -> None:
+    """``--processes`` workers dial 127.0.0.1: their master must listen on loopback or on every interface."""
+    if not processes or is_loopback(bind_host) or (bind_host or "").strip() in ("", "*", "0.0.0.0", "::"):
+        return
+    raise UserError(f"--processes workers connect to 127.0.0.1, but --master-bind-host {bind_host} does not listen "
+                    f"there: leave --master-bind-host out (loopback) or use 0.0.0.0, or run the workers with "
+                    f"--worker --master-host {bind_host}")
+
+
 def check_web_exposure(opts: argparse.Namespace, *, web: bool) -> str | None:
     """A web UI beyond loopback needs ``--web-auth`` (or Locust's ``--web-login``) or ``--web-insecure``.
 
     Returns the warning to print when it is served beyond loopback (None on loopback or without a UI):
     the UI can start load and change the rate.
     """
-    from .membership import is_loopback
-
     host = getattr(opts, "web_host", None)
     if not web or is_loopback(host):
         return None

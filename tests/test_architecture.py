@@ -88,21 +88,20 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 #: import its own layer's modules and those of the layers below, never those above. Every import counts: at module
 #: level, inside a function, under ``if TYPE_CHECKING``. A name ending in ``.`` is a package with all it holds.
 LAYERS: list[dict[str, tuple[str, ...]]] = [
-    {"base": ("errors", "utc", "redact", "json_input", "tables", "versions", "layout")},
+    {"base": ("errors", "utc", "redact", "json_input", "versions", "layout")},
     {"config": ("options", "option_names", "option_types", "config_files", "credentials", "checks", "size_limits",
-                "help_examples")},
+                "help_examples", "cloudwatch_presets")},
     {"plan": ("stage_plan", "arrivals", "segments", "pool_size", "distributions.", "latency_buckets", "timing"),
-     "measure": ("measure.",)},
-    {"targets": ("targets.",), "workloads": ("workloads.",)},
+     "measure": ("measure.", "tables")},
+    {"targets": ("targets.",), "workloads": ("workloads.",), "embedded": ("embedded", "cassandra_jvm", "dynamodb_server")},
     {"rundir": ("rundir", "rundir_check", "rundir.")},
-    {"load": ("pacer", "user", "refusals", "arrival_shape", "locust_stats")},
+    {"load": ("pacer", "user", "refusals", "locust_stats")},
     {"engine": ("run_state", "lifecycle", "protocol", "stopping", "lease", "membership", "admission", "clocks",
-                "hosts", "finish", "preflight", "validate", "spot")},
-    {"embedded": ("embedded", "cassandra_jvm", "dynamodb_server"),
-     "cloud": ("runners", "runner_userdata", "runner_wheel"),
-     "ui": ("web", "web_state", "console", "prometheus")},
+                "hosts", "finish", "preflight", "validate", "spot", "arrival_shape", "console", "locust_child",
+                "collector_hooks")},
+    {"cloud": ("runners", "runner_userdata", "runner_wheel"), "ui": ("web", "web_state", "prometheus")},
     {"collectors": ("collectors.",)},
-    {"commands": ("scenarios.", "cli", "worker", "demo", "repeat", "rerun", "locust_child", "locust_plugin")},
+    {"commands": ("scenarios.", "cli", "worker", "demo", "repeat", "rerun", "locust_plugin")},
     {"locustfiles": ("locustfiles.",), "shapes": ("shapes.",)},
 ]
 
