@@ -16,34 +16,30 @@ user can fix raises `UserError`, which the CLI prints as one line.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError, clip
+from dbsurge import stage_plan
+from dbsurge.errors import PlanError, UserError, clip
 from dbsurge.help_examples import epilog
 from dbsurge.option_names import OneLineParser
 from dbsurge.rundir_check import check_run_dir, check_run_dirs
 
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-
-
 #: argparse that raises `UserError` (one line) instead of printing usage and exiting: the engine's own.
 _Parser = OneLineParser
 
 
 def parse_duration(text: str) -> float:
-    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)")
-    value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds (`dbsurge.stage_plan.parse_duration`)."""
+    try:
+        return stage_plan.parse_duration(str(text))
+    except PlanError:
+        raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)") from None
 
 
 def check_writable(run_dir: str | Path, what: str) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from .cloudwatch_presets import parse_presets
 from .errors import UserError, clip
 from .membership import is_loopback
+from .option_names import OneLineParser
 from .stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -467,8 +468,8 @@ def check_output(opts: argparse.Namespace) -> None:
     check_results_dir(results_dir)
 
 
-class _PlainParser(argparse.ArgumentParser):
-    """An argparse parser that takes Locust's extra `add_argument` keywords, reads env vars, raises `UserError`.
+class _PlainParser(OneLineParser):
+    """A parser that takes Locust's extra `add_argument` keywords, reads env vars, raises the bare `UserError`.
 
     `dbsurge run` must not import Locust (it monkey-patches the process with gevent) to read the
     options it passes through; this parser reads the same definitions (`options.add_options`).
@@ -481,7 +482,7 @@ class _PlainParser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(clip(message, 200))
+        raise UserError(clip(message, 200))  # without the prog: `dbsurge run` reads Locust's options here
 
 
 def dbsurge_options(argv: Sequence[str]) -> argparse.Namespace:
