@@ -5,27 +5,8 @@ histograms. ``dbsurge run --cloudwatch PRESET:ID`` (repeatable) polls them durin
 ``dbsurge collect results/<run>`` fetches the run's window afterwards; both write
 ``metrics/cloudwatch.csv`` in long form (``time_utc, preset, id, metric, stat, value``).
 
-==========================================  =============================================================
-spec                                        metrics (namespace, dimensions)
-==========================================  =============================================================
-``docdb:<cluster-or-instance>``             AWS/DocDB ServerlessDatabaseCapacity (Average, Maximum),
-                                            DCUUtilization, BufferCacheHitRatio, DatabaseConnections,
-                                            CPUUtilization, ReadIOPS; ``DBClusterIdentifier`` or
-                                            ``DBInstanceIdentifier``, whichever `list_metrics` knows
-``aurora:<cluster>``                        AWS/RDS ServerlessDatabaseCapacity (Average, Maximum),
-                                            ACUUtilization, DatabaseConnections, CPUUtilization,
-                                            BufferCacheHitRatio, for the cluster (id ``<cluster>``)
-                                            and per role (ids ``<cluster>/writer``, ``<cluster>/reader``)
-``aurora:<cluster>/writer`` (or ``reader``)  the same for one role only
-``dsql:<cluster-id>``                       AWS/AuroraDSQL TotalDPU, ReadDPU, WriteDPU, ComputeDPU,
-                                            TotalTransactions, OccConflicts (Sum), CommitLatency
-                                            (Average); the dimension name found with `list_metrics`
-``dynamodb:<table>``                        AWS/DynamoDB ConsumedReadCapacityUnits, ConsumedWriteCapacityUnits,
-                                            ReadThrottleEvents, WriteThrottleEvents (Sum) for ``TableName``,
-                                            and ThrottledRequests (Sum) per operation (ids
-                                            ``<table>/GetItem``, ``/PutItem``, ``/UpdateItem``, ``/BatchWriteItem``)
-``metric:NS:NAME[:DIM=V,...][:STAT][:SECS]``  any metric; STAT defaults to Average, period to 60 s
-==========================================  =============================================================
+The presets and what each expands to are `dbsurge.cloudwatch_presets`'s (the engine checks the
+syntax before a run).
 
 Standard AWS metrics have a 60-second period and arrive minutes late, so the poller re-reads a
 trailing window on every poll and ``dbsurge collect`` can be run again later; a later value for
