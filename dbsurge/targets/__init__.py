@@ -24,7 +24,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.errors import ConnectError, TargetError, clip  # noqa: F401 - ConnectError: the bindings raise it from here
+from dbsurge.errors import ConnectError, TargetError, clip
 from dbsurge.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 
 __all__ = [
