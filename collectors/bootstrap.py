@@ -55,7 +55,7 @@ def _resampled_means(runs: list[np.ndarray], resamples: int, rng: np.random.Gene
 
 def per_second(run_dir: Path, stage: str, operation: str, column: str) -> list[float]:
     """timeline.csv's values of one column, for one stage and operation, in the seconds that had operations."""
-    from dbsurge.scenarios.files import iter_rows
+    from dbsurge.run_files import iter_rows
 
     out = []
     for row in iter_rows(run_dir, "timeline.csv"):

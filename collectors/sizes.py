@@ -56,8 +56,7 @@ def run_throughput(side: Any, run_dir: Any) -> float | None:
     from .rundata import open_run, read_stages, read_summary, read_timeline
 
     if side.kind in ("ycsb", "consistency"):
-        from dbsurge.scenarios.files import read_rows
-        from dbsurge.scenarios.ycsb_run import summary_numbers
+        from dbsurge.run_files import read_rows, summary_numbers
 
         value = summary_numbers(read_rows(run_dir, "summary.csv")).get("throughput_ops_s")
         return None if value is None else float(value)

@@ -45,13 +45,17 @@ import sys  # noqa: E402 - after the early signal handlers
 
 from .collector_hooks import install as install_collectors  # noqa: E402
 from .collectors.hooks import COLLECTOR_HOOKS  # noqa: E402
+from .collectors.scenario_hooks import install as install_scenario_reports  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .help_examples import epilog  # noqa: E402
 from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
 from .option_types import ascii_int  # noqa: E402
+from .scenarios import SCENARIO_REPORTS  # noqa: E402
 
-# What a dead Locust child left is finalised here (`run_child`): its report needs the collectors.
+# What a dead Locust child left is finalised here (`run_child`): its report needs the collectors, and a
+# scenario's report its scenario (handed to collectors/ from here: they never import the layers above).
 install_collectors(COLLECTOR_HOOKS)
+install_scenario_reports(SCENARIO_REPORTS)
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")

@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .run_files import FIGURES, stage_values
 
-#: stages.csv columns summarised across repetitions
-FIGURES = ("target_tps", "achieved_tps", "failure_rate", "p50_ms", "p95_ms", "p99_ms", "lag_p99_ms", "dropped",
-           "planned")
 COLUMNS = ["stage", "operation", "figure", "n", "median", "min", "max", "spread_pct", "values"]
 _RANK = {0: 0, 1: 1, 3: 2, 2: 3}
 MAX_REPEAT = 1000
@@ -147,32 +145,6 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
 
 
 # -- the spread table (pure, from the repetitions' stages.csv) ---------------------------------------------
-
-
-def read_stage_rows(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "stages.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def stage_values(run_dirs: Sequence[Path]) -> tuple[list[tuple[str, str]], dict[tuple[str, str, str], list[float]]]:
-    """(stage, operation) pairs in the first run's order, and each (stage, operation, figure)'s values across runs."""
-    order: list[tuple[str, str]] = []
-    values: dict[tuple[str, str, str], list[float]] = {}
-    for d in run_dirs:
-        for r in read_stage_rows(d):
-            key = (r.get("stage", ""), r.get("operation", ""))
-            if key not in order:
-                order.append(key)
-            for fig in FIGURES:
-                v = r.get(fig)
-                if fig.endswith("_ms") and str(r.get("count") or "0") == "0":
-                    continue  # no operation: no latency
-                if v not in (None, ""):
-                    values.setdefault((*key, fig), []).append(float(v))
-    return order, values
 
 
 def spread_rows(run_dirs: Sequence[Path]) -> list[dict]:

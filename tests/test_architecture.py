@@ -94,7 +94,7 @@ LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"plan": ("stage_plan", "arrivals", "segments", "pool_size", "distributions.", "latency_buckets", "timing"),
      "measure": ("measure.", "tables")},
     {"targets": ("targets.",), "workloads": ("workloads.",), "embedded": ("embedded", "cassandra_jvm", "dynamodb_server")},
-    {"rundir": ("rundir", "rundir_check", "rundir.")},
+    {"rundir": ("rundir", "rundir_check", "rundir.", "run_files")},
     {"load": ("pacer", "user", "refusals", "locust_stats")},
     {"engine": ("run_state", "lifecycle", "protocol", "stopping", "lease", "membership", "admission", "clocks",
                 "hosts", "finish", "preflight", "validate", "spot", "arrival_shape", "console", "locust_child",
@@ -119,33 +119,9 @@ def _part_of(module: str) -> tuple[int, str] | None:
     raise AssertionError(f"{module} is in no layer of LAYERS")
 
 
-#: Upward imports still to be inverted: the study reports and `dbsurge compare` (collectors/) rebuild a scenario's
-#: tables with the scenario's own code. Each goes when the scenarios hand collectors/ their report builders (or the
-#: readers move down); the list may only shrink, and `test_every_import_points_down_the_layers` counts the rest.
-NOT_YET_INVERTED = {
-    ("dbsurge.collectors.bootstrap", "dbsurge.scenarios.files"),
-    ("dbsurge.collectors.compare", "dbsurge.repeat"),
-    ("dbsurge.collectors.compare", "dbsurge.scenarios"),
-    ("dbsurge.collectors.compare", "dbsurge.scenarios.cache"),
-    ("dbsurge.collectors.compare", "dbsurge.scenarios.files"),
-    ("dbsurge.collectors.compare", "dbsurge.scenarios.ycsb_run"),
-    ("dbsurge.collectors.scenario_figures", "dbsurge.scenarios.longscan"),
-    ("dbsurge.collectors.scenario_report", "dbsurge.scenarios"),
-    ("dbsurge.collectors.scenario_report", "dbsurge.scenarios.report"),
-    ("dbsurge.collectors.sizes", "dbsurge.scenarios.files"),
-    ("dbsurge.collectors.sizes", "dbsurge.scenarios.ycsb_run"),
-}
-
-
 def _edges() -> dict[str, set[str]]:
-    """Every import between the project's modules (at module level or late), but those `NOT_YET_INVERTED`."""
-    return {a: {b for b in targets if (a, b) not in NOT_YET_INVERTED}
-            for a, targets in _project_edges(top_level_only=False).items()}
-
-
-def test_not_yet_inverted_only_shrinks():
-    edges = _project_edges(top_level_only=False)
-    assert sorted((a, b) for a, b in NOT_YET_INVERTED if b not in edges[a]) == []
+    """Every import between the project's modules (at module level or late)."""
+    return _project_edges(top_level_only=False)
 
 
 def test_every_module_has_a_layer():

@@ -26,7 +26,7 @@ def run_engine(run_args: list[str]) -> int:
     SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
     command line.
     """
-    from dbsurge.cli import run_child, move_target_to_env
+    from dbsurge.cli import move_target_to_env, run_child
 
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]

@@ -1,4 +1,4 @@
-"""Reading a scenario's run directory: run.json, its CSVs as dicts, and the cells in them.
+"""Reading a scenario's run directory: run.json, its CSVs as dicts (`dbsurge.run_files`), and the cells in them.
 
 Every table is built from these files by a scenario's pure ``report(run_dir)``, so a finished
 run's table can be printed again (``--from``). Writing goes through `dbsurge.rundir.RunDirectory`
@@ -7,39 +7,11 @@ run's table can be printed again (``--from``). Writing goes through `dbsurge.run
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
-from dbsurge.json_input import load_json
-
-
-def read_meta(run_dir: Path) -> dict:
-    """run.json of a run directory; `UserError` when there is none."""
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no run.json)")
-    try:
-        return load_json(path.read_text())
-    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, nested too deeply
-        raise UserError(f"{path} cannot be read: {e}") from None
-
-
-def read_rows(run_dir: Path, name: str) -> list[dict]:
-    """A CSV of the run directory as dicts (``[]`` when it does not exist)."""
-    return list(iter_rows(run_dir, name))
-
-
-def iter_rows(run_dir: Path, name: str) -> Iterator[dict]:
-    """The rows of a CSV of the run directory, one at a time (nothing when it does not exist)."""
-    path = Path(run_dir) / name
-    if not path.is_file():
-        return
-    with open(path, newline="") as f:
-        yield from csv.DictReader(f)
+from dbsurge.run_files import iter_rows, opt_float, read_meta, read_rows  # noqa: F401 - the scenarios' readers
 
 
 def is_ok(row: dict) -> bool:
@@ -57,11 +29,6 @@ def floats(rows: Iterable[dict], column: str, *, ok_only: bool = True) -> list[f
         if v not in (None, ""):
             out.append(float(v))
     return out
-
-
-def opt_float(v: Any) -> float | None:
-    """A cell as a float, None when blank."""
-    return None if v in (None, "") else float(v)
 
 
 def epoch_of(utc_text: str | None) -> float | None:
