@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dbsurge.run_files import iter_rows
+
 RESAMPLES = 2000
 SEED = 20260
 LEVEL = 0.95
@@ -55,8 +57,6 @@ def _resampled_means(runs: list[np.ndarray], resamples: int, rng: np.random.Gene
 
 def per_second(run_dir: Path, stage: str, operation: str, column: str) -> list[float]:
     """timeline.csv's values of one column, for one stage and operation, in the seconds that had operations."""
-    from dbsurge.run_files import iter_rows
-
     out = []
     for row in iter_rows(run_dir, "timeline.csv"):
         if row.get("stage") != stage or row.get("operation") != operation:

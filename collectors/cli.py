@@ -28,6 +28,19 @@ from dbsurge.help_examples import epilog
 from dbsurge.option_names import OneLineParser
 from dbsurge.rundir_check import check_run_dir, check_run_dirs
 
+from .billing import (
+    RUNNER_SERVICE,
+    SERVICE_OF_UNIT,
+    actual_charges,
+    check_granularity,
+    likely_causes,
+    make_client,
+    parse_tag,
+)
+from .cloudwatch import CloudWatchCollector, parse_presets
+from .cost import check_database_price, estimate_cost
+from .merge import merge_run
+from .report import build_report, cost_tables, markdown_table
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
 
 #: argparse that raises `UserError` (one line) instead of printing usage and exiting: the engine's own.
@@ -79,9 +92,6 @@ def _say(text: str) -> None:
 
 def collect_main(argv: Sequence[str]) -> int:
     """Fetch CloudWatch for a finished run's window (plus a margin) and rewrite merged.csv."""
-    from .cloudwatch import CloudWatchCollector, parse_presets
-    from .merge import merge_run
-
     parser = _Parser(prog="dbsurge collect", description="Fetch CloudWatch metrics for a run and merge them.",
                      epilog=epilog("collect"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
@@ -154,8 +164,6 @@ def report_main(argv: Sequence[str]) -> int:
 
 
 def _build_reports(run_dirs: list[str]) -> int:
-    from .report import build_report
-
     if len(run_dirs) > 1:
         from .compare import add_section, open_sides, report_section
 
@@ -211,8 +219,6 @@ def cost_main(argv: Sequence[str]) -> int:
     actual.add_argument("--endpoint-url", help="Cost Explorer endpoint (default: AWS's)")
     args = parser.parse_args(list(argv))
     if args.actual:
-        from .billing import check_granularity, make_client, parse_tag
-
         args.actual_granularity = check_granularity(args.actual_granularity)
         args.actual_tag = [parse_tag(t) for t in args.actual_tag]
         args.ce_client = make_client(args.profile, args.endpoint_url)  # a bad URL or profile before any estimate
@@ -223,9 +229,6 @@ def cost_main(argv: Sequence[str]) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from .cost import estimate_cost
-    from .report import cost_tables, markdown_table
-
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests,
                            databases=args.database or None, database_price=args.database_price)
@@ -241,17 +244,12 @@ def _cost(args: argparse.Namespace) -> int:
     if args.actual:
         _actual(args, report)
     if (Path(args.run_dir) / "report.html").is_file():  # the report shows the same bill, not the one before
-        from .report import build_report
-
         _say(f"rebuilt {build_report(args.run_dir)} with this cost")
     return 0
 
 
 def _actual(args: argparse.Namespace, report: Any) -> None:
     """Cost Explorer's charges beside the estimate, the difference and what can explain it; cost_actual.csv."""
-    from .billing import RUNNER_SERVICE, SERVICE_OF_UNIT, actual_charges, likely_causes
-    from .report import markdown_table
-
     start, end = open_run(args.run_dir).window()  # estimate_cost has checked there is one
     services = list(args.actual_service) or [SERVICE_OF_UNIT[u] for u in report.units if u in SERVICE_OF_UNIT]
     priced_runners = any(i.name.startswith("runner ") and i.unit_price_usd for i in report.items)
@@ -299,8 +297,6 @@ def _write_actual(run_dir: Path, got: Any) -> None:
 
 def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
     """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
-    from .cost import check_database_price
-
     given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
              "database": args.database or None,
              "database_price": None if args.database_price is None else check_database_price(args.database_price),

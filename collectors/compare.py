@@ -43,6 +43,8 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
+from dbsurge.option_names import OneLineParser
+from dbsurge.run_files import read_meta, read_rows, read_stage_rows, stage_values, summary_numbers
 from dbsurge.rundir_check import check_run_dirs, check_run_json
 
 from .bootstrap import difference_interval, per_second
@@ -92,8 +94,6 @@ class Side:
 
 
 def _meta(path: Path) -> dict:
-    from dbsurge.run_files import read_meta
-
     return read_meta(path)
 
 
@@ -293,8 +293,6 @@ def _shown(value: Any) -> str:
 
 
 def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
-    from dbsurge.run_files import stage_values
-
     per_side = []
     for s in sides:
         order, values = stage_values(s.runs)
@@ -349,8 +347,6 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
 
 
 def _stage_csv(run_dir: Path) -> list[dict]:
-    from dbsurge.run_files import read_stage_rows
-
     return read_stage_rows(run_dir)
 
 
@@ -404,8 +400,6 @@ def _cache_rows(sides: Sequence[Side]) -> list[Row]:
 
 
 def _ycsb_rows(sides: Sequence[Side]) -> list[Row]:
-    from dbsurge.run_files import read_rows, summary_numbers
-
     rows = []
     dist = [str(s.first_meta.get("distribution") or "") for s in sides]
     nums = [summary_numbers(read_rows(s.runs[0], "summary.csv")) for s in sides]
@@ -801,8 +795,6 @@ def write_csv(path: Path, sides: Sequence[Side], rows: Sequence[Row]) -> None:
 
 def compare_main(argv: Sequence[str]) -> int:
     """``dbsurge compare``."""
-    from dbsurge.option_names import OneLineParser
-
     parser = OneLineParser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
                      epilog=epilog("compare"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="two or more run directories (or --repeat parents)")

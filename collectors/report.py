@@ -36,6 +36,8 @@ from typing import Any
 
 import pandas as pd
 
+from dbsurge.rundir import STAGE_COLUMNS
+
 from .cost import CostReport
 from .report_data import ReportData, load_report_data
 from .rundata import format_utc
@@ -95,8 +97,6 @@ def _csv_rows(data: ReportData, name: str) -> list[dict]:
 
     Files written before a column existed (the ledger's ``planned`` and ``ok``) then show ``-`` in it.
     """
-    from dbsurge.rundir import STAGE_COLUMNS
-
     return [{**dict.fromkeys(STAGE_COLUMNS, ""), **row} for row in _read_rows(data.run.path / name)]
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbsurge.errors import UserError, clip
+from dbsurge.run_files import read_rows, summary_numbers
 
 from .figures import Figure, Row
 
@@ -56,8 +57,6 @@ def run_throughput(side: Any, run_dir: Any) -> float | None:
     from .rundata import open_run, read_stages, read_summary, read_timeline
 
     if side.kind in ("ycsb", "consistency"):
-        from dbsurge.run_files import read_rows, summary_numbers
-
         value = summary_numbers(read_rows(run_dir, "summary.csv")).get("throughput_ops_s")
         return None if value is None else float(value)
     run = open_run(run_dir)

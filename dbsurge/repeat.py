@@ -23,8 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .embedded import resolve_embedded
 from .errors import UserError
-from .run_files import FIGURES, stage_values
+from .run_files import FIGURES, read_meta, stage_values
+from .rundir import RunDirectory, new_run_id, utc_iso
+from .validate import check_results_dir, results_dir_option, validate_run_id
 
 COLUMNS = ["stage", "operation", "figure", "n", "median", "min", "max", "spread_pct", "values"]
 _RANK = {0: 0, 1: 1, 3: 2, 2: 3}
@@ -83,10 +86,6 @@ class RunCommand:
 
 def repeat_main(argv: list[str], run: RunCommand) -> int:
     """``dbsurge run ... --repeat N``: N runs of ``run.main`` in one parent directory."""
-    from .embedded import resolve_embedded
-    from .rundir import RunDirectory, new_run_id, utc_iso
-    from .validate import check_results_dir, results_dir_option, validate_run_id
-
     text, argv = take_option(list(argv), "--repeat")
     count = parse_repeat(text)
     run_id, argv = take_option(argv, "--run-id")
@@ -125,8 +124,6 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
             runs.append({"index": i, "run_dir": str(i), "exit_code": code})
             sub = parent.path / str(i)
             if i == 1 and (sub / "run.json").is_file():
-                from .scenarios.files import read_meta
-
                 parent.write_meta(target_display=read_meta(sub).get("target_display"))
             parent.write_meta(repetitions={"count": count, "runs": runs})
             if code in (2, 130, 143):

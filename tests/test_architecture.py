@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,6 +144,54 @@ def test_no_import_cycles():
         if _part_of(a):
             parts.setdefault(_part_of(a)[1], set()).update(_part_of(b)[1] for b in targets if _part_of(b))
     assert _cycles({p: targets - {p} for p, targets in parts.items()}) == []
+
+
+#: Modules another change is rewriting (the roles and the wire; the run directory): their late imports of the
+#: project's own modules are hoisted once it is in. The list may only shrink.
+LATE_IMPORTS_TO_HOIST = {"dbsurge.finish", "dbsurge.locust_child", "dbsurge.locust_plugin", "dbsurge.protocol",
+                         "dbsurge.run_state", "dbsurge.stopping"}
+
+
+def _third_party(module: str, seen: set[str] | None = None) -> set[str]:
+    """The third-party libraries importing `module` loads (module-level imports, its packages' too)."""
+    seen = set() if seen is None else seen
+    if module in seen or module not in MODULES:
+        return set()
+    seen.add(module)
+    found = {i.split(".")[0] for i in _imports(module, top_level_only=True)
+             if i.split(".")[0] not in sys.stdlib_module_names and i.split(".")[0] != "dbsurge"}
+    parents = [".".join(module.split(".")[:k]) for k in range(1, module.count(".") + 1)]
+    for other in [*parents, *(i for i in _imports(module, top_level_only=True) if i in MODULES)]:
+        found |= _third_party(other, seen)
+    return found
+
+
+def _late_imports(module: str) -> list[ast.ImportFrom | ast.Import]:
+    """The imports inside functions (an ``if TYPE_CHECKING:`` block at module level runs nothing: not late)."""
+    tree = ast.parse(MODULES[module].read_text())
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_a_late_import_defers_a_third_party_library():
+    """An import inside a function is there to keep a library (pandas, boto3, a driver, Locust) off the import
+    path: what it loads must bring a third-party library the module does not load already. Never to break a cycle
+    (there is none) nor to point up (the layers)."""
+    needless = []
+    for module in sorted(set(MODULES) - LATE_IMPORTS_TO_HOIST):
+        loaded = _third_party(module)
+        for node in _late_imports(module):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                base = _resolve(module, node)
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            ours = [n for n in names if n in MODULES]
+            if not ours:
+                continue  # a library itself
+            if not set().union(*(_third_party(n) for n in ours)) - loaded:
+                needless.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    assert needless == []
 
 
 def _all_imports(prefix: str) -> dict[str, set[str]]:

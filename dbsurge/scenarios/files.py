@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from dbsurge.redact import redact_text
 from dbsurge.run_files import iter_rows, opt_float, read_meta, read_rows  # noqa: F401 - the scenarios' readers
+from dbsurge.targets import one_line
 
 
 def is_ok(row: dict) -> bool:
@@ -49,7 +51,4 @@ def csv_cell(v: Any) -> Any:
 
 def error_cell(e: BaseException, limit: int = 160) -> str:
     """A raw row's ``error`` cell: ``Kind: first line of the message`` (trimmed), secrets removed."""
-    from dbsurge.redact import redact_text
-    from dbsurge.targets import one_line
-
     return redact_text(f"{type(e).__name__}: {one_line(str(e), limit)}")
