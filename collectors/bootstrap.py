@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dbsurge.rundir.reader import iter_rows
 from dbsurge.rundir.schema import TIMELINE
 
 RESAMPLES = 2000
@@ -57,8 +58,6 @@ def _resampled_means(runs: list[np.ndarray], resamples: int, rng: np.random.Gene
 
 def per_second(run_dir: Path, stage: str, operation: str, column: str) -> list[float]:
     """timeline.csv's values of one column, for one stage and operation, in the seconds that had operations."""
-    from dbsurge.scenarios.files import iter_rows
-
     out = []
     for row in iter_rows(run_dir, TIMELINE):
         if row.get("stage") != stage or row.get("operation") != operation:

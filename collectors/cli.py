@@ -16,14 +16,14 @@ user can fix raises `UserError`, which the CLI prints as one line.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError, clip
+from dbsurge import stage_plan
+from dbsurge.errors import PlanError, UserError, clip
 from dbsurge.help_examples import epilog
 from dbsurge.option_names import OneLineParser
 from dbsurge.rundir.reader import check_run_dir, check_run_dirs
@@ -41,22 +41,31 @@ from dbsurge.rundir.schema import (
 )
 from dbsurge.rundir.writer import atomic_path
 
+from .billing import (
+    RUNNER_SERVICE,
+    SERVICE_OF_UNIT,
+    actual_charges,
+    check_granularity,
+    likely_causes,
+    make_client,
+    parse_tag,
+)
+from .cloudwatch import CloudWatchCollector, parse_presets
+from .cost import check_database_price, estimate_cost
+from .merge import merge_run
+from .report import build_report, cost_tables, markdown_table
 from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-
 
 #: argparse that raises `UserError` (one line) instead of printing usage and exiting: the engine's own.
 _Parser = OneLineParser
 
 
 def parse_duration(text: str) -> float:
-    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)")
-    value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds (`dbsurge.stage_plan.parse_duration`)."""
+    try:
+        return stage_plan.parse_duration(str(text))
+    except PlanError:
+        raise UserError(f"malformed duration {text!r}: use a number with s, m or h (5m, 30s)") from None
 
 
 def check_writable(run_dir: str | Path, what: str) -> None:
@@ -96,9 +105,6 @@ def _say(text: str) -> None:
 
 def collect_main(argv: Sequence[str]) -> int:
     """Fetch CloudWatch for a finished run's window (plus a margin) and rewrite merged.csv."""
-    from .cloudwatch import CloudWatchCollector, parse_presets
-    from .merge import merge_run
-
     parser = _Parser(prog="dbsurge collect", description="Fetch CloudWatch metrics for a run and merge them.",
                      epilog=epilog("collect"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run directory, results/<run-id>")
@@ -171,8 +177,6 @@ def report_main(argv: Sequence[str]) -> int:
 
 
 def _build_reports(run_dirs: list[str]) -> int:
-    from .report import build_report
-
     if len(run_dirs) > 1:
         from .compare import add_section, open_sides, report_section
 
@@ -228,8 +232,6 @@ def cost_main(argv: Sequence[str]) -> int:
     actual.add_argument("--endpoint-url", help="Cost Explorer endpoint (default: AWS's)")
     args = parser.parse_args(list(argv))
     if args.actual:
-        from .billing import check_granularity, make_client, parse_tag
-
         args.actual_granularity = check_granularity(args.actual_granularity)
         args.actual_tag = [parse_tag(t) for t in args.actual_tag]
         args.ce_client = make_client(args.profile, args.endpoint_url)  # a bad URL or profile before any estimate
@@ -240,9 +242,6 @@ def cost_main(argv: Sequence[str]) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from .cost import estimate_cost
-    from .report import cost_tables, markdown_table
-
     report = estimate_cost(args.run_dir, args.prices, region=args.region, runners=args.runner or None,
                            storage_gb=args.storage_gb, io_requests=args.io_requests,
                            databases=args.database or None, database_price=args.database_price)
@@ -258,17 +257,12 @@ def _cost(args: argparse.Namespace) -> int:
     if args.actual:
         _actual(args, report)
     if (Path(args.run_dir) / REPORT_HTML).is_file():  # the report shows the same bill, not the one before
-        from .report import build_report
-
         _say(f"rebuilt {build_report(args.run_dir)} with this cost")
     return 0
 
 
 def _actual(args: argparse.Namespace, report: Any) -> None:
     """Cost Explorer's charges beside the estimate, the difference and what can explain it; cost_actual.csv."""
-    from .billing import RUNNER_SERVICE, SERVICE_OF_UNIT, actual_charges, likely_causes
-    from .report import markdown_table
-
     start, end = open_run(args.run_dir).window()  # estimate_cost has checked there is one
     services = list(args.actual_service) or [SERVICE_OF_UNIT[u] for u in report.units if u in SERVICE_OF_UNIT]
     priced_runners = any(i.name.startswith("runner ") and i.unit_price_usd for i in report.items)
@@ -314,8 +308,6 @@ def _write_actual(run_dir: Path, got: Any) -> None:
 
 def _keep_cost_inputs(run_dir: Path, args: argparse.Namespace) -> None:
     """run.json's ``cost_inputs``: what this ``dbsurge cost`` priced, for every later report of the run."""
-    from .cost import check_database_price
-
     given = {"runners": args.runner or None, "storage_gb": args.storage_gb, "io_requests": args.io_requests,
              "database": args.database or None,
              "database_price": None if args.database_price is None else check_database_price(args.database_price),

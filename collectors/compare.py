@@ -43,20 +43,23 @@ from typing import Any
 
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
-from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta
+from dbsurge.option_names import OneLineParser
+from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta, read_rows
 from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
+from dbsurge.rundir.summaries import read_stage_rows, stage_values, summary_numbers
 from dbsurge.rundir.writer import write_text
 
 from .bootstrap import difference_interval, per_second
 from .figures import MIN_OPERATIONS, Figure, Row
+from .scenario_hooks import scenarios
 from .sizes import parse_sizes, size_rows
 
 KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
          "capacity")
 #: Scenario kinds compared table by table from the scenario's own report (`_table_rows`): each row of its tables
-#: (by its first column) and each numeric column is a figure. kind -> the module whose ``report(run_dir)`` builds it.
-TABLE_KINDS = {"idle": "idle", "longscan": "longscan", "rewarm": "rewarm", "ycsb-load": "ycsb_load",
-               "consistency": "ycsb_run", "capacity": "capacity_search"}
+#: (by its first column) and each numeric column is a figure. kind -> the scenario whose ``report(run_dir)`` builds it.
+TABLE_KINDS = {"idle": "idle", "longscan": "longscan", "rewarm": "rewarm", "ycsb-load": "ycsb-load",
+               "consistency": "ycsb-run", "capacity": "capacity"}
 #: What each kind's table is, for its title and first column.
 _TITLES = {"engine": "Per stage", "cache": "Warm vs cold snapshots", "ycsb": "YCSB workload A",
            "scalability": "Throughput against the ideal line", "idle": "First request after idle (study 001)",
@@ -292,8 +295,6 @@ def _shown(value: Any) -> str:
 
 
 def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table row per figure, flat
-    from dbsurge.repeat import stage_values
-
     per_side = []
     for s in sides:
         order, values = stage_values(s.runs)
@@ -348,8 +349,6 @@ def _engine_rows(sides: Sequence[Side]) -> list[Row]:  # noqa: C901 - one table 
 
 
 def _stage_csv(run_dir: Path) -> list[dict]:
-    from dbsurge.repeat import read_stage_rows
-
     return read_stage_rows(run_dir)
 
 
@@ -392,9 +391,7 @@ def _cost(side: Side) -> tuple[Figure, Figure]:
 
 
 def _cache_rows(sides: Sequence[Side]) -> list[Row]:
-    from dbsurge.scenarios import cache
-
-    tables = [cache.report(s.runs[0]).tables[0].csv_rows for s in sides]
+    tables = [scenarios().report("cache", s.runs[0]).tables[0].csv_rows for s in sides]
     rows = []
     for metric in ("P50", "P95", "P99", "MAX", "MEAN", "first read"):
         per = [{r["metric"]: r for r in t}.get(metric, {}) for t in tables]
@@ -405,9 +402,6 @@ def _cache_rows(sides: Sequence[Side]) -> list[Row]:
 
 
 def _ycsb_rows(sides: Sequence[Side]) -> list[Row]:
-    from dbsurge.scenarios.files import read_rows
-    from dbsurge.scenarios.ycsb_run import summary_numbers
-
     rows = []
     dist = [str(s.first_meta.get("distribution") or "") for s in sides]
     nums = [summary_numbers(read_rows(s.runs[0], SUMMARY_CSV)) for s in sides]
@@ -427,9 +421,7 @@ def _ycsb_rows(sides: Sequence[Side]) -> list[Row]:
 
 
 def _scale_rows(sides: Sequence[Side]) -> list[Row]:
-    from dbsurge.scenarios import ycsb_run
-
-    tables = [ycsb_run.report(s.runs[0]).tables[0].csv_rows for s in sides]
+    tables = [scenarios().report("ycsb-run", s.runs[0]).tables[0].csv_rows for s in sides]
     workers = list(dict.fromkeys(int(r["workers"]) for t in tables for r in t))
     rows = []
     for n in workers:
@@ -472,10 +464,8 @@ def _table_rows(sides: Sequence[Side]) -> list[Row]:
 
     The tables are the ones the scenario prints and writes (`report(run_dir)`), so compare can never read a
     run differently from its own summary. A row one side lacks is blank on that side."""
-    import importlib
-
-    module = importlib.import_module(f"dbsurge.scenarios.{TABLE_KINDS[sides[0].kind]}")
-    reports = [module.report(s.runs[0]) for s in sides]
+    name = TABLE_KINDS[sides[0].kind]
+    reports = [scenarios().report(name, s.runs[0]) for s in sides]
     rows: list[Row] = []
     for t in range(min(len(r.tables) for r in reports)):
         tables = [r.tables[t] for r in reports]
@@ -807,8 +797,6 @@ def write_csv(path: Path, sides: Sequence[Side], rows: Sequence[Row]) -> None:
 
 def compare_main(argv: Sequence[str]) -> int:
     """``dbsurge compare``."""
-    from dbsurge.option_names import OneLineParser
-
     parser = OneLineParser(prog="dbsurge compare", description="Compare runs of one plan on several targets.",
                      epilog=epilog("compare"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="two or more run directories (or --repeat parents)")

@@ -51,7 +51,7 @@ from dbsurge.errors import UserError, clip
 from dbsurge.rundir.schema import CLOUDWATCH, COST, METRICS, RUN_JSON, RUNNERS
 from dbsurge.rundir.writer import atomic_path
 from dbsurge.size_limits import FileRefused, read_bounded
-from dbsurge.validate import parse_runner
+from dbsurge.validate import parse_name_count, parse_runner
 
 from .merge import capacity_frames, infer_period_s
 from .rundata import (
@@ -318,8 +318,6 @@ def parse_database(text: Any) -> tuple[str, int]:
         >>> parse_database("scylla-cloud-i4i.2xlarge:3")
         ('scylla-cloud-i4i.2xlarge', 3)
     """
-    from dbsurge.validate import parse_name_count
-
     return parse_name_count(text, "--database", _DATABASE_NAME, "is not a price-file database name",
                             "use NAME or NAME:COUNT, e.g. atlas-m40 or scylla-cloud-i4i.2xlarge:3", MAX_DATABASE_COUNT)
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from dbsurge.rundir import STAGE_COLUMNS
 from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import (
     COST,
@@ -109,8 +110,6 @@ def _csv_rows(data: ReportData, name: str) -> list[dict]:
 
     Files written before a column existed (the ledger's ``planned`` and ``ok``) then show ``-`` in it.
     """
-    from dbsurge.rundir import STAGE_COLUMNS
-
     return [{**dict.fromkeys(STAGE_COLUMNS, ""), **row} for row in _read_rows(data.run.path / name)]
 
 

@@ -287,10 +287,16 @@ def _rewarm_first(settings: dict, first: list[dict]) -> Figure:
 # -- longscan (study 000, experiment 3) ---------------------------------------------------------------------
 
 
+def segments(batches: list[dict], size: int) -> dict[str, list[dict]]:
+    """The first, middle and last ``size`` batches (they overlap when there are fewer than 3 x size)."""
+    n = len(batches)
+    k = min(size, n)
+    mid = max(0, (n - k) // 2)
+    return {"first": batches[:k], "middle": batches[mid:mid + k], "last": batches[n - k:]}
+
+
 @register_view("longscan")
 def longscan_view(run_dir: Path, meta: dict, report: Any) -> ScenarioView:
-    from dbsurge.scenarios.longscan import segments
-
     batches = _csv(run_dir, BATCHES, ["batch", "documents", "elapsed_ms", "t_end_s", "docs_per_s"])
     rows = {r["metric"]: r for r in report.tables[0].csv_rows} if report.tables else {}
     size = int((meta.get("settings") or {}).get("segment", 10))

@@ -12,7 +12,6 @@ of several engine runs (``ycsb-run --scale-workers``, ``--consistency``, capacit
 from __future__ import annotations
 
 import html
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from dbsurge.rundir.schema import CSV_GLOB, CSV_SUFFIX, NOT_RAW, REPORT_HTML
 
 from .scenario_figures import ScenarioView, scenario_view
+from .scenario_hooks import scenarios
 
 #: A table longer than this (the first window's every read) is folded under its title.
 FOLD_ROWS = 40
@@ -37,18 +37,13 @@ class ScenarioPart:
 
 def scenario_name(meta: dict) -> str | None:
     """The scenario of a run directory's run.json, when it is one dbsurge knows."""
-    from dbsurge.scenarios import SCENARIOS
-
     name = meta.get("scenario")
-    return name if isinstance(name, str) and name in SCENARIOS else None
+    return name if isinstance(name, str) and name in scenarios().names else None
 
 
 def build_scenario_report(run_dir: Path, meta: dict) -> Any:
     """The scenario's `Report` from the run directory's files (its module's pure ``report``)."""
-    from dbsurge.scenarios import SCENARIOS
-
-    module = importlib.import_module(SCENARIOS[meta["scenario"]][0])
-    return module.SCENARIO.report(Path(run_dir))
+    return scenarios().report(meta["scenario"], Path(run_dir))
 
 
 def scenario_part(run_dir: Path, meta: dict, report: Any = None, *, write: bool = False) -> ScenarioPart | None:
@@ -65,9 +60,7 @@ def scenario_part(run_dir: Path, meta: dict, report: Any = None, *, write: bool 
         if report is None:
             report = build_scenario_report(run_dir, meta)
             if write:
-                from dbsurge.scenarios.report import write_report
-
-                write_report(Path(run_dir), report, title=f"dbsurge scenario {name}: {Path(run_dir).name}")
+                scenarios().write_report(Path(run_dir), report, title=f"dbsurge scenario {name}: {Path(run_dir).name}")
     except Exception as e:  # noqa: BLE001 - the rest of the report still stands; the page says why this part is missing
         return ScenarioPart(name, None, ScenarioView(), f"{type(e).__name__}: {e}")
     try:

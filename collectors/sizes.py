@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbsurge.errors import UserError, clip
+from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import SUMMARY_CSV
+from dbsurge.rundir.summaries import summary_numbers
 
 from .figures import Figure, Row
 
@@ -57,9 +59,6 @@ def run_throughput(side: Any, run_dir: Any) -> float | None:
     from .rundata import open_run, read_stages, read_summary, read_timeline
 
     if side.kind in ("ycsb", "consistency"):
-        from dbsurge.scenarios.files import read_rows
-        from dbsurge.scenarios.ycsb_run import summary_numbers
-
         value = summary_numbers(read_rows(run_dir, SUMMARY_CSV)).get("throughput_ops_s")
         return None if value is None else float(value)
     run = open_run(run_dir)

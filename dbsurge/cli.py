@@ -43,11 +43,41 @@ import importlib.resources  # noqa: E402 - after the early signal handlers
 import os  # noqa: E402 - after the early signal handlers
 import sys  # noqa: E402 - after the early signal handlers
 
-from .errors import UserError  # noqa: E402
-from .help_examples import epilog  # noqa: E402
-from .locust_child import END_WITH_PLAN_ENV, run_child  # noqa: E402 - the scenarios run Locust through it too
-from .option_types import ascii_int  # noqa: E402
+from . import __version__, locust_child
+from .collector_hooks import install as install_collectors
+from .collectors.hooks import COLLECTOR_HOOKS
+from .collectors.scenario_hooks import install as install_scenario_reports
+from .config_files import check_config_files
+from .credentials import for_master
+from .embedded import free_port, resolve_embedded
+from .errors import EXIT_SIGNAL, UserError, WorkloadError, clip
+from .help_examples import epilog
+from .locust_child import END_WITH_PLAN_ENV, run_child  # the scenarios run Locust through it too
+from .option_names import OneLineParser, known_env, refuse_unknown, warn_unknown_env
+from .option_types import ascii_int, strict_numbers
+from .options import GROUPS, add_options, parse_key_values
+from .redact import uri_password
+from .repeat import RunCommand, asks_for_repeat, repeat_main
 from .rundir.schema import MERGED, REPORT_HTML, SUMMARY_MD, TIMELINE_PNG
+from .scenarios import SCENARIO_REPORTS
+from .size_limits import check_plan_size
+from .stage_plan import StagePlan
+from .targets import describe_failure, open_target
+from .validate import (
+    _PlainParser,
+    check_master_bind,
+    check_offline,
+    check_plan_choice,
+    check_port_free,
+    check_web_exposure,
+    check_workload_checks,
+    validate_run_args,
+)
+
+# What a dead Locust child left is finalised here (`run_child`): its report needs the collectors, and a
+# scenario's report its scenario (handed to collectors/ from here: they never import the layers above).
+install_collectors(COLLECTOR_HOOKS)
+install_scenario_reports(SCENARIO_REPORTS)
 
 SHAPES = ("spike", "stages", "constant")
 WORKLOADS = ("orders", "documents", "ycsb")
@@ -55,8 +85,6 @@ WORKLOADS = ("orders", "documents", "ycsb")
 
 def locustfile_path(workload: str) -> str:
     if workload not in WORKLOADS:
-        from .errors import WorkloadError
-
         raise WorkloadError(f"unknown workload '{workload}' (known: {', '.join(WORKLOADS)})")
     return str(importlib.resources.files("dbsurge.locustfiles") / f"{workload}.py")
 
@@ -152,8 +180,6 @@ class _HelpGroup:
 
 def help_parser() -> argparse.ArgumentParser:
     """The parser behind ``dbsurge run --help``: its own options, dbsurge's (`dbsurge.options`), grouped."""
-    from .options import GROUPS, add_options
-
     p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=epilog("run", _RUN_EPILOG),
                                 formatter_class=_HelpFormatter, add_help=False,
                                 usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
@@ -172,8 +198,6 @@ def help_parser() -> argparse.ArgumentParser:
 
 def _run_parser() -> argparse.ArgumentParser:
     """``dbsurge run``'s own options; dbsurge's and Locust's stay in the rest (for the child, `_locust_namespace`)."""
-    from .validate import _PlainParser
-
     p = _PlainParser(prog="dbsurge run", add_help=False, allow_abbrev=False)
     for _, flags, kw in RUN_OPTIONS:
         kw = {k: v for k, v in kw.items() if k != "env_var"}  # the environment is read by `_locust_namespace`
@@ -199,11 +223,6 @@ def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
     finally:
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
-    from .config_files import check_config_files
-    from .errors import clip
-    from .option_names import refuse_unknown
-    from .option_types import strict_numbers
-    from .options import add_options
     from .spot import add_spot_options
 
     parser = get_parser()
@@ -229,8 +248,6 @@ _ENV_CHECKED: list[bool] = []
 
 def _warn_unknown_env_once(parser) -> None:
     """A ``DBSURGE_*`` variable that no option reads (``DBSURGE_RATEE``): one warning per process, naming the nearest."""
-    from .option_names import known_env, warn_unknown_env
-
     if not _ENV_CHECKED:
         _ENV_CHECKED.append(True)
         warn_unknown_env(known_env(parser, [kw["env_var"] for _, _f, kw in RUN_OPTIONS if kw.get("env_var")]))
@@ -240,8 +257,6 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     if any(a in ("-h", "--help") for a in argv):
         help_parser().print_help()
         return 0
-    from .repeat import RunCommand, asks_for_repeat, repeat_main
-
     if asks_for_repeat(argv):
         # N runs in one parent directory; repeat imports nothing of this module: it is handed what it needs
         return repeat_main(argv, RunCommand(parser=_run_parser, locust_namespace=_locust_namespace,
@@ -259,28 +274,19 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     if args.processes is None and getattr(ns, "processes", None):
         args.processes = ns.processes
     run_time = getattr(ns, "run_time", None)
-    from .embedded import resolve_embedded
-
     files = locustfile_path(args.workload)
     if args.shape:
         files += "," + shape_path(args.shape)
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
                         "or put `target = URI` in a config file")
-    from .validate import validate_run_args
-
     validate_run_args(args.users, args.duration, args.processes)
     _preflight(args, ns)
     uri, handle = resolve_embedded(args.target)
     try:
-        from .credentials import for_master
-        from .options import parse_key_values
-        from .targets import open_target
-
         checked = for_master(uri, ns.target_secret, ns.target_secret_endpoint_url)  # --target-secret, if any
         target = open_target(checked, parse_key_values(ns.target_option, "--target-option"))
         target.check()
-        from .validate import check_workload_checks
 
         check_workload_checks(args.workload, target, ns)  # --check names real operations: before the child
         # The target goes in the environment, never on a command line (/proc/PID/cmdline is world-readable);
@@ -303,7 +309,6 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
             cmd += ["-t", "30s"]
         if args.processes:
             # a private master port: two runs on one host must never pick up each other's workers
-            from .embedded import free_port
 
             port = str(free_port())
             cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
@@ -330,10 +335,6 @@ def _console_options(args, rest: list[str], env: dict) -> list[str]:
 
 def _preflight(args, ns: argparse.Namespace) -> None:
     """The checks that need no server (`validate.check_offline`, the plugin's too), and the shape's plan."""
-    from .size_limits import check_master_bind, check_plan_size
-    from .stage_plan import StagePlan
-    from .validate import check_offline, check_web_exposure
-
     if args.shape == "stages" and not ns.stages:
         raise UserError("--shape stages needs --stages, e.g. --stages '30s@100tps,30s@200tps'")
     if args.shape == "constant" and ns.rate is None:
@@ -344,8 +345,6 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
     check_plan(args, ns)
-    from .validate import check_port_free
-
     if args.web:
         check_port_free(getattr(ns, "web_host", None), getattr(ns, "web_port", None), "--web-port")
     if getattr(ns, "prometheus_port", None):  # the exporter binds it only once the load is about to start
@@ -355,14 +354,10 @@ def _preflight(args, ns: argparse.Namespace) -> None:
 def check_plan(args, ns: argparse.Namespace) -> None:
     """Plan options the shape would ignore, or that contradict each other, refused before anything starts
     (`validate.check_plan_choice`); its warnings are the Locust child's to print (it reads the same options)."""
-    from .validate import check_plan_choice
-
     check_plan_choice(args.shape, ns, duration=args.duration or getattr(ns, "run_time", None), users=args.users)
 
 
 def load_main(argv: list[str]) -> int:
-    from .option_names import OneLineParser
-
     p = OneLineParser(prog="dbsurge load", description="Load a workload's data set (idempotent).",
                       epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
@@ -378,10 +373,6 @@ def load_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
-    from .credentials import for_master
-    from .embedded import resolve_embedded
-    from .options import parse_key_values
-    from .targets import open_target
     from .workloads import get_workload, parse_workload_options
 
     locustfile_path(args.workload)
@@ -400,7 +391,6 @@ def load_main(argv: list[str]) -> int:
             # The database refused the load (a driver's error, not ours): one line, as for a failed check.
             if target.classify(exc) == "other":
                 raise
-            from .targets import describe_failure
 
             raise UserError(f"{args.workload} load on {target.display} failed: {describe_failure(exc)}") from None
         print(f"{args.workload}: {n} rows/documents in place on {target.display}")
@@ -456,8 +446,6 @@ def hide_target_from_command_line(argv: list[str]) -> None:
     Any user can read a process's command line (/proc/PID/cmdline), only its owner its environment:
     a few milliseconds after start, no dbsurge process shows the password. No-op without one.
     """
-    from .redact import uri_password
-
     rest, target = move_target_to_env(argv)
     rest, web_auth = move_target_to_env(rest, "--web-auth")
     if (target is None or not uri_password(target)) and web_auth is None:
@@ -524,8 +512,6 @@ def _quiet_when_signalled(unraisable) -> None:
 def _stopped_line(command: str, signum: int) -> tuple[str, int]:
     import signal
 
-    from .errors import EXIT_SIGNAL
-
     code = EXIT_SIGNAL.get(signum, 128 + signum)
     name = signal.Signals(signum).name
     began = getattr(sys.modules.get("dbsurge.scenarios.scenario_run"), "BEGUN", None)
@@ -544,7 +530,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     name = argv[0] if argv else ""
     if from_command_line:  # the command's own process: SIGINT and SIGTERM end it in one line
-        from . import locust_child
 
         locust_child.PENDING_SIGNALS = EARLY_SIGNALS  # a Locust child is never started after one
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -639,8 +624,6 @@ def _command(argv: list[str], from_command_line: bool) -> int:
         print(top_help())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from . import __version__
-
         print(f"dbsurge {__version__}")
         return 0
     name, rest = argv[0], argv[1:]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, unquote_plus
 
-from .errors import TargetError, clip
+from .errors import ConnectError, TargetError, UserError, clip
 from .redact import redact_text, register_secret
 
 log = logging.getLogger("dbsurge")
@@ -343,8 +343,6 @@ class NoCredentialsTarget:
         return getattr(self._target, name)
 
     def connect(self) -> Any:
-        from .targets import ConnectError
-
         raise ConnectError(self._message)
 
     def check(self) -> None:
@@ -367,3 +365,29 @@ def configure_worker(run: Any, s: Any) -> None:
     if problem is not None:
         log.error("dbsurge: %s", problem)
         run.target = NoCredentialsTarget(run.target, f"target {run.target.display}: {problem}")
+
+
+#: A secret reference of ``dbsurge worker --join-token-secret``/``--secret-env`` and the runners' user data.
+_SECRET_REF = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):([a-z0-9-]+):\d{12}:(secret:.+|parameter/.+)")
+
+
+def parse_secret_ref(ref: str) -> tuple[str, str | None, str]:
+    """``(service, region or None, id)`` of a secret reference; `UserError` for anything else.
+
+        >>> parse_secret_ref("arn:aws:ssm:eu-west-1:123456789012:parameter/dbsurge/token")
+        ('ssm', 'eu-west-1', '/dbsurge/token')
+        >>> parse_secret_ref("secretsmanager:dbsurge-join")
+        ('secretsmanager', None, 'dbsurge-join')
+    """
+    m = _SECRET_REF.fullmatch(ref.strip())
+    if m:
+        service, region, rest = m.groups()
+        if service == "ssm":
+            name = rest.removeprefix("parameter/")
+            return "ssm", region, ("/" + name) if "/" in name else name
+        return "secretsmanager", region, ref.strip()
+    service, sep, ident = ref.strip().partition(":")
+    if sep and service in ("ssm", "secretsmanager") and ident:
+        return service, None, ident
+    raise UserError(f"bad secret reference '{clip(ref)}': use a Secrets Manager or SSM parameter ARN, "
+                    f"or secretsmanager:NAME / ssm:NAME")

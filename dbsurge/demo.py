@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import cassandra_jvm
 from .embedded import EmbeddedCassandra, EmbeddedDynamo, EmbeddedMongo, EmbeddedPostgres
 from .errors import UserError
 
@@ -41,8 +42,6 @@ def _dbsurge(*args: str) -> int:
 
 def _cassandra_missing() -> str | None:
     """Why the demo cannot run Cassandra here (no Java 17, or no Maven before the jars are cached), else None."""
-    from . import cassandra_jvm
-
     try:
         cassandra_jvm.find_java()
         cassandra_jvm.cassandra_jars()

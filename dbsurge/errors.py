@@ -42,6 +42,14 @@ class TargetError(UserError):
     """The target cannot be reached or refuses us (bad URI, host down, wrong credentials, missing CA file)."""
 
 
+class ConnectError(TargetError):
+    """A session could not connect or reconnect (refused, unreachable, DNS, authentication, timeout).
+
+    Raised by `dbsurge.targets.Target.connect()` and by a session's lazy reconnect before an operation; the
+    message is one redacted line and the driver's exception is the ``__cause__``. Classified as ``"connect"``.
+    """
+
+
 class PlanError(UserError):
     """A malformed stage plan or rate."""
 

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from . import console
 from .checks import evaluate_checks, parse_checks
+from .collector_hooks import collectors
 from .errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
 from .measure.aggregator import ALL
 from .measure.cells import NOT_SENT_REASONS
@@ -191,9 +192,7 @@ def finish_run(run, hurry: bool = False) -> None:
     elif run.writes_results and not hurry and not write_failed and not run.ending.disk_full:
         run.ending.finish_state = "report"
         try:
-            from .collectors.report import build_report
-
-            run.ending.report_path = build_report(run.rundir.path)
+            run.ending.report_path = collectors().build_report(run.rundir.path)
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
     run.rundir.release_reserve()
@@ -204,11 +203,9 @@ def finish_run(run, hurry: bool = False) -> None:
 
 
 def _collect(run) -> None:
-    from .side import stop_side_collectors
-
     try:
         with run.timeline_lock:  # the once-a-second loop between two seconds: stopping it loses nothing
-            stop_side_collectors(run)
+            collectors().stop(run)
     except Exception as e:
         run.note_problem("stopping the side collectors", e)
     if run.measures_here:
@@ -543,9 +540,7 @@ def _capacity(run) -> dict[str, str] | None:
     if not getattr(run.options, "cloudwatch", None):
         return None
     try:
-        from .collectors.merge import stage_capacity, stage_capacity_texts
-
-        return stage_capacity_texts(stage_capacity(run.rundir.path), labels=False, sep="/")
+        return collectors().stage_capacity(run.rundir.path)
     except Exception as e:
         log.info("no capacity per stage yet (%s)", e)
         return {}

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import socket
 
+from . import __version__
+from .versions import build
+
 
 def outbound_address(host: str, port: int) -> str | None:
     """This host's address on the way to ``host:port`` (no packet is sent), or None when there is no route."""
@@ -36,9 +39,6 @@ def outbound_address(host: str, port: int) -> str | None:
 def hello_fields(master_host: str, master_port: int) -> dict[str, str | None]:
     """What a worker says about itself in its hello: where it runs, and which dbsurge (the master admits its
     own build only)."""
-    from . import __version__
-    from .versions import build
-
     return {"host": socket.gethostname(), "address": outbound_address(master_host, master_port),
             "version": __version__, "build": build()}
 

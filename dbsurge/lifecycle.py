@@ -19,6 +19,7 @@ from collections.abc import Callable
 import gevent
 
 from . import console, stopping
+from .collector_hooks import collectors
 from .embedded import embedded_name_of
 from .locust_child import note_run_dir
 from .measure.aggregator import Aggregator
@@ -78,9 +79,7 @@ def begin_run(run: DbSurgeRun) -> None:
                                           stage_starts=list(run.plan.starts) if run.plan else None,
                                           changes=lambda: run.changes)
                          if opts.headless and console.mode() != "quiet" else None)
-    from .side import start_side_collectors
-
-    run.side.greenlets += start_side_collectors(run)
+    run.side.greenlets += collectors().start(run)
     run.settle()
 
 

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .collector_hooks import collectors
 from .errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from .rundir.schema import RUN_JSON
 from .rundir.writer import finalise, run_dir_finalised
@@ -199,12 +200,7 @@ def _say(line: str) -> None:
 def finalise_run_dir(path: Path, why: str, head: str = "KILLED", *, report: bool = True) -> str:
     """End a run directory whose process died (`dbsurge.rundir.writer.finalise`), its summary built by
     ``dbsurge report``'s builder, or (``report=False``, a hurried ending) the verdict alone. Returns the verdict."""
-    def build_report(run_dir: Path) -> object:
-        from .collectors.report import build_report as build
-
-        return build(run_dir)
-
-    return finalise(path, why, head, build_report=build_report if report else None)
+    return finalise(path, why, head, build_report=collectors().build_report if report else None)
 
 
 # -- the child's side --------------------------------------------------------------------------------------

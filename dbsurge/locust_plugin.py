@@ -33,6 +33,9 @@ import locust.stats
 from locust import events
 
 from . import console, finish, latency_buckets, locust_child, membership, stopping
+from .collector_hooks import install as install_collectors
+from .collectors.hooks import COLLECTOR_HOOKS
+from .collectors.scenario_hooks import install as install_scenario_reports
 from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
 from .lease import HEARTBEAT_S
 from .membership import run_token
@@ -41,8 +44,9 @@ from .options import add_options
 from .preflight import fail, preflight
 from .roles import new_run
 from .run_state import DbSurgeRun, dbsurge_user_classes
-from .size_limits import check_master_bind, check_processes
-from .validate import check_web_exposure
+from .scenarios import SCENARIO_REPORTS
+from .size_limits import check_processes
+from .validate import check_master_bind, check_web_exposure
 
 log = logging.getLogger("dbsurge")
 
@@ -55,6 +59,10 @@ locust.runners.HEARTBEAT_INTERVAL = HEARTBEAT_S
 locust.runners.HEARTBEAT_LIVENESS = 5
 # Sub-millisecond response times in Locust's own statistics and web UI.
 locust.stats.bucket_response_time = latency_buckets.bucket_response_time
+# The engine's collectors (side collectors, report), and the scenarios a report may name: handed in here, the
+# layers below never import them.
+install_collectors(COLLECTOR_HOOKS)
+install_scenario_reports(SCENARIO_REPORTS)
 
 
 #: This process's own options as Locust first parsed them (`_keep_own_options`).

@@ -12,11 +12,17 @@ import logging
 import sys
 
 from . import credentials
+from .arrival_shape import ArrivalRateShape
+from .checks import check_operations
+from .collector_hooks import collectors
+from .embedded import resolve_embedded
 from .errors import UserError
 from .membership import is_loopback
 from .redact import redact_text
 from .run_state import DbSurgeRun, dbsurge_user_classes, resolve_operations
 from .size_limits import check_connections, check_plan_size
+from .timing import time_call
+from .validate import SHAPE_CLASSES, check_offline, check_plan_choice, validate_locust_options
 
 log = logging.getLogger("dbsurge")
 
@@ -50,8 +56,6 @@ def end_forked_workers() -> None:
 
 def preflight(run: DbSurgeRun) -> None:
     """Everything a user can get wrong, checked before any load: plan, workload, options, target."""
-    from .embedded import resolve_embedded
-
     opts = run.options
     if run.has_workers and not is_loopback(getattr(opts, "master_bind_host", None)) \
             and not (run.membership and run.membership.token) and not opts.insecure_join:
@@ -59,9 +63,6 @@ def preflight(run: DbSurgeRun) -> None:
         raise UserError(f"this master listens on {where}, so workers on other hosts can join and "
                         f"receive the plan and the target: set DBSURGE_JOIN_TOKEN (or --join-token) on the master "
                         f"and its workers, or pass --insecure-join")
-    from .checks import check_operations
-    from .validate import check_offline, validate_locust_options
-
     # numbers first (a nan or 0 in them would break the plan or the shape), then the plan: no network
     validate_locust_options(opts, shape=run.environment.shape_class is not None)
     parsed = check_offline(opts)  # the same checks `dbsurge run` makes before its child starts
@@ -89,9 +90,7 @@ def preflight(run: DbSurgeRun) -> None:
     if run.environment.shape_class is None:  # the closed model: every user holds a connection from the start
         limit, in_use = run.target.connection_limit()
         check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)
-    from .side import preflight_side
-
-    preflight_side(run)
+    collectors().preflight(run)
     if not opts.no_load:
         for name in names:
             _load_default_data(run, name)
@@ -107,8 +106,6 @@ def check_shape_options(run: DbSurgeRun) -> None:
 
     --stage-seconds is left alone here: the image's deployments set it whatever the shape. Another
     shape class than dbsurge's three, or none, is not checked: it reads what it reads."""
-    from .validate import SHAPE_CLASSES, check_plan_choice
-
     shape_class = run.environment.shape_class
     shape = SHAPE_CLASSES.get(type(shape_class).__name__) if shape_class is not None else None
     if shape is None:  # the closed model's own options are Locust's (-u, -t), checked by it
@@ -146,8 +143,6 @@ def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
     """
     import statistics
 
-    from .timing import time_call
-
     try:
         workload = run.workload(sorted({u.workload for u in dbsurge_user_classes(run.environment)})[0])
         session = run.target.connect()
@@ -174,8 +169,6 @@ def probe_service_time(run: DbSurgeRun, rounds: int = 3) -> float | None:
 
 
 def build_plan(run: DbSurgeRun) -> None:
-    from .arrival_shape import ArrivalRateShape
-
     shape = run.environment.shape_class
     if isinstance(shape, ArrivalRateShape):
         run.plan = shape.build_plan(run.options)

@@ -22,14 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .embedded import resolve_embedded
 from .errors import UserError
-from .rundir import writer
-from .rundir.reader import read_rows
-from .rundir.schema import REPETITION_COLUMNS, REPETITIONS, RUN_JSON, STAGES
+from .rundir import RunDirectory, new_run_id, utc_iso, writer
+from .rundir.reader import read_meta
+from .rundir.schema import REPETITION_COLUMNS, REPETITIONS, RUN_JSON
+from .rundir.summaries import FIGURES, stage_values
+from .validate import check_results_dir, results_dir_option, validate_run_id
 
-#: stages.csv columns summarised across repetitions
-FIGURES = ("target_tps", "achieved_tps", "failure_rate", "p50_ms", "p95_ms", "p99_ms", "lag_p99_ms", "dropped",
-           "planned")
 COLUMNS = REPETITION_COLUMNS
 _RANK = {0: 0, 1: 1, 3: 2, 2: 3}
 MAX_REPEAT = 1000
@@ -87,10 +87,6 @@ class RunCommand:
 
 def repeat_main(argv: list[str], run: RunCommand) -> int:
     """``dbsurge run ... --repeat N``: N runs of ``run.main`` in one parent directory."""
-    from .embedded import resolve_embedded
-    from .rundir import RunDirectory, new_run_id, utc_iso
-    from .validate import check_results_dir, results_dir_option, validate_run_id
-
     text, argv = take_option(list(argv), "--repeat")
     count = parse_repeat(text)
     run_id, argv = take_option(argv, "--run-id")
@@ -129,8 +125,6 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
             runs.append({"index": i, "run_dir": str(i), "exit_code": code})
             sub = parent.path / str(i)
             if i == 1 and (sub / RUN_JSON).is_file():
-                from dbsurge.rundir.reader import read_meta
-
                 parent.write_meta(target_display=read_meta(sub).get("target_display"))
             parent.write_meta(repetitions={"count": count, "runs": runs})
             if code in (2, 130, 143):
@@ -149,28 +143,6 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
 
 
 # -- the spread table (pure, from the repetitions' stages.csv) ---------------------------------------------
-
-
-def read_stage_rows(run_dir: Path) -> list[dict]:
-    return read_rows(run_dir, STAGES)
-
-
-def stage_values(run_dirs: Sequence[Path]) -> tuple[list[tuple[str, str]], dict[tuple[str, str, str], list[float]]]:
-    """(stage, operation) pairs in the first run's order, and each (stage, operation, figure)'s values across runs."""
-    order: list[tuple[str, str]] = []
-    values: dict[tuple[str, str, str], list[float]] = {}
-    for d in run_dirs:
-        for r in read_stage_rows(d):
-            key = (r.get("stage", ""), r.get("operation", ""))
-            if key not in order:
-                order.append(key)
-            for fig in FIGURES:
-                v = r.get(fig)
-                if fig.endswith("_ms") and str(r.get("count") or "0") == "0":
-                    continue  # no operation: no latency
-                if v not in (None, ""):
-                    values.setdefault((*key, fig), []).append(float(v))
-    return order, values
 
 
 def spread_rows(run_dirs: Sequence[Path]) -> list[dict]:

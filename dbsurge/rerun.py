@@ -20,12 +20,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .cli import WORKLOADS, run_main
 from .errors import UserError
 from .help_examples import epilog
 from .option_names import OneLineParser
 from .redact import MASK
-from .rundir.reader import read_meta
+from .rundir import new_run_id
+from .rundir.reader import check_run_dir, read_meta
 from .rundir.schema import RUN_JSON
+from .scenarios.engine_run import annotate_run
+from .validate import validate_run_id
 
 EMBEDDED_NAMES = ("embedded-postgres", "embedded-mongo")
 
@@ -65,8 +69,6 @@ def _missing(run_dir: Path, what: str) -> UserError:
 
 def rebuild_command(meta: dict, run_dir: Path, target: str) -> list[str]:  # noqa: C901 - one run.json field per branch, flat
     """The ``dbsurge run`` arguments (without results-dir and run-id) that replay the run on ``target``."""
-    from .cli import WORKLOADS
-
     if (meta.get("repetitions") or {}).get("runs"):
         raise _missing(run_dir, "is a set of repetitions: rerun one of them (its directory 1, 2, ...) with --repeat")
     opts = meta.get("options")
@@ -148,7 +150,6 @@ def default_target(meta: dict) -> str | None:
 def default_results_dir(run_dir: Path) -> Path:
     """Beside the original run: its parent, or, for one repetition of a ``--repeat`` set (``results/X/2``),
     beside the set (``results``), never inside the set's own folder."""
-
     parent = (run_dir.resolve() if run_dir.name in ("", ".", "..") else run_dir).parent
     try:
         is_set = (parent / RUN_JSON).is_file() and read_meta(parent).get("kind") == "repetitions"
@@ -161,20 +162,14 @@ def rerun_main(argv: list[str]) -> int:
     """``dbsurge rerun``: rebuild the run's command from run.json and run it."""
     args, rest = _parser().parse_known_args(argv)
     run_dir = Path(args.run_dir)
-    from .rundir.reader import check_run_dir
-
     check_run_dir(run_dir)  # a damaged run.json is one line naming it, not a traceback or a wrong command
     meta = load_meta(run_dir)
     target = args.target or default_target(meta)
     if not target:
         raise _missing(run_dir, "names no target: pass --target URI")
     cmd = rebuild_command(meta, run_dir, target)
-    from .rundir import new_run_id
-
     results_dir = args.results_dir or str(default_results_dir(run_dir))
     if args.run_id is not None:
-        from .validate import validate_run_id
-
         validate_run_id(args.run_id, results_dir)  # "" is refused, not replaced by a made-up name
     run_id = args.run_id or new_run_id(f"rerun-{cmd[1]}")
     cmd += ["--results-dir", results_dir, "--run-id", run_id, *rest]
@@ -187,13 +182,9 @@ def rerun_main(argv: list[str]) -> int:
               "DBSURGE_TARGET if it needs one)", flush=True)
     if args.dry_run:
         return 0
-    from .cli import run_main
-
     code = run_main(cmd)
     new_dir = Path(results_dir) / run_id
     if (new_dir / RUN_JSON).is_file():
-        from .scenarios.engine_run import annotate_run
-
         annotate_run(new_dir, rerun_of={"run_dir": str(run_dir), "run_id": meta.get("run_id")})
     return code
 

@@ -40,11 +40,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import __version__
+from .credentials import parse_secret_ref
 from .errors import UserError, clip
 from .help_examples import epilog
+from .options import parse_key_values
 from .rundir.schema import RUNNERS, in_metrics
 from .rundir.writer import metrics_path, write_csv
 from .runner_userdata import UserDataSpec, user_data
+from .runner_wheel import delete_wheels, upload_wheel, wheel_of_running_install
 from .tables import render
 
 TAG_RUN = "dbsurge:run-id"
@@ -112,8 +115,6 @@ class RunnerSpec:
         if not self.join_token_secret and not self.insecure_join:
             raise UserError("runners need the join token: pass --join-token-secret ARN (Secrets Manager or SSM), "
                             "or --insecure-join for a master started with --insecure-join")
-        from .worker import parse_secret_ref
-
         for ref in [self.join_token_secret or "", *self.secret_env.values()]:
             if ref:
                 parse_secret_ref(ref)
@@ -463,8 +464,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def spec_from_args(args: argparse.Namespace) -> RunnerSpec:
-    from .options import parse_key_values
-
     return RunnerSpec(
         count=args.count, instance_type=args.instance_type, master_host=args.master_host or "", run_id=args.run_id,
         image=args.image, spot=args.spot, subnet=args.subnet, security_groups=tuple(args.security_group),
@@ -502,8 +501,6 @@ def _s3(args: argparse.Namespace) -> Any:
 
 def ship_wheel(s3: Any, spec: RunnerSpec) -> RunnerSpec:
     """Upload the wheel the runners install (`runner_wheel`); returns the spec with its URL and object."""
-    from .runner_wheel import upload_wheel, wheel_of_running_install
-
     with tempfile.TemporaryDirectory(prefix="dbsurge-wheel-") as tmp:
         wheel = Path(spec.wheel_path) if spec.wheel_path else wheel_of_running_install(Path(tmp))
         uri, url = upload_wheel(s3, spec.wheel_bucket or "", spec.run_id, wheel,
@@ -536,8 +533,6 @@ def _down(ec2: Any, args: argparse.Namespace, _spec: Any) -> int:
               if t["Key"] == TAG_WHEEL}
     done = down(ec2, args.run_id)
     if wheels:
-        from .runner_wheel import delete_wheels
-
         buckets = {urlsplit(uri).netloc for uri in wheels}
         done["wheel_objects_deleted"] = sum(delete_wheels(_s3(args), b, args.run_id) for b in buckets)
     print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in done.items()))

@@ -121,17 +121,6 @@ def check_plan_size(plan, *, environ: Mapping[str, str] | None = None) -> None:
                         f"it or lower the rate, or set DBSURGE_MAX_ARRIVALS={math.ceil(arrivals)} on purpose")
 
 
-def check_master_bind(processes: int | None, bind_host: str | None) -> None:
-    """``--processes`` workers dial 127.0.0.1: their master must listen on loopback or on every interface."""
-    from .membership import is_loopback
-
-    if not processes or is_loopback(bind_host) or (bind_host or "").strip() in ("", "*", "0.0.0.0", "::"):
-        return
-    raise UserError(f"--processes workers connect to 127.0.0.1, but --master-bind-host {bind_host} does not listen "
-                    f"there: leave --master-bind-host out (loopback) or use 0.0.0.0, or run the workers with "
-                    f"--worker --master-host {bind_host}")
-
-
 def check_connections(users: int | None, limit: int | None, in_use: int | None, target: str,
                       environ: Mapping[str, str] | None = None) -> None:
     """Users that each hold a connection must fit the target's own limit (None: not readable, not checked).

@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .checks import check_operations, parse_checks
+from .cloudwatch_presets import parse_presets
 from .errors import UserError, clip
+from .membership import is_loopback
+from .option_names import OneLineParser
+from .options import add_options, parse_key_values, parse_operation_weights
+from .size_limits import check_processes, check_users
 from .stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -142,14 +148,21 @@ def parse_web_auth(text: Any) -> tuple[str, str]:
     return user, password
 
 
+def check_master_bind(processes: int | None, bind_host: str | None) -> None:
+    """``--processes`` workers dial 127.0.0.1: their master must listen on loopback or on every interface."""
+    if not processes or is_loopback(bind_host) or (bind_host or "").strip() in ("", "*", "0.0.0.0", "::"):
+        return
+    raise UserError(f"--processes workers connect to 127.0.0.1, but --master-bind-host {bind_host} does not listen "
+                    f"there: leave --master-bind-host out (loopback) or use 0.0.0.0, or run the workers with "
+                    f"--worker --master-host {bind_host}")
+
+
 def check_web_exposure(opts: argparse.Namespace, *, web: bool) -> str | None:
     """A web UI beyond loopback needs ``--web-auth`` (or Locust's ``--web-login``) or ``--web-insecure``.
 
     Returns the warning to print when it is served beyond loopback (None on loopback or without a UI):
     the UI can start load and change the rate.
     """
-    from .membership import is_loopback
-
     host = getattr(opts, "web_host", None)
     if not web or is_loopback(host):
         return None
@@ -226,8 +239,6 @@ def validate_options(opts: argparse.Namespace) -> None:  # noqa: C901 - one chec
         finite_positive(opts.cost_cap, "--cost-cap", what="a positive number of dollars")
     if get("max_users") is not None:
         positive_int(opts.max_users, "--max-users")
-        from .size_limits import check_users
-
         check_users(opts.max_users, "--max-users")
     for name in ("prometheus_port", "web_port", "master_port", "master_bind_port"):
         if get(name) is not None:  # checked whether or not the feature is on: a later --web must not crash
@@ -249,9 +260,6 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     """The checks that need no server, shared by `dbsurge run` (before its Locust child starts) and the
     plugin's preflight (what ``locust -f`` users hit): numbers, workload and target options,
     operations, checks, durations, and last the results directory. Returns the parsed pieces."""
-    from .checks import parse_checks
-    from .options import parse_key_values, parse_operation_weights
-    from .stage_plan import parse_duration
     from .workloads import WORKLOADS, parse_workload_options
 
     validate_options(opts)
@@ -265,8 +273,6 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
         if value:
             parse_duration(value)
     if getattr(opts, "cloudwatch", None):  # the syntax before the target is even contacted
-        from .collectors.cloudwatch import parse_presets
-
         parse_presets(opts.cloudwatch)
     op_timeout = parse_duration(opts.op_timeout)
     if not (0 < op_timeout < math.inf):
@@ -277,8 +283,6 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
     """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
-    from .size_limits import check_users
-
     users = getattr(opts, "num_users", None)
     if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
         positive_int(users, "-u/--users")
@@ -292,8 +296,6 @@ def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
 
 def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
     """``dbsurge run``'s own --users, --duration and --processes."""
-    from .size_limits import check_processes, check_users
-
     if users is not None:
         positive_int(users, "--users")
         check_users(users, "--users")
@@ -380,7 +382,6 @@ def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) 
 
     ``dbsurge run`` calls this before it starts Locust; the plugin checks the same in its preflight.
     """
-    from .checks import check_operations, parse_checks
     from .workloads import get_workload, parse_workload_options
 
     checks = parse_checks(getattr(opts, "check", None))
@@ -460,8 +461,8 @@ def check_output(opts: argparse.Namespace) -> None:
     check_results_dir(results_dir)
 
 
-class _PlainParser(argparse.ArgumentParser):
-    """An argparse parser that takes Locust's extra `add_argument` keywords, reads env vars, raises `UserError`.
+class _PlainParser(OneLineParser):
+    """A parser that takes Locust's extra `add_argument` keywords, reads env vars, raises the bare `UserError`.
 
     `dbsurge run` must not import Locust (it monkey-patches the process with gevent) to read the
     options it passes through; this parser reads the same definitions (`options.add_options`).
@@ -474,13 +475,11 @@ class _PlainParser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(clip(message, 200))
+        raise UserError(clip(message, 200))  # without the prog: `dbsurge run` reads Locust's options here
 
 
 def dbsurge_options(argv: Sequence[str]) -> argparse.Namespace:
     """dbsurge's plugin options (`dbsurge.options`) parsed from `argv`, ignoring anything else (Locust's)."""
-    from .options import add_options
-
     parser = _PlainParser(add_help=False, allow_abbrev=False)
     add_options(parser)
     ns, _ = parser.parse_known_args(list(argv))

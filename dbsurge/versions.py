@@ -18,6 +18,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from dbsurge import __version__
+
 from .layout import BESIDE
 
 #: run.json key -> distribution name
@@ -26,8 +28,6 @@ PACKAGES = {"locust": "locust", "gevent": "gevent", "psycopg": "psycopg", "pymon
 
 def versions() -> dict:
     """``{"python": ..., "dbsurge": ..., "locust": ..., "gevent": ..., "psycopg": ..., "pymongo": ...}``."""
-    from dbsurge import __version__
-
     out = {"python": platform.python_version(), "dbsurge": __version__, "dbsurge_build": build()}
     for key, dist in PACKAGES.items():
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from .segments import overrides, segment_rows
+from .stage_plan import MAX_TPS
 
 
 def plan_state(run) -> dict:
@@ -112,7 +113,5 @@ def remaining_peak(plan, t: float) -> float:
 def max_rate(run) -> float:
     """``--max-rate``, or 10 times the plan's peak when it was not given, at most what a plan may ask for
     (`stage_plan.MAX_TPS`: a live change is part of the plan the end of the run counts)."""
-    from .stage_plan import MAX_TPS
-
     given = getattr(run.options, "max_rate", None)
     return float(given) if given is not None else min(10.0 * plan_peak(run.plan), MAX_TPS)

@@ -23,34 +23,12 @@ import sys
 import tempfile
 from typing import Any
 
+from .credentials import parse_secret_ref
 from .errors import UserError, clip
 from .help_examples import epilog
 from .option_types import ascii_int
 
-_ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):([a-z0-9-]+):\d{12}:(secret:.+|parameter/.+)")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-
-
-def parse_secret_ref(ref: str) -> tuple[str, str | None, str]:
-    """``(service, region or None, id)`` of a secret reference; `UserError` for anything else.
-
-        >>> parse_secret_ref("arn:aws:ssm:eu-west-1:123456789012:parameter/dbsurge/token")
-        ('ssm', 'eu-west-1', '/dbsurge/token')
-        >>> parse_secret_ref("secretsmanager:dbsurge-join")
-        ('secretsmanager', None, 'dbsurge-join')
-    """
-    m = _ARN.fullmatch(ref.strip())
-    if m:
-        service, region, rest = m.groups()
-        if service == "ssm":
-            name = rest.removeprefix("parameter/")
-            return "ssm", region, ("/" + name) if "/" in name else name
-        return "secretsmanager", region, ref.strip()
-    service, sep, ident = ref.strip().partition(":")
-    if sep and service in ("ssm", "secretsmanager") and ident:
-        return service, None, ident
-    raise UserError(f"bad secret reference '{clip(ref)}': use a Secrets Manager or SSM parameter ARN, "
-                    f"or secretsmanager:NAME / ssm:NAME")
 
 
 def fetch_secret(ref: str, *, session: Any = None, endpoint_url: str | None = None) -> str:

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 from dbsurge.collectors.cli import collect_main, report_main
 from dbsurge.collectors.report import build_report, load_report_data
+from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
 from runs import SHOWN_3
+
+from dbsurge.scenarios import SCENARIO_REPORTS
+
+# `report_main` called here as `dbsurge.cli` calls it: a scenario's report asks the scenario for its tables
+install_scenario_reports(SCENARIO_REPORTS)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHROMIUM = Path("/usr/bin/chromium")

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..utc import utc_iso
-from .cells import Cell
+from .cells import Cell, cell_stats
 
 #: A row of the live table: (stage index, rate override in force: 0 for the plan's own rate, k for
 #: the k-th override). A second belongs to the row in force at its start, as timeline.csv's stage column.
@@ -77,8 +77,6 @@ class LiveRow:
 
 def merged_stats(cell: Cell, seconds: int, planned: float | None, first_s: int, last_s: int) -> dict:
     """`cell_stats` of merged seconds, with the rates per second and the span they cover."""
-    from .cells import cell_stats
-
     out = cell_stats(cell)
     out.update({
         "seconds": seconds,

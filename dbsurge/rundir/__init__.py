@@ -7,6 +7,8 @@
   run.json and events.jsonl, whole files replaced atomically, no temporary file left.
 - `dbsurge.rundir.reader`: the one reader, which validates what it reads and refuses a damaged file in one
   line (`check_run_dir`, `read_meta`, `read_rows`).
+- `dbsurge.rundir.summaries`: the figures comparisons take from finished runs (headline numbers, stage figures
+  across repetitions), read through the reader.
 
 Every other module names a run directory's files through the schema's constants and reads and writes them
 through this package.

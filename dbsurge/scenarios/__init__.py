@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
+from typing import Any
 
+from dbsurge.collectors.scenario_hooks import ScenarioReports
 from dbsurge.errors import UserError
 from dbsurge.help_examples import epilog
 
@@ -42,6 +45,22 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "longrun": ("dbsurge.scenarios.longrun",
                 "study 002: a target rate held for hours (12h); throughput and read/update P99 per window, spikes"),
 }
+
+
+
+def _report(name: str, run_dir: Path) -> Any:
+    """A scenario's report of a run directory, from its files alone (its module's pure ``report``)."""
+    return importlib.import_module(SCENARIOS[name][0]).SCENARIO.report(Path(run_dir))
+
+
+def _write_report(run_dir: Path, report: Any, *, title: str) -> None:
+    from dbsurge.scenarios.report import write_report
+
+    write_report(run_dir, report, title=title)
+
+
+#: The scenarios as the reports and comparisons call them (`dbsurge.collectors.scenario_hooks`).
+SCENARIO_REPORTS = ScenarioReports(names=frozenset(SCENARIOS), report=_report, write_report=_write_report)
 
 USAGE = "usage: dbsurge scenario NAME [options]   (dbsurge scenario NAME --help for a scenario's options)"
 

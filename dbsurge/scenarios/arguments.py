@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from dbsurge.errors import UserError
-from dbsurge.option_names import parser_error
+from dbsurge.option_names import OneLineParser
 from dbsurge.options import parse_key_values
 from dbsurge.stage_plan import parse_duration
 
@@ -23,11 +23,8 @@ __all__ = ["NO_TARGET", "ScenarioParser", "apply_defaults", "cloudwatch_flags", 
 NO_TARGET = "no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET"
 
 
-class ScenarioParser(argparse.ArgumentParser):
-    """argparse that raises `UserError` (one line, exit 2) instead of printing usage and exiting."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise parser_error(self, message)
+class ScenarioParser(OneLineParser):
+    """A scenario's parser: dbsurge's one line (`UserError`, exit 2) instead of usage text and exit 2."""
 
 
 def scenario_parser(name: str, description: str, *, cloudwatch: bool = False) -> ScenarioParser:

@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
+from dbsurge.cli import _locust_namespace, _run_parser
+from dbsurge.embedded import resolve_embedded
+from dbsurge.errors import EXIT_SIGNAL, UserError
 from dbsurge.help_examples import epilog
+from dbsurge.option_names import long_options
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
@@ -134,8 +137,6 @@ class Scenario:
         A killed ycsb-load said "nothing was sent" while its inserts.csv held 16,000 inserts."""
         import signal
 
-        from dbsurge.errors import EXIT_SIGNAL
-
         signum = getattr(exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
         if signum is None or run.rundir is None:
             return
@@ -148,8 +149,6 @@ class Scenario:
                 f"`dbsurge report {run.path}` tries again")
 
     def _through_engine(self, setup: Setup) -> int:
-        from dbsurge.embedded import resolve_embedded
-
         assert self.launch is not None and self.after is not None
         require_target(setup.args)
         run_id = setup.args.run_id or new_run_id(self.name)
@@ -173,9 +172,6 @@ def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[
     would answer a typo with a wrong result; refused here, in one line naming the nearest option of
     the scenario or of ``dbsurge run``, before any server starts.
     """
-    from dbsurge.cli import _locust_namespace, _run_parser
-    from dbsurge.option_names import long_options
-
     _own, more = _run_parser().parse_known_args(rest)
     _locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
 

@@ -54,6 +54,7 @@ from dbsurge.scenarios.paced_clients import run_paced_clients
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
 from dbsurge.timing import elapsed_ms, now_ns, time_call
+from dbsurge.workloads import get_workload
 
 NAME = "cache"
 STUDY = {"warm_connections": 100, "warm_rate": 30.0, "warm_duration": "5m", "reads": 1000, "idle": "20m",
@@ -102,8 +103,6 @@ def check(setup: Setup) -> None:
 
 
 def phases(run: ScenarioRun, setup: Setup) -> None:
-    from dbsurge.workloads import get_workload
-
     args = setup.args
     idle_s, restart = setup.settings["idle_s"], setup.settings["restart"]
     target = run.connect_target(setup.target_options, own_server=setup.values["own_server"], server_settings={

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.collectors.cloudwatch import cloudwatch_collector  # noqa: F401 - the scenarios' import
-from dbsurge.collectors.merge import stage_capacity_texts
+from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label, stage_capacity, stage_capacity_texts
+from dbsurge.collectors.rundata import read_cloudwatch, write_cloudwatch
 from dbsurge.errors import UserError
 from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 
@@ -25,8 +26,6 @@ from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, margin_s: float = 120.0) -> str:
     """Fetch the window into ``metrics/cloudwatch.csv``; returns a sentence for the output."""
     import pandas as pd
-
-    from dbsurge.collectors.rundata import read_cloudwatch, write_cloudwatch
 
     try:
         fetched = collector.fetch(start_s - margin_s, end_s + margin_s)
@@ -43,9 +42,6 @@ def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, 
 def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
     """Each capacity series' value for the period that holds ``epoch_s`` (Average, else Maximum/Sum)."""
     import pandas as pd
-
-    from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label
-    from dbsurge.collectors.rundata import read_cloudwatch
 
     path = Path(run_dir) / METRICS / CLOUDWATCH
     if not path.is_file():
@@ -68,9 +64,6 @@ def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
 def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average") -> dict[str, float]:
     """One CloudWatch metric's value (per preset id) for the period that holds ``epoch_s``."""
     import pandas as pd
-
-    from dbsurge.collectors.merge import infer_period_s
-    from dbsurge.collectors.rundata import read_cloudwatch
 
     if not (Path(run_dir) / METRICS / CLOUDWATCH).is_file():
         return {}
@@ -95,6 +88,5 @@ def stage_capacity_text(run_dir: Path) -> dict[str, str]:
     """Per stage, the labelled maximum capacity from metrics/cloudwatch.csv (empty without one)."""
     if not (Path(run_dir) / METRICS / CLOUDWATCH).is_file():
         return {}
-    from dbsurge.collectors.merge import stage_capacity
 
     return stage_capacity_texts(stage_capacity(Path(run_dir)))

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dbsurge.errors import UserError
+from dbsurge.options import DEFAULTS
+from dbsurge.repeat import take_option
 from dbsurge.rundir.schema import CAPACITY_TABLE, RUN_JSON, SUMMARY_CSV
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup
@@ -177,9 +179,6 @@ def adapted_ceiling(step: Step, floor: float, users: int) -> float:
 
 def _users(rest: list[str]) -> int:
     """The pool cap the steps run with (``--users`` / ``--max-users`` passed on, else the default)."""
-    from dbsurge.options import DEFAULTS
-    from dbsurge.repeat import take_option
-
     for flag in ("--max-users", "--users"):
         value, _ = take_option(list(rest), flag)
         if value is not None and value.isdigit():

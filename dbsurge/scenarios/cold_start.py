@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
 from dbsurge.errors import TargetError, UserError
 from dbsurge.scenarios.report import say
 from dbsurge.stage_plan import format_duration
@@ -29,8 +30,6 @@ EMBEDDED_KINDS = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}
 
 def start_own_embedded(kind: str, settings: dict[str, str]) -> Any:
     """An embedded server of this scenario's own, in a temporary directory removed when it stops."""
-    from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
-
     say(f"starting an embedded {kind} of this scenario's own (it is restarted during the run)")
     data_dir = Path(tempfile.mkdtemp(prefix=f"dbsurge-scenario-{kind}-"))
     try:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dbsurge.cli import move_target_to_env, run_child
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.reader import has_meta, read_meta
 from dbsurge.rundir.schema import REPETITIONS, STAGES
@@ -27,8 +28,6 @@ def run_engine(run_args: list[str]) -> int:
     SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
     command line.
     """
-    from dbsurge.cli import move_target_to_env, run_child
-
     args, target = move_target_to_env(list(run_args))
     cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
     env = {**os.environ, "DBSURGE_FINAL_TABLES": "0"}  # the scenario prints its table; the engine its verdict

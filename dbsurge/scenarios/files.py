@@ -12,7 +12,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from dbsurge.redact import redact_text
 from dbsurge.rundir.reader import iter_rows, read_meta, read_rows
+from dbsurge.rundir.summaries import opt_float
+from dbsurge.targets import one_line
 
 __all__ = ["csv_cell", "epoch_of", "error_cell", "floats", "is_ok", "iter_rows", "opt_float", "read_meta",
            "read_rows"]
@@ -35,11 +38,6 @@ def floats(rows: Iterable[dict], column: str, *, ok_only: bool = True) -> list[f
     return out
 
 
-def opt_float(v: Any) -> float | None:
-    """A cell as a float, None when blank."""
-    return None if v in (None, "") else float(v)
-
-
 def epoch_of(utc_text: str | None) -> float | None:
     """Seconds since the epoch of a run directory's UTC time (`dbsurge.rundir.utc_iso`); None when blank."""
     if not utc_text:
@@ -58,7 +56,4 @@ def csv_cell(v: Any) -> Any:
 
 def error_cell(e: BaseException, limit: int = 160) -> str:
     """A raw row's ``error`` cell: ``Kind: first line of the message`` (trimmed), secrets removed."""
-    from dbsurge.redact import redact_text
-    from dbsurge.targets import one_line
-
     return redact_text(f"{type(e).__name__}: {one_line(str(e), limit)}")

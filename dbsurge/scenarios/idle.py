@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.errors import UserError
+from dbsurge.redact import redact_text
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import PROBES, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
@@ -181,8 +182,6 @@ def _row(run_number: int, step: str, index: int, wall: float, latency_ms: float,
 
 def _error_text(e: BaseException) -> str:
     """``Kind: first line`` of a failed step's exception, secrets removed."""
-    from dbsurge.redact import redact_text
-
     return redact_text(f"{type(e).__name__}: {one_line(str(e), 200)}")
 
 

@@ -33,6 +33,7 @@ import json
 import threading
 from pathlib import Path
 
+from dbsurge.collectors.report import build_report
 from dbsurge.errors import UserError
 from dbsurge.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory
@@ -198,8 +199,6 @@ def after(setup: Setup, run_id: str, code: int) -> int:
 def write_html(run_dir: Path) -> None:
     """report.html with the per-window curves (collectors.report); a failure is said, the tables stand."""
     try:
-        from dbsurge.collectors.report import build_report
-
         say(f"report: {build_report(run_dir)}")
     except Exception as e:  # noqa: BLE001 - the tables and CSVs are written; `dbsurge report` tries again
         say(f"{REPORT_HTML} was not written ({type(e).__name__}: {e}); `dbsurge report {run_dir}` tries again")

@@ -16,6 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
+from dbsurge.collectors.scenario_figures import segments
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import BATCHES, scenario_table
 from dbsurge.scenarios.arguments import positive
@@ -88,14 +89,6 @@ def phases(run: ScenarioRun, setup: Setup) -> dict:
 
 
 # -- the table (pure, from batches.csv) ----------------------------------------------------------------
-
-
-def segments(batches: list[dict], size: int) -> dict[str, list[dict]]:
-    """The first, middle and last ``size`` batches (they overlap when there are fewer than 3 x size)."""
-    n = len(batches)
-    k = min(size, n)
-    mid = max(0, (n - k) // 2)
-    return {"first": batches[:k], "middle": batches[mid:mid + k], "last": batches[n - k:]}
 
 
 def throughput(batches: list[dict]) -> float | None:

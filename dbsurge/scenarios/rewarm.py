@@ -37,6 +37,7 @@ from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
+from dbsurge.workloads import get_workload
 
 NAME = "rewarm"
 STUDY = {"clients": 20, "rate": 5.0, "hot_set": 100, "duration": "10m", "bucket": "30s", "first_window": "1s",
@@ -78,8 +79,6 @@ def check(setup: Setup) -> None:
 
 
 def phases(run: ScenarioRun, setup: Setup) -> dict:
-    from dbsurge.workloads import get_workload
-
     args = setup.args
     target = run.connect_target(setup.target_options, own_server=setup.values["own_server"], server_settings={
         "shared_buffers": args.embedded_shared_buffers, "cache_size": args.embedded_cache_size})

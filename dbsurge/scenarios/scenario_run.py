@@ -21,12 +21,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from dbsurge.embedded import resolve_embedded
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
 from dbsurge.rundir.writer import CsvAppender
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target
 from dbsurge.scenarios.cold_start import EMBEDDED_KINDS, start_own_embedded
 from dbsurge.scenarios.files import csv_cell, floats, iter_rows, opt_float, read_meta, read_rows
 from dbsurge.scenarios.report import Report, say, show_report
+from dbsurge.targets import open_target
 from dbsurge.versions import versions
 
 __all__ = ["ScenarioRun", "apply_defaults", "ensure_loaded", "floats", "iter_rows", "opt_float", "parse_key_values",
@@ -79,8 +81,6 @@ class ScenarioRun:
         (in a temporary directory, removed at the end) so that it can be restarted; its settings
         (``shared_buffers``, ``cache_size``) come from ``server_settings``.
         """
-        from dbsurge.targets import open_target
-
         name = require_target(self.args)
         kind = EMBEDDED_KINDS.get(name.strip().lower())
         if kind is not None and own_server:
@@ -88,8 +88,6 @@ class ScenarioRun:
             self.own_server = True
             self.uri = self.handle.uri
         else:
-            from dbsurge.embedded import resolve_embedded
-
             self.uri, self.handle = resolve_embedded(name)
         self.target = open_target(self.uri, options)
         self.target.check()
@@ -97,8 +95,6 @@ class ScenarioRun:
 
     def reopen_target(self, options: dict[str, str]) -> Any:
         """The same target with other binding options (no network)."""
-        from dbsurge.targets import open_target
-
         return open_target(self.uri, options)
 
     # -- the run directory ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from dbsurge.errors import UserError
 from dbsurge.measure.histogram import COUNTS_LEN, highest_equivalent_of, percentile_rank
 from dbsurge.rundir.schema import INTERVALS, LONGRUN_STATE
 from dbsurge.rundir.writer import write_text
+from dbsurge.stage_plan import parse_duration
 
 STATE_NAME = LONGRUN_STATE
 STATE_VERSION = 1
@@ -46,8 +47,6 @@ OPEN_BEHIND = 2
 
 def parse_windows(text: str) -> list[float]:
     """``"1m,10m"`` -> ``[60.0, 600.0]``; `UserError` for anything but positive whole seconds."""
-    from dbsurge.stage_plan import parse_duration
-
     out: list[float] = []
     for part in (p.strip() for p in str(text).split(",")):
         if not part:

@@ -32,12 +32,13 @@ from pathlib import Path
 
 from dbsurge.errors import UserError
 from dbsurge.repeat import asks_for_repeat
+from dbsurge.rundir.reader import read_meta, read_rows
+from dbsurge.rundir.summaries import summary_numbers
 from dbsurge.rundir import RunDirectory, utc_iso
 from dbsurge.rundir.schema import REPETITIONS, RUNS, SUMMARY_CSV, scenario_table
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
-from dbsurge.scenarios.files import opt_float, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Report, Table
 from dbsurge.scenarios.ycsb_consistency import consistency_table, parse_levels, run_levels
@@ -215,19 +216,6 @@ def _scale(setup: Setup, run_id: str, base: list[str]) -> int:
 
 
 # -- the tables (pure, from summary.csv files) ----------------------------------------------------------
-
-
-def summary_numbers(summary_rows: list[dict]) -> dict:
-    """Throughput (successful ops/s), read and update p99, operations and failures of one engine run."""
-    by_op = {r["operation"]: r for r in summary_rows}
-    total = by_op.get("ALL", {})
-    count = int(total.get("count") or 0)
-    failures = int(total.get("failures") or 0)
-    return {"throughput_ops_s": opt_float(total.get("achieved_tps")),
-            "read_p99_ms": opt_float(by_op.get("read", {}).get("p99_ms")),
-            "update_p99_ms": opt_float(by_op.get("update", {}).get("p99_ms")),
-            "operations": count, "failures": failures,
-            "failure_rate": round(failures / count, 6) if count else None}
 
 
 def scale_rows(per_run: list[tuple[int, int, dict]]) -> list[dict]:

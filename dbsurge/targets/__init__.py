@@ -24,7 +24,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.errors import TargetError, clip
+from dbsurge.errors import ConnectError, TargetError, clip
 from dbsurge.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 
 __all__ = [
@@ -55,14 +55,6 @@ DISPLAY_LIMIT = 120
 _bindings: dict[str, type[Target]] = {}
 _schemes: dict[str, str] = {}  # URI scheme -> binding name
 _builtins_loaded = False
-
-
-class ConnectError(TargetError):
-    """A session could not connect or reconnect (refused, unreachable, DNS, authentication, timeout).
-
-    Raised by `Target.connect()` and by a session's lazy reconnect before an operation; the message is
-    one redacted line and the driver's exception is the ``__cause__``. Classified as ``"connect"``.
-    """
 
 
 class Session(ABC):

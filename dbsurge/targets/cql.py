@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from dbsurge.errors import TargetError, clip
-from dbsurge.redact import redact_uri, register_secret, uri_secrets
+from dbsurge.redact import redact_text, redact_uri, register_secret, uri_secrets
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,
@@ -369,8 +369,6 @@ class CqlTarget(Target):
         return "connect"
 
     def _explain(self, exc: BaseException) -> str:
-        from dbsurge.redact import redact_text
-
         name = type(exc).__name__
         if name == "NoHostAvailable":
             errors = getattr(exc, "errors", {}) or {}

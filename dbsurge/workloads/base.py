@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TextIO
 
 from dbsurge.errors import WorkloadError, clip
 from dbsurge.option_types import NumberError, read_float, read_int
+from dbsurge.options import parse_key_values
 from dbsurge.workloads.stores import store_kinds
 
 _KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
@@ -171,8 +172,6 @@ def parse_workload_options(pairs: Iterable[str]) -> dict[str, str]:
         >>> parse_workload_options(["recordcount=1000", "requestdistribution = zipfian"])
         {'recordcount': '1000', 'requestdistribution': 'zipfian'}
     """
-    from dbsurge.options import parse_key_values
-
     return parse_key_values(pairs, "--workload-option", WorkloadError)
 
 

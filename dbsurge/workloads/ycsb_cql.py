@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbsurge.errors import TargetError
+from dbsurge.workloads.loading import insert_missing
 from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore
 
@@ -160,8 +161,6 @@ def inserter(workload: Any, session: Any) -> Callable[[list[tuple]], None]:
 def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start: int, stop: int, batch_size: int,
          progress: Any) -> int:
     """Insert the missing records ``start..stop-1`` in batches of ``batch_size``; returns how many were written."""
-    from dbsurge.workloads.loading import insert_missing
-
     check_existing = table_has_rows(workload, session)
     insert = inserter(workload, session)
     present = (lambda keys: present_keys(workload, session, keys)) if check_existing else None

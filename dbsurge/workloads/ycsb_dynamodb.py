@@ -23,6 +23,7 @@ from typing import Any
 
 from dbsurge.errors import WorkloadError
 from dbsurge.targets.dynamodb import ThrottledError
+from dbsurge.workloads.loading import insert_missing
 from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_keys import KEY_COLUMN
 from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore
@@ -168,8 +169,6 @@ def inserter(workload: Any, session: Any, *, patient: bool = False) -> Callable[
 def load(workload: Any, session: Any, *, make: Callable[..., list[tuple]], start: int, stop: int, batch_size: int,
          progress: Any) -> int:
     """Insert the missing records ``start..stop-1`` in ``batch_size`` calls; returns how many were written."""
-    from dbsurge.workloads.loading import insert_missing
-
     check_existing = table_has_rows(workload, session)
     insert = inserter(workload, session, patient=True)
     present = (lambda keys: present_keys(workload, session, keys)) if check_existing else None
