@@ -30,6 +30,7 @@ from .lease import renew_loop
 from .lifecycle import begin_run
 from .membership import Membership
 from .run_state import DbSurgeRun, ShipToMaster, freeze_what_lives_for_the_run, pre_drain_loop
+from .spot import start_spot_watcher
 
 
 def new_run(environment, own_options=None) -> DbSurgeRun:
@@ -178,8 +179,6 @@ class WorkerRun(DbSurgeRun):
         """
         stopping.install_worker_signal_handlers(self)
         if self.local_options.get("spot_watch") and self.spot_watcher is None:
-            from .spot import start_spot_watcher
-
             self.spot_watcher = start_spot_watcher(
                 self.local_options.get("imds_endpoint"),
                 lambda notice: gevent.spawn(stopping.leave, self, notice.reason))

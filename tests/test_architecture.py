@@ -100,7 +100,7 @@ LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"load": ("pacer", "user", "refusals", "locust_stats")},
     {"engine": ("run_state", "lifecycle", "protocol", "stopping", "lease", "membership", "admission", "clocks",
                 "hosts", "finish", "preflight", "validate", "spot", "arrival_shape", "console", "locust_child",
-                "collector_hooks")},
+                "collector_hooks", "roles", "wire")},
     {"cloud": ("runners", "runner_userdata", "runner_wheel"), "ui": ("web", "web_state", "prometheus")},
     {"collectors": ("collectors.",)},
     {"commands": ("scenarios.", "cli", "worker", "demo", "repeat", "rerun", "locust_plugin")},
