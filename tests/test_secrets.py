@@ -195,6 +195,7 @@ def test_every_writer_of_run_json_and_events_removes_secrets(tmp_path):
     """run.json and events.jsonl are written by one writer, which removes secrets whoever calls it: the run
     itself, `update_run_json` (the collectors, ``dbsurge cost``) and `append_event`."""
     from dbsurge.collectors.rundata import append_event, update_run_json
+
     from dbsurge.rundir import RunDirectory
 
     rd = RunDirectory(tmp_path, "r1")
