@@ -35,6 +35,8 @@ from .rundir.schema import EVENTS, REPORT_HTML, RUN_JSON, SEGMENTS, STAGES, SUMM
 from .segments import segment_rows
 from .stage_plan import parse_duration
 from .tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
+from .measure.ledger import balance, planned_counts, share_counts
+from .rundir.writer import remove_temp_files
 
 log = logging.getLogger("dbsurge")
 
@@ -114,8 +116,6 @@ def lag_findings(stage_rows: list[dict], lag_warn_ms: float, capped: set[str] | 
 
 def _book_ledger(run) -> dict[str, int]:
     """Count what the plan called for and book what nobody reported (see `dbsurge.ledger`)."""
-    from .measure.ledger import balance, planned_counts, share_counts
-
     agg = run.aggregator
     if run.schedule is None:
         return {}
@@ -196,8 +196,6 @@ def finish_run(run, hurry: bool = False) -> None:
         except Exception as e:  # the measurements are on disk; a report can be built later
             log.warning("report not built (%s); run `dbsurge report %s` later", e, run.rundir.path)
     run.rundir.release_reserve()
-    from .rundir.writer import remove_temp_files
-
     remove_temp_files(run.rundir.path)
     run.ending.finish_state = "done"
 

@@ -47,6 +47,11 @@ from .run_state import DbSurgeRun, dbsurge_user_classes
 from .scenarios import SCENARIO_REPORTS
 from .size_limits import check_processes
 from .validate import check_master_bind, check_web_exposure
+from .errors import clip
+from .options import locust_help_groups
+from .prometheus import start_exporter
+from .spot import add_spot_options
+from .web import install_web_controls
 
 log = logging.getLogger("dbsurge")
 
@@ -82,9 +87,6 @@ if "locust.main" in sys.modules:  # loaded by Locust's main (not imported by a t
 
 @events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw):
-    from .options import locust_help_groups
-    from .spot import add_spot_options
-
     # under dbsurge's headings in Locust's parser; `locust -f X --help` cannot show them (Locust prints its help
     # before it imports the locustfile, whose import registers this listener): `dbsurge run --help` lists them
     group = locust_help_groups(parser)
@@ -96,8 +98,6 @@ def _on_parser(parser, **_kw):
 
 
 def _one_line_error(message: str) -> None:
-    from .errors import clip
-
     fail(clip(message, 200))
 
 
@@ -169,8 +169,6 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         if warning:
             logging.getLogger("dbsurge").warning(warning)
         preflight(run)
-        from .prometheus import start_exporter
-
         run.prometheus = start_exporter(run)  # --prometheus-port: listening before any load, or exit 2
     except UserError as e:
         fail(str(e))
@@ -182,8 +180,6 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     web_auth = getattr(environment.parsed_options, "web_auth", None)
     environment.parsed_options.web_auth = None
     if web_ui is not None:
-        from .web import install_web_controls
-
         install_web_controls(web_ui, run, web_auth=web_auth or getattr(own, "web_auth", None))
 
 

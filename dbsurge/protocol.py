@@ -33,6 +33,8 @@ from .run_state import DbSurgeRun
 from .segments import override_label
 from .stage_plan import parse_duration
 from .wire import TOKEN_HINT, Setup
+from . import __version__
+from .versions import build
 
 log = logging.getLogger("dbsurge")
 
@@ -194,9 +196,6 @@ def another_build(hello: wire.Hello) -> str | None:
     Every host must number, time and report the plan's arrivals the same way for exactly once to
     hold, and the version number stays the same between builds: the build is compared
     (`dbsurge.versions.build`)."""
-    from . import __version__
-    from .versions import build
-
     theirs = hello.build
     if theirs == build():
         return None

@@ -35,6 +35,12 @@ from .redact import redact_text
 from .rundir import RunDirectory
 from .stage_plan import Schedule, StagePlan, parse_duration
 from .wire import Setup
+from .arrivals import operation_mix_weights
+from .errors import WorkloadError
+from .pacer import Breather
+from .targets import open_target
+from .user import DbUser
+from .workloads import get_workload
 
 log = logging.getLogger("dbsurge")
 
@@ -286,8 +292,6 @@ class DbSurgeRun:
 
     def operation_mix(self) -> OperationMix:
         """The run's operation mix: arrival k runs ``mix.of(k)`` on every worker."""
-        from .arrivals import operation_mix_weights
-
         name = sorted({u.workload for u in dbsurge_user_classes(self.environment)})[0]
         weights = operation_mix_weights(self.config.operation_weights, self.workload(name).operations)
         return OperationMix(weights, self.options.seed)
@@ -302,8 +306,6 @@ class DbSurgeRun:
     def workload(self, name: str):
         wl = self.config.workloads.get(name)
         if wl is None:
-            from .workloads import get_workload
-
             wl = self.config.workloads[name] = get_workload(name, self.target, self.config.workload_options)
         return wl
 
@@ -311,8 +313,6 @@ class DbSurgeRun:
 
     def configure_target(self, uri: str, target_options: dict, workload_options: dict, operations: list,
                          op_timeout_s: float | None = None) -> None:
-        from .targets import open_target
-
         self.config.target_uri = uri
         self.config.target_options = target_options
         self.config.workload_options = workload_options
@@ -380,8 +380,6 @@ def pre_drain_loop(run: DbSurgeRun) -> None:
     and drains only the rest (`DbSurgeRun.take_drained`). Merged on the master, the parts are the
     payload one drain would have made: nothing is sampled or dropped.
     """
-    from .pacer import Breather
-
     def keep(payload: dict) -> None:
         if _holds_something(payload):
             run.drain.parts.append(payload)
@@ -474,8 +472,6 @@ def _raw_samples_sink():
 
 def resolve_operations(workload, requested: dict) -> list[tuple[str, float]]:
     """The (operation, weight) list for a workload: its defaults, or what --operation asked for."""
-    from .errors import WorkloadError
-
     known = workload.operations
     if not requested:
         return [(k, w) for k, w in known.items() if w > 0]
@@ -490,6 +486,4 @@ def resolve_operations(workload, requested: dict) -> list[tuple[str, float]]:
 
 
 def dbsurge_user_classes(environment) -> list:
-    from .user import DbUser
-
     return [u for u in environment.user_classes if issubclass(u, DbUser)]

@@ -41,6 +41,8 @@ from .lease import lease_end_number
 from .pacer import TARGET_SILENT_S
 from .rundir.schema import REPORT_HTML
 from .wire import Close, Final, Leave, send
+from .locust_child import parent_gone
+from .rundir.writer import remove_temp_files
 
 log = logging.getLogger("dbsurge")
 
@@ -282,8 +284,6 @@ def _exit_now(run, signum: int) -> None:
         unbuilt = (f"; {REPORT_HTML} not built (`dbsurge report {run.rundir.path}` builds it)"
                    if run.ending.finish_state == "report" else "")
         _say(f"dbsurge: {signal.Signals(signum).name} again: stopping now{unbuilt}")
-        from .rundir.writer import remove_temp_files
-
         remove_temp_files(run.rundir.path)
     try:
         sys.stdout.flush()
@@ -305,8 +305,6 @@ def _exit_within(run, signum: int, seconds: float) -> None:
         _say(f"dbsurge: {signal.Signals(signum).name} again: the results were not all written within "
              f"{seconds:g} s; exiting with what is on disk")
         if run.rundir is not None:
-            from .rundir.writer import remove_temp_files
-
             remove_temp_files(run.rundir.path)
         os._exit(_exit_code_after(run, signum))
 
@@ -405,8 +403,6 @@ def _on_signal(run, signum: int) -> None:
     - no test running any more (the web UI after a test): the process ends with that test's code;
     - a second signal, whenever: write what there is and exit at once (`_hurry`).
     """
-    from .locust_child import parent_gone
-
     name = signal.Signals(signum).name
     run.ending.signals += 1
     if run.ending.signals > 1:
@@ -472,8 +468,6 @@ def _hurry(run, name: str, signum: int) -> None:
     else:
         finish_run(run, hurry=True)
     if run.rundir is not None:
-        from .rundir.writer import remove_temp_files
-
         remove_temp_files(run.rundir.path)
     code = run.exit_code if run.exit_code is not None else run.ending.exit_code_override
     if code is None:

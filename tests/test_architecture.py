@@ -148,12 +148,6 @@ def test_no_import_cycles():
     assert _cycles({p: targets - {p} for p, targets in parts.items()}) == []
 
 
-#: Modules another change is rewriting (the roles and the wire; the run directory): their late imports of the
-#: project's own modules are hoisted once it is in. The list may only shrink.
-LATE_IMPORTS_TO_HOIST = {"dbsurge.finish", "dbsurge.locust_child", "dbsurge.locust_plugin", "dbsurge.protocol",
-                         "dbsurge.run_state", "dbsurge.stopping"}
-
-
 def _third_party(module: str, seen: set[str] | None = None) -> set[str]:
     """The third-party libraries importing `module` loads (module-level imports, its packages' too)."""
     seen = set() if seen is None else seen
@@ -180,7 +174,7 @@ def test_a_late_import_defers_a_third_party_library():
     path: what it loads must bring a third-party library the module does not load already. Never to break a cycle
     (there is none) nor to point up (the layers)."""
     needless = []
-    for module in sorted(set(MODULES) - LATE_IMPORTS_TO_HOIST):
+    for module in sorted(MODULES):
         loaded = _third_party(module)
         for node in _late_imports(module):
             if isinstance(node, ast.Import):
