@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 ## make demo: start embedded PostgreSQL, MongoDB-wire and DynamoDB-API servers, run all three workloads briefly, print the tables;
 ## with Java 17 and Maven also YCSB-A on embedded Apache Cassandra, compared with the MongoDB-wire run
 demo: $(STAMP)
-	$(BIN)/python -m dbsurge.demo
+	$(BIN)/python -m dbsurge.commands.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
 ## The tests that assert timing run alone; the others three at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS):
@@ -73,7 +73,7 @@ cassandra: $(STAMP)
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven \
 	      >/dev/null) || echo "Java 17 or Maven could not be installed: the Cassandra tests will be skipped (fail in CI)"; \
 	  else echo "Java 17 or Maven not found and not root: the Cassandra tests will be skipped (fail in CI)"; fi; }
-	@$(BIN)/python -c "from dbsurge import cassandra_jvm; cassandra_jvm.find_java(); cassandra_jvm.cassandra_jars()" \
+	@$(BIN)/python -c "from dbsurge.embedded import cassandra_jvm; cassandra_jvm.find_java(); cassandra_jvm.cassandra_jars()" \
 	  2>/dev/null || echo "Cassandra's jars could not be fetched now: the Cassandra tests will try again"
 
 lint: $(STAMP)

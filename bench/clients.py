@@ -65,7 +65,7 @@ def processes_args(processes: int) -> list[str]:
     whose test our workers would then join."""
     if processes <= 1:
         return []
-    from dbsurge.embedded import free_port
+    from dbsurge.embedded.servers import free_port
 
     port = str(free_port())
     return ["--processes", str(processes), "--master-bind-port", port, "--master-port", port]
@@ -102,7 +102,7 @@ def _dbsurge_cmd(workload: str, operation: str, processes: int) -> Callable[[Env
             target, options = env.pg_uri, [f"products={env.products}"]
         else:
             target, options = env.mongo_uri, [f"recordcount={env.records}", "requestdistribution=uniform"]
-        cmd = [_python(), "-m", "dbsurge.cli", "run", "--workload", workload, "--target", target,
+        cmd = [_python(), "-m", "dbsurge.commands.cli", "run", "--workload", workload, "--target", target,
                "--users", str(env.users), "--duration", f"{seconds}s", "--operation", operation, "--quiet",
                "--results-dir", str(env.workdir / "results"), "--run-id", tag]
         for option in options:
@@ -129,7 +129,7 @@ def _dbsurge_cql_cmd(env: Env, seconds: int, tag: str) -> list[str]:
     """dbsurge's YCSB-A (its default read/update half and half) at the pair's fixed rate on the CQL server."""
     if not env.cql_uri:
         raise RuntimeError("the CQL clients need a CQL server (bench/cql_pair.py starts one)")
-    return [_python(), "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", env.cql_uri,
+    return [_python(), "-m", "dbsurge.commands.cli", "run", "--workload", "ycsb", "--target", env.cql_uri,
             "--shape", "constant", "--rate", str(env.cql_rate), "--duration", f"{seconds}s",
             "--workload-option", f"recordcount={env.cql_records}", "--workload-option", "requestdistribution=uniform",
             "--target-option", f"consistency={env.cql_consistency}", "--quiet",

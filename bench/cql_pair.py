@@ -60,7 +60,7 @@ def measure(env: Env, clients: list[str], *, reps: int, long_s: int, short_s: in
 
 
 def _embedded_name() -> str:
-    from dbsurge.cassandra_jvm import cassandra_version
+    from dbsurge.embedded.cassandra_jvm import cassandra_version
 
     return f"dbsurge's embedded-cassandra, Apache Cassandra {cassandra_version()}, 512 MiB heap"
 

@@ -8,8 +8,8 @@ few fleet processes that speak the worker's side of the protocol the master sees
 
 - Locust's: ``client_ready`` (and its ack), ``heartbeat`` every 0.5 s, ``spawning`` /
   ``spawning_complete`` for each spawn, ``stats`` once a second, ``quit``;
-- dbsurge's: the hello and the join challenge's proof (`dbsurge.membership`), a lease renewal every
-  0.25 s (`dbsurge.lease`), answers to clock pings, the final account at ``dbsurge:close``.
+- dbsurge's: the hello and the join challenge's proof (`dbsurge.engine.membership`), a lease renewal every
+  0.25 s (`dbsurge.engine.lease`), answers to clock pings, the final account at ``dbsurge:close``.
 
 The once-a-second ``stats`` payload is the real thing at a realistic size: built by dbsurge's own
 `Recorder` from ``--ops-per-worker`` operations (default 2,500 a second: 200 workers are study
@@ -125,7 +125,7 @@ class SyntheticWorker:
         while not self.acked.is_set():  # Locust's handshake: client_ready until the master's ack
             self.send("client_ready", __version__)
             self.acked.wait(5)
-        from dbsurge.hosts import hello_fields
+        from dbsurge.engine.hosts import hello_fields
 
         self.send("dbsurge:hello", hello_fields("127.0.0.1", 0))
         loops = [gevent.spawn(self.every, 0.5, self.heartbeat), gevent.spawn(self.every, 0.25, self.renew),
@@ -155,8 +155,8 @@ class SyntheticWorker:
                                    self.user_classes_count))
 
     def receive(self) -> None:  # noqa: C901 - one branch per message the master sends
-        from dbsurge.clocks import wall_ns
-        from dbsurge.membership import proof
+        from dbsurge.engine.clocks import wall_ns
+        from dbsurge.engine.membership import proof
 
         while not self.done:
             msg = self.client.recv()
@@ -225,7 +225,7 @@ def one_count(pg_uri: str, products: int, workers: int, seconds: int, ops_per_wo
               workdir: Path) -> dict:
     import psutil
 
-    from dbsurge.embedded import free_port
+    from dbsurge.embedded.servers import free_port
 
     port = free_port()
     token = "bench-" + os.urandom(8).hex()

@@ -22,19 +22,19 @@ from pathlib import Path
 import psutil
 
 from bench.clients import Env, new_tag, summary_all_row
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 # Each sample goes to the first of these parts found walking its stack from the leaf up.
 PARTS = [
     ("driver: psycopg / libpq / socket I/O", ("psycopg/", "dbsurge/targets/", "psycopg_c/", "pymongo/")),
     ("Locust request event and stats", ("locust/stats.py", "locust/event.py", "locust/runners.py",
-                                        "dbsurge/latency_buckets.py")),
+                                        "dbsurge/measure/latency_buckets.py")),
     ("dbsurge recorder, histograms, aggregation", ("dbsurge/recorder.py", "dbsurge/histogram.py",
                                                   "dbsurge/aggregator.py", "numpy/", "hdrh/")),
     ("workload: key and parameter generation", ("dbsurge/workloads/", "dbsurge/distributions/", "uuid.py",
                                                 "hashlib", "random.py")),
     ("gevent hub, greenlet switches, waiting", ("gevent/", "greenlet")),
-    ("dbsurge operation loop (timing, choosing, pacing)", ("dbsurge/user.py", "dbsurge/pacer.py")),
+    ("dbsurge operation loop (timing, choosing, pacing)", ("dbsurge/load/user.py", "dbsurge/load/pacer.py")),
 ]
 OTHER = "other (Locust runner, messaging, logging)"
 
@@ -64,7 +64,7 @@ def profile_worker(env: Env, *, seconds: int = 8, warmup_s: int = 8, rate: int =
         return None
     tag = new_tag("profile")
     run_s = warmup_s + seconds + 4
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", env.pg_uri,
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", env.pg_uri,
            "--users", str(env.users), "--duration", f"{run_s}s", "--operation", "product_lookup", "--quiet",
            "--workload-option", f"products={env.products}", "--results-dir", str(env.workdir / "results"),
            "--run-id", tag, "--no-db-sampler"]

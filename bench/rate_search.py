@@ -46,7 +46,7 @@ def trial(env: Env, rate: float, processes: int, seconds: int, *, pythonpath: st
     import os
 
     tag = new_tag(f"rate{int(rate)}-p{processes}")
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", env.pg_uri,
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", env.pg_uri,
            "--shape", "constant", "--rate", str(rate), "--duration", f"{seconds}s", "--max-lag", "100ms",
            "--operation", "product_lookup", "--workload-option", f"products={env.products}", "--quiet",
            "--results-dir", str(env.workdir / "results"), "--run-id", tag, *processes_args(processes)]

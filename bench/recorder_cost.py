@@ -146,7 +146,7 @@ def long_run(env: Env, *, seconds: int = 60, rate: float = 500.0, processes: int
 
 def _one_run(env: Env, seconds: int, rate: float, processes: int, *, sample: bool):
     tag = new_tag("longrun")
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", env.pg_uri,
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", env.pg_uri,
            "--shape", "constant", "--rate", str(rate), "--duration", f"{seconds}s", "--operation", "product_lookup",
            "--workload-option", f"products={env.products}", "--quiet", "--results-dir", str(env.workdir / "results"),
            "--run-id", tag, *processes_args(processes)]

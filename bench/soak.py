@@ -190,7 +190,7 @@ def measure(args: argparse.Namespace) -> dict:
         tag = new_tag("soak")
         rundir = work / "results" / tag
         seconds = int(args.minutes * 60)
-        cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", servers.pg_uri,
+        cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", servers.pg_uri,
                "--shape", "constant", "--rate", f"{args.rate:g}", "--duration", f"{seconds}s",
                "--workload-option", f"products={args.products}", "--quiet", "--results-dir", str(work / "results"),
                "--run-id", tag, *processes_args(args.processes)]

@@ -20,27 +20,27 @@ from __future__ import annotations
 
 def collect_main(argv: list[str]) -> int:
     """``dbsurge collect``: see `dbsurge.collectors.cli.collect_main`."""
-    from .cli import collect_main as main
+    from dbsurge.collectors.cli import collect_main as main
 
     return main(argv)
 
 
 def report_main(argv: list[str]) -> int:
     """``dbsurge report``: see `dbsurge.collectors.cli.report_main`."""
-    from .cli import report_main as main
+    from dbsurge.collectors.cli import report_main as main
 
     return main(argv)
 
 
 def cost_main(argv: list[str]) -> int:
     """``dbsurge cost``: see `dbsurge.collectors.cli.cost_main`."""
-    from .cli import cost_main as main
+    from dbsurge.collectors.cli import cost_main as main
 
     return main(argv)
 
 
 def compare_main(argv: list[str]) -> int:
     """``dbsurge compare``: see `dbsurge.collectors.compare.compare_main`."""
-    from .compare import compare_main as main
+    from dbsurge.collectors.compare import compare_main as main
 
     return main(argv)

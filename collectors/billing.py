@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dbsurge.errors import UserError, clip
+from dbsurge.base.errors import UserError, clip
 
 #: Cost Explorer's single endpoint region (the API is global; its endpoint is in us-east-1).
 CE_REGION = "us-east-1"

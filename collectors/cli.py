@@ -22,10 +22,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dbsurge import stage_plan
-from dbsurge.errors import PlanError, UserError, clip
-from dbsurge.help_examples import epilog
-from dbsurge.option_names import OneLineParser
+from dbsurge.collectors.billing import (
+    RUNNER_SERVICE,
+    SERVICE_OF_UNIT,
+    actual_charges,
+    check_granularity,
+    likely_causes,
+    make_client,
+    parse_tag,
+)
+from dbsurge.collectors.cloudwatch import CloudWatchCollector, parse_presets
+from dbsurge.collectors.cost import check_database_price, estimate_cost
+from dbsurge.collectors.merge import merge_run
+from dbsurge.collectors.report import build_report, cost_tables, markdown_table
+from dbsurge.collectors.rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
+
+from dbsurge.base.errors import PlanError, UserError, clip
+from dbsurge.config.help_examples import epilog
+from dbsurge.config.option_names import OneLineParser
+from dbsurge.plan import stage_plan
 from dbsurge.rundir.reader import check_run_dir, check_run_dirs
 from dbsurge.rundir.schema import (
     CLOUDWATCH,
@@ -41,27 +56,12 @@ from dbsurge.rundir.schema import (
 )
 from dbsurge.rundir.writer import atomic_path
 
-from .billing import (
-    RUNNER_SERVICE,
-    SERVICE_OF_UNIT,
-    actual_charges,
-    check_granularity,
-    likely_causes,
-    make_client,
-    parse_tag,
-)
-from .cloudwatch import CloudWatchCollector, parse_presets
-from .cost import check_database_price, estimate_cost
-from .merge import merge_run
-from .report import build_report, cost_tables, markdown_table
-from .rundata import format_utc, open_run, read_cloudwatch, update_run_json, write_cloudwatch
-
 #: argparse that raises `UserError` (one line) instead of printing usage and exiting: the engine's own.
 _Parser = OneLineParser
 
 
 def parse_duration(text: str) -> float:
-    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds (`dbsurge.stage_plan.parse_duration`)."""
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds -> seconds (`dbsurge.plan.stage_plan.parse_duration`)."""
     try:
         return stage_plan.parse_duration(str(text))
     except PlanError:
@@ -178,7 +178,7 @@ def report_main(argv: Sequence[str]) -> int:
 
 def _build_reports(run_dirs: list[str]) -> int:
     if len(run_dirs) > 1:
-        from .compare import add_section, open_sides, report_section
+        from dbsurge.collectors.compare import add_section, open_sides, report_section
 
         open_sides(run_dirs)  # refuse kinds that cannot be compared before writing anything
         section = report_section(run_dirs)

@@ -5,7 +5,7 @@ histograms. ``dbsurge run --cloudwatch PRESET:ID`` (repeatable) polls them durin
 ``dbsurge collect results/<run>`` fetches the run's window afterwards; both write
 ``metrics/cloudwatch.csv`` in long form (``time_utc, preset, id, metric, stat, value``).
 
-The presets and what each expands to are `dbsurge.cloudwatch_presets`'s (the engine checks the
+The presets and what each expands to are `dbsurge.config.cloudwatch_presets`'s (the engine checks the
 syntax before a run).
 
 Standard AWS metrics have a 60-second period and arrive minutes late, so the poller re-reads a
@@ -30,8 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from dbsurge.collectors.rundata import (
+    CLOUDWATCH_COLUMNS,
+    append_event,
+    format_utc,
+    normalize_cloudwatch,
+    open_run,
+    parse_utc,
+)
 
-from dbsurge.cloudwatch_presets import (  # noqa: F401 - parse_preset and capacity_unit: the collectors' names too
+from dbsurge.base.errors import UserError
+from dbsurge.config.cloudwatch_presets import (  # noqa: F401 - parse_preset and capacity_unit: the collectors' names too
     UNRESOLVED,
     MetricQuery,
     MetricSpecs,
@@ -39,11 +48,8 @@ from dbsurge.cloudwatch_presets import (  # noqa: F401 - parse_preset and capaci
     parse_preset,
     parse_presets,
 )
-from dbsurge.errors import UserError
 from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 from dbsurge.rundir.writer import CsvAppender
-
-from .rundata import CLOUDWATCH_COLUMNS, append_event, format_utc, normalize_cloudwatch, open_run, parse_utc
 
 log = logging.getLogger("dbsurge.collectors.cloudwatch")
 

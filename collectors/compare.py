@@ -41,18 +41,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
-from dbsurge.help_examples import epilog
-from dbsurge.option_names import OneLineParser
+from dbsurge.collectors.bootstrap import difference_interval, per_second
+from dbsurge.collectors.figures import MIN_OPERATIONS, Figure, Row
+from dbsurge.collectors.scenario_hooks import scenarios
+from dbsurge.collectors.sizes import parse_sizes, size_rows
+
+from dbsurge.base.errors import UserError
+from dbsurge.config.help_examples import epilog
+from dbsurge.config.option_names import OneLineParser
 from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta, read_rows
 from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
 from dbsurge.rundir.summaries import read_stage_rows, stage_values, summary_numbers
 from dbsurge.rundir.writer import write_text
-
-from .bootstrap import difference_interval, per_second
-from .figures import MIN_OPERATIONS, Figure, Row
-from .scenario_hooks import scenarios
-from .sizes import parse_sizes, size_rows
 
 KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
          "capacity")
@@ -358,7 +358,7 @@ def _capacity(side: Side) -> dict[str, dict[str, list[float]]]:
     for d in side.runs:
         if not (d / METRICS / CLOUDWATCH).is_file():
             continue
-        from .merge import stage_capacity
+        from dbsurge.collectors.merge import stage_capacity
 
         try:
             frame = stage_capacity(d)
@@ -375,7 +375,7 @@ def _capacity(side: Side) -> dict[str, dict[str, list[float]]]:
 
 
 def _cost(side: Side) -> tuple[Figure, Figure]:
-    from .cost import estimate_cost
+    from dbsurge.collectors.cost import estimate_cost
 
     usd, per = [], []
     for d in side.runs:
@@ -605,7 +605,7 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
 
 
 def text_report(sides: Sequence[Side], rows: Sequence[Row], blocking: list[str], notes: list[str]) -> str:
-    from dbsurge.tables import render
+    from dbsurge.measure.tables import render
 
     headers, lines, spread_notes = table(sides, rows)
     titles = _TITLES
@@ -656,9 +656,8 @@ def render_plot(sides: Sequence[Side]) -> bytes | None:  # noqa: C901 - one pane
     if sides[0].kind != "engine":
         return None
     import pandas as pd
-
-    from .merge import capacity_frames, merge_run
-    from .rundata import read_cloudwatch
+    from dbsurge.collectors.merge import capacity_frames, merge_run
+    from dbsurge.collectors.rundata import read_cloudwatch
 
     loaded = []  # (side index, repetition index, run directory, merged.csv)
     for i, s in enumerate(sides):
@@ -734,7 +733,7 @@ def _png(fig: Any) -> bytes:
 def section_html(sides: Sequence[Side], rows: Sequence[Row], blocking: list[str], notes: list[str],
                  png: bytes | None) -> str:
     """The comparison as an HTML fragment (a section of report.html, or the body of compare.html)."""
-    from .report import html_table
+    from dbsurge.collectors.report import html_table
 
     headers, lines, spread_notes = table(sides, rows)
     parts = ['<section id="comparison"><h2>Comparison: ' + html.escape(" vs ".join(s.label for s in sides)) + "</h2>"]
@@ -756,7 +755,7 @@ def section_html(sides: Sequence[Side], rows: Sequence[Row], blocking: list[str]
 
 
 def page_html(body: str, title: str) -> str:
-    from .report import _CSS
+    from dbsurge.collectors.report import _CSS
 
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>\n"

@@ -46,15 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-
-from dbsurge.errors import UserError, clip
-from dbsurge.rundir.schema import CLOUDWATCH, COST, METRICS, RUN_JSON, RUNNERS
-from dbsurge.rundir.writer import atomic_path
-from dbsurge.size_limits import FileRefused, read_bounded
-from dbsurge.validate import parse_name_count, parse_runner
-
-from .merge import capacity_frames, infer_period_s
-from .rundata import (
+from dbsurge.collectors.merge import capacity_frames, infer_period_s
+from dbsurge.collectors.rundata import (
     RunInfo,
     Stage,
     epoch_s,
@@ -66,6 +59,12 @@ from .rundata import (
     read_summary,
     read_timeline,
 )
+
+from dbsurge.base.errors import UserError, clip
+from dbsurge.config.size_limits import FileRefused, read_bounded
+from dbsurge.engine.validate import parse_name_count, parse_runner
+from dbsurge.rundir.schema import CLOUDWATCH, COST, METRICS, RUN_JSON, RUNNERS
+from dbsurge.rundir.writer import atomic_path
 
 DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
 HOURS_PER_MONTH = 730.0

@@ -31,12 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
-from dbsurge.rundir.schema import MERGED, MONGO_SERVER_STATUS, PG_STAT_DATABASE
-from dbsurge.rundir.writer import atomic_path
-
-from .cloudwatch import capacity_unit
-from .rundata import (
+from dbsurge.collectors.cloudwatch import capacity_unit
+from dbsurge.collectors.rundata import (
     RunInfo,
     Stage,
     format_utc,
@@ -45,6 +41,9 @@ from .rundata import (
     read_sampler,
     read_timeline,
 )
+
+from dbsurge.rundir.schema import MERGED, MONGO_SERVER_STATUS, PG_STAT_DATABASE
+from dbsurge.rundir.writer import atomic_path
 
 SAMPLER_TOLERANCE = pd.Timedelta(milliseconds=500)
 CLOUDWATCH_TOLERANCE = pd.Timedelta(milliseconds=999)

@@ -3,7 +3,7 @@
 `build_report` merges the run (``merged.csv``), estimates its cost (``cost.csv``) and writes:
 
 - the tables the console printed at the end of the run, from the same files (``summary.csv``,
-  ``stages.csv``) through the same functions (`dbsurge.tables`): per operation (planned, ok, failed,
+  ``stages.csv``) through the same functions (`dbsurge.measure.tables`): per operation (planned, ok, failed,
   ops/s, response p50/p95/p99/p99.9/max, service p50/p99, lag p99), per stage (with the CloudWatch
   capacity of each stage when the run has it) and the ledger; in the HTML also every stage and
   operation in full;
@@ -34,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from dbsurge.collectors.cost import CostReport
+from dbsurge.collectors.report_data import ReportData, load_report_data
+from dbsurge.collectors.rundata import format_utc
+from dbsurge.collectors.scenario_report import ScenarioPart, mode_label, raw_files, scenario_part, section_html
+from dbsurge.collectors.timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
+from dbsurge.collectors.window_plots import longrun_figures
 
 from dbsurge.rundir import STAGE_COLUMNS
 from dbsurge.rundir.reader import read_rows
@@ -52,13 +58,6 @@ from dbsurge.rundir.schema import (
 )
 from dbsurge.rundir.writer import write_text
 
-from .cost import CostReport
-from .report_data import ReportData, load_report_data
-from .rundata import format_utc
-from .scenario_report import ScenarioPart, mode_label, raw_files, scenario_part, section_html
-from .timeline_plots import RESPONSE, panels, render_images, samples_for, stage_ok
-from .window_plots import longrun_figures
-
 SCENARIO_MARK = "<!-- dbsurge scenario table -->"  # dbsurge.scenarios.scenario_run.SECTION_MARK
 _MARKED_EVENTS = ("error", "worker_lost", "cost_cap", "rate_change")
 
@@ -70,7 +69,7 @@ SCENARIO_FIGURES: dict[str, Callable[[Any], tuple[str, str, list[tuple[str, str,
 }
 
 
-# -- number formats (cost and capacity; latency and rates use dbsurge.tables' formats) ------------------
+# -- number formats (cost and capacity; latency and rates use dbsurge.measure.tables' formats) ------------------
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -115,7 +114,7 @@ def _csv_rows(data: ReportData, name: str) -> list[dict]:
 
 def operation_rows(data: ReportData) -> Table:
     """Per operation over the whole run (summary.csv), as the console's "Operations" table."""
-    from dbsurge.tables import operation_table
+    from dbsurge.measure.tables import operation_table
 
     rows = _csv_rows(data, SUMMARY_CSV)
     return operation_table(rows) if rows else ([], [])
@@ -123,7 +122,7 @@ def operation_rows(data: ReportData) -> Table:
 
 def stage_table(data: ReportData) -> Table:
     """Per stage (stages.csv) as the console's "Stages" table, with each capacity series' max and mean."""
-    from dbsurge.tables import stage_table as console_stage_table
+    from dbsurge.measure.tables import stage_table as console_stage_table
 
     rows = _csv_rows(data, STAGES)
     if not rows:
@@ -138,7 +137,7 @@ def stage_table(data: ReportData) -> Table:
 
 def stage_operation_rows(data: ReportData) -> Table:
     """Every stage and operation in full: the console's operation columns, one row per stages.csv row."""
-    from dbsurge.tables import operation_table
+    from dbsurge.measure.tables import operation_table
 
     rows = _csv_rows(data, STAGES)
     if not rows:
@@ -147,14 +146,14 @@ def stage_operation_rows(data: ReportData) -> Table:
     return ["stage", *headers], [[row["stage"], *line] for row, line in zip(rows, lines)]
 
 
-#: What the rate-override table is (the console's end-of-run table says the same, `dbsurge.finish.SEGMENTS_TITLE`).
+#: What the rate-override table is (the console's end-of-run table says the same, `dbsurge.engine.finish.SEGMENTS_TITLE`).
 OVERRIDES_NOTE = (f"A row per stage and per live rate override in force ({SEGMENTS}: {TIMELINE}'s seconds, each "
                   "in the row in force at its start; the ledger stays per stage).")
 
 
 def override_rows(data: ReportData) -> Table:
     """The rate-override table from segments.csv (a run with live rate changes); no rows without one."""
-    from dbsurge.tables import segment_table
+    from dbsurge.measure.tables import segment_table
 
     rows = _read_rows(data.run.path / SEGMENTS)
     return segment_table(rows) if rows else ([], [])
@@ -162,7 +161,7 @@ def override_rows(data: ReportData) -> Table:
 
 def ledger_rows(data: ReportData) -> Table:
     """The ledger per stage from stages.csv (or the run from summary.csv)."""
-    from dbsurge.tables import ledger_table
+    from dbsurge.measure.tables import ledger_table
 
     rows = _read_rows(data.run.path / STAGES) or _read_rows(data.run.path / SUMMARY_CSV)
     if not rows or "planned" not in rows[0]:

@@ -7,12 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from dbsurge.collectors.cost import CostReport, estimate_cost
+from dbsurge.collectors.merge import merge_run, stage_capacity_frame
+from dbsurge.collectors.rundata import RunInfo, open_run, read_cloudwatch, read_events, read_stages
 
-from dbsurge.errors import UserError
-
-from .cost import CostReport, estimate_cost
-from .merge import merge_run, stage_capacity_frame
-from .rundata import RunInfo, open_run, read_cloudwatch, read_events, read_stages
+from dbsurge.base.errors import UserError
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from dbsurge.errors import UserError, clip
+from dbsurge.base.errors import UserError, clip
 from dbsurge.rundir import writer
 from dbsurge.rundir.reader import damaged, read_meta
 from dbsurge.rundir.reader import read_events as read_events_of

@@ -40,10 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dbsurge.collectors.rundata import append_event, format_utc
+
 from dbsurge.rundir.schema import METRICS, MONGO_SERVER_STATUS, PG_STAT_DATABASE
 from dbsurge.rundir.writer import CsvAppender
-
-from .rundata import append_event, format_utc
 
 log = logging.getLogger("dbsurge.collectors.samplers")
 

@@ -2,7 +2,7 @@
 
 A scenario's tables are built by its own pure ``report(run_dir)`` (`dbsurge.scenarios`), which stands
 above collectors/ and imports from it. The report of a scenario's run (`scenario_report`) and
-``dbsurge compare`` (`compare`) ask for those tables through `scenarios()`; `dbsurge.cli` and
+``dbsurge compare`` (`compare`) ask for those tables through `scenarios()`; `dbsurge.commands.cli` and
 `dbsurge.locust_plugin` hand in `dbsurge.scenarios.SCENARIO_REPORTS` with `install`.
 """
 
@@ -37,6 +37,6 @@ def install(reports: ScenarioReports) -> None:
 def scenarios() -> ScenarioReports:
     """The installed scenarios; none installed is a programming error in the composition layer."""
     if not _installed:
-        raise RuntimeError("no scenarios installed: dbsurge.cli or dbsurge.locust_plugin hands them in "
+        raise RuntimeError("no scenarios installed: dbsurge.commands.cli or dbsurge.locust_plugin hands them in "
                            "(dbsurge.collectors.scenario_hooks.install)")
     return _installed[0]

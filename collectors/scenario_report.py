@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dbsurge.rundir.schema import CSV_GLOB, CSV_SUFFIX, NOT_RAW, REPORT_HTML
+from dbsurge.collectors.scenario_figures import ScenarioView, scenario_view
+from dbsurge.collectors.scenario_hooks import scenarios
 
-from .scenario_figures import ScenarioView, scenario_view
-from .scenario_hooks import scenarios
+from dbsurge.rundir.schema import CSV_GLOB, CSV_SUFFIX, NOT_RAW, REPORT_HTML
 
 #: A table longer than this (the first window's every read) is folded under its title.
 FOLD_ROWS = 40

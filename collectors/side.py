@@ -12,7 +12,7 @@ import logging
 
 import gevent
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 
 log = logging.getLogger("dbsurge")
 
@@ -38,7 +38,7 @@ def preflight_side(run) -> None:
     opts = run.options
     run.side.cloudwatch = None
     if opts.cloudwatch:
-        from .cloudwatch import cloudwatch_collector
+        from dbsurge.collectors.cloudwatch import cloudwatch_collector
 
         run.side.cloudwatch = cloudwatch_collector(opts.cloudwatch, opts.cloudwatch_region,
                                                    opts.cloudwatch_endpoint_url)
@@ -64,7 +64,7 @@ def start_side_collectors(run) -> list:
     sampler_name = SAMPLERS.get(run.target.kind)  # None: no sampler for this kind of database
     if not getattr(opts, "no_db_sampler", False) and sampler_name is not None:
         try:
-            from . import samplers
+            from dbsurge.collectors import samplers
 
             cls = getattr(samplers, sampler_name)
             sampler = cls(run.config.target_uri, run.rundir.path, events=events)
@@ -74,7 +74,7 @@ def start_side_collectors(run) -> list:
             log.warning("database sampler not started: %s", e)
             events({"kind": "error", "source": "db_sampler", "message": str(e)})
     if run.side.cloudwatch is not None:
-        from .cloudwatch import CloudWatchPoller
+        from dbsurge.collectors.cloudwatch import CloudWatchPoller
 
         poller = CloudWatchPoller(run.side.cloudwatch, run.rundir.path, interval_s=opts.cloudwatch_interval,
                                   events=events, started=run.start_epoch_ns / 1e9)
@@ -87,7 +87,7 @@ def start_side_collectors(run) -> list:
 
 def _cost_guard_loop(run) -> None:
     """Every 10 s, estimate the cost so far; past the cap, record it and stop the test."""
-    from .cost import CostGuard
+    from dbsurge.collectors.cost import CostGuard
 
     guard = CostGuard(run.options.cost_cap, run_dir=run.rundir.path, runners=run.options.runner or [],
                       presets=run.options.cloudwatch or [])

@@ -25,12 +25,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dbsurge.errors import UserError, clip
+from dbsurge.collectors.figures import Figure, Row
+
+from dbsurge.base.errors import UserError, clip
 from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import SUMMARY_CSV
 from dbsurge.rundir.summaries import summary_numbers
-
-from .figures import Figure, Row
 
 STAGE = "by database size"
 
@@ -55,8 +55,8 @@ def parse_sizes(text: str, runs: int) -> list[float]:
 
 def run_throughput(side: Any, run_dir: Any) -> float | None:
     """Successful operations per second of one run: a YCSB run's own figure, else operations over the window."""
-    from .cost import successful_operations
-    from .rundata import open_run, read_stages, read_summary, read_timeline
+    from dbsurge.collectors.cost import successful_operations
+    from dbsurge.collectors.rundata import open_run, read_stages, read_summary, read_timeline
 
     if side.kind in ("ycsb", "consistency"):
         value = summary_numbers(read_rows(run_dir, SUMMARY_CSV)).get("throughput_ops_s")

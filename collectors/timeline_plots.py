@@ -37,13 +37,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label
 
 from dbsurge.rundir.schema import STAGES
 
-from .merge import capacity_frames, infer_period_s, series_label
-
 if TYPE_CHECKING:
-    from .report_data import ReportData
+    from dbsurge.collectors.report_data import ReportData
 
 #: Fewest operations in a second for any per-second percentile to be drawn as a line.
 MIN_SAMPLES = 10

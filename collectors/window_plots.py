@@ -19,13 +19,22 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dbsurge.collectors.timeline_plots import (
+    _COLORS,
+    Panel,
+    _draw,
+    _empty,
+    _encode,
+    _log_ms_axis,
+    _panel_figure,
+    _pixels,
+)
+
 from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import CSV_SUFFIX, INTERVALS, LONGRUN_WINDOWS_PREFIX, longrun_windows
 
-from .timeline_plots import _COLORS, Panel, _draw, _empty, _encode, _log_ms_axis, _panel_figure, _pixels
-
 if TYPE_CHECKING:
-    from .report_data import ReportData
+    from dbsurge.collectors.report_data import ReportData
 
 _NAME = re.compile(re.escape(LONGRUN_WINDOWS_PREFIX) + r"(\d+)([smh])" + re.escape(CSV_SUFFIX))
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}

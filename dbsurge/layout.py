@@ -3,7 +3,7 @@
 ``locustfiles/``, ``shapes/`` and ``collectors/`` stay at the top of a checkout (Locust users pass
 them with ``-f``), and a wheel installs each inside the package (``dbsurge.locustfiles``...). The
 one list of them is here: ``setup.py`` reads this file by path at build time (so it imports
-nothing), `dbsurge.versions` leaves them out of the build hash, and the install tests map a
+nothing), `dbsurge.base.versions` leaves them out of the build hash, and the install tests map a
 checkout's files to a wheel's with it.
 """
 

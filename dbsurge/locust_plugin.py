@@ -4,18 +4,18 @@ Importing this module (the locustfiles and shapes do) registers listeners on Loc
 sets three of Locust's module settings (report and heartbeat intervals, latency buckets). Each
 listener hands over to the module that does the work:
 
-- ``init_command_line_parser``: dbsurge's options (`dbsurge.options`, `dbsurge.spot`).
-- ``init``: the run of this process's role (`dbsurge.roles.new_run`, then reached only as
+- ``init_command_line_parser``: dbsurge's options (`dbsurge.config.options`, `dbsurge.engine.spot_notices`).
+- ``init``: the run of this process's role (`dbsurge.engine.roles.new_run`, then reached only as
   ``environment.dbsurge``), which registers its messages and starts its greenlets (``start``); on the
-  master or a local run the checks before any load (`dbsurge.preflight`), the Prometheus exporter and
+  master or a local run the checks before any load (`dbsurge.engine.preflight`), the Prometheus exporter and
   the web controls; per-environment listeners for the once-a-second reports.
-- ``test_start``: the role begins the test (``begin_test``: `dbsurge.lifecycle.begin_run` on the master
-  or a local run; a worker arms its SIGTERM leave and Spot watcher, `dbsurge.stopping`, `dbsurge.spot`).
+- ``test_start``: the role begins the test (``begin_test``: `dbsurge.engine.lifecycle.begin_run` on the master
+  or a local run; a worker arms its SIGTERM leave and Spot watcher, `dbsurge.engine.stopping`, `dbsurge.engine.spot_notices`).
 - ``report_to_master`` / ``worker_report``: the recorder's payload out, into the aggregator.
 - ``test_stopping`` (a closed-model run): every worker's final account is collected while Locust
-  still listens to its workers (it sends them ``quit`` right after), `dbsurge.stopping.close_run`.
-- ``test_stop`` / ``quitting``: the ledger is closed and the tables written (`dbsurge.stopping`,
-  `dbsurge.finish`), and the exit code set.
+  still listens to its workers (it sends them ``quit`` right after), `dbsurge.engine.stopping.close_run`.
+- ``test_stop`` / ``quitting``: the ledger is closed and the tables written (`dbsurge.engine.stopping`,
+  `dbsurge.engine.finish`), and the exit code set.
 """
 
 from __future__ import annotations
@@ -32,26 +32,25 @@ import locust.runners
 import locust.stats
 from locust import events
 
-from . import console, finish, latency_buckets, locust_child, membership, stopping
-from .collector_hooks import install as install_collectors
-from .collectors.hooks import COLLECTOR_HOOKS
-from .collectors.scenario_hooks import install as install_scenario_reports
-from .errors import EXIT_SIGNAL, EXIT_STOPPED, UserError
-from .lease import HEARTBEAT_S
-from .membership import run_token
-from .option_types import strict_numbers
-from .options import add_options
-from .preflight import fail, preflight
-from .roles import new_run
-from .run_state import DbSurgeRun, dbsurge_user_classes
-from .scenarios import SCENARIO_REPORTS
-from .size_limits import check_processes
-from .validate import check_master_bind, check_web_exposure
-from .errors import clip
-from .options import locust_help_groups
-from .prometheus import start_exporter
-from .spot import add_spot_options
-from .web import install_web_controls
+from dbsurge.base.errors import EXIT_SIGNAL, EXIT_STOPPED, UserError, clip
+from dbsurge.collectors.hooks import COLLECTOR_HOOKS
+from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
+from dbsurge.config.option_types import strict_numbers
+from dbsurge.config.options import add_options, locust_help_groups
+from dbsurge.config.size_limits import check_processes
+from dbsurge.engine import console, finish, locust_child, membership, stopping
+from dbsurge.engine.collector_hooks import install as install_collectors
+from dbsurge.engine.lease import HEARTBEAT_S
+from dbsurge.engine.membership import run_token
+from dbsurge.engine.preflight import fail, preflight
+from dbsurge.engine.roles import new_run
+from dbsurge.engine.run_state import DbSurgeRun, dbsurge_user_classes
+from dbsurge.engine.spot_notices import add_spot_options
+from dbsurge.engine.validate import check_master_bind, check_web_exposure
+from dbsurge.measure import latency_buckets
+from dbsurge.scenarios import SCENARIO_REPORTS
+from dbsurge.ui.prometheus import start_exporter
+from dbsurge.ui.web import install_web_controls
 
 log = logging.getLogger("dbsurge")
 
@@ -80,7 +79,7 @@ if "locust.main" in sys.modules:  # loaded by Locust's main (not imported by a t
     stopping.own_signals()
     if locust_child.parent_gone():  # `dbsurge run` died while this process was starting: never load
         os._exit(EXIT_SIGNAL[15])
-    from .worker import remove_own_tmpdir_at_exit
+    from dbsurge.commands.worker import remove_own_tmpdir_at_exit
 
     remove_own_tmpdir_at_exit()  # a worker's private temporary folder (`dbsurge worker`, the image's entrypoint)
 
@@ -158,7 +157,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
     environment.dbsurge = run
     stopping.attach(run)
     # Locust's report events carry no environment: these listeners carry the run themselves
-    # first: the drain feeds Locust's tables (dbsurge.locust_stats) before Locust's own listener ships them
+    # first: the drain feeds Locust's tables (dbsurge.load.locust_stats) before Locust's own listener ships them
     _listen_first(environment.events.report_to_master, partial(_on_report, run))
     environment.events.worker_report.add_listener(partial(_on_worker_report, run))
     run.start(runner, forked=os.getppid() == _IMPORT_PID)

@@ -22,9 +22,9 @@ for name in $(env | sed -n 's/^\(\(DBSURGE\|LOCUST\)_[A-Z0-9_]*\)=$/\1/p'); do
 done
 case " $* " in
   *" --worker "*)
-    # dbsurge-worker- is dbsurge.worker.TMPDIR_PREFIX (test_deploy holds them together)
+    # dbsurge-worker- is dbsurge.commands.worker.TMPDIR_PREFIX (test_deploy holds them together)
     TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/dbsurge-worker-XXXXXX")
-    # the worker (this process, once exec'd: $$) removes it when it exits (dbsurge.worker.remove_own_tmpdir)
+    # the worker (this process, once exec'd: $$) removes it when it exits (dbsurge.commands.worker.remove_own_tmpdir)
     DBSURGE_WORKER_TMPDIR=$TMPDIR
     DBSURGE_WORKER_TMPDIR_PID=$$
     export TMPDIR DBSURGE_WORKER_TMPDIR DBSURGE_WORKER_TMPDIR_PID

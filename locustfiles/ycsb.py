@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import dbsurge.locust_plugin  # noqa: F401  (registers dbsurge's options and listeners)
-from dbsurge.user import DbUser
+from dbsurge.load.user import DbUser
 
 
 class YcsbUser(DbUser):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from dbsurge.arrival_shape import ArrivalRateShape
-from dbsurge.errors import PlanError
-from dbsurge.stage_plan import StagePlan
+from dbsurge.base.errors import PlanError
+from dbsurge.engine.arrival_shape import ArrivalRateShape
+from dbsurge.plan.stage_plan import StagePlan
 
 
 class ConstantShape(ArrivalRateShape):

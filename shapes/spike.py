@@ -9,8 +9,8 @@ ran 2/1/2/1 minutes); ``--stages`` replaces the plan altogether.
 
 from __future__ import annotations
 
-from dbsurge.arrival_shape import ArrivalRateShape
-from dbsurge.stage_plan import SPIKE_PLAN, StagePlan, format_duration
+from dbsurge.engine.arrival_shape import ArrivalRateShape
+from dbsurge.plan.stage_plan import SPIKE_PLAN, StagePlan, format_duration
 
 
 class SpikeShape(ArrivalRateShape):

@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from dbsurge.arrival_shape import ArrivalRateShape
-from dbsurge.errors import PlanError
-from dbsurge.stage_plan import StagePlan
+from dbsurge.base.errors import PlanError
+from dbsurge.engine.arrival_shape import ArrivalRateShape
+from dbsurge.plan.stage_plan import StagePlan
 
 
 class StagesShape(ArrivalRateShape):

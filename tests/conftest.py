@@ -42,7 +42,7 @@ import pytest
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 from faults import DelayProxy, FaultSetupError, NetnsHost, NetnsMongo, NetnsPostgres
 
-from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres, embedded_main
+from dbsurge.embedded.servers import EmbeddedMongo, EmbeddedPostgres, embedded_main
 
 _counter = itertools.count()
 
@@ -150,8 +150,8 @@ def cql_uri(dbsurge_home: Path) -> Iterator[str]:
         yield given
         return
     pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
-    from dbsurge import cassandra_jvm
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
+    from dbsurge.embedded import cassandra_jvm
 
     try:
         cassandra_jvm.find_java()

@@ -52,7 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 if TYPE_CHECKING:
-    from dbsurge.embedded import EmbeddedCassandra, EmbeddedMongo, EmbeddedPostgres
+    from dbsurge.embedded.servers import EmbeddedCassandra, EmbeddedMongo, EmbeddedPostgres
 
 NS_PREFIX = "dbsf-"
 
@@ -116,7 +116,7 @@ def tmpfs_unavailable() -> str | None:
 
 def _proc_start_time(pid: int) -> float | None:
     """When `pid` started, in seconds since boot (None if it does not exist): see `process_start`."""
-    from dbsurge.embedded import process_start
+    from dbsurge.embedded.servers import process_start
 
     return process_start(pid)
 
@@ -127,7 +127,7 @@ def _owner_record() -> dict[str, float]:
 
 def _owner_alive(record: dict[str, float]) -> bool:
     """True if the process that wrote the owner record still runs (same pid *and* start mark: pids get reused)."""
-    from dbsurge.embedded import same_process
+    from dbsurge.embedded.servers import same_process
 
     return bool(record.get("pid")) and same_process(int(record["pid"]), float(record.get("since_boot", -1.0)))
 
@@ -293,7 +293,7 @@ def list_namespaces(prefix: str = "") -> list[str]:
 _IN_NAMESPACE_START = """
 import json, sys
 from pathlib import Path
-from dbsurge.embedded import SERVER_CLASSES
+from dbsurge.embedded.servers import SERVER_CLASSES
 kind, data_dir, port, extra = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 server = SERVER_CLASSES[kind](data_dir, port, **extra)
 server.start()  # pg_ctl daemonises the postmaster; secantus and the JVM run in sessions of their own: all outlive this
@@ -303,7 +303,7 @@ print(server.port)
 
 _IN_NAMESPACE_STOP = """
 import sys
-from dbsurge.embedded import EmbeddedMongo
+from dbsurge.embedded.servers import EmbeddedMongo
 EmbeddedMongo(sys.argv[1]).stop()
 """
 
@@ -418,7 +418,7 @@ class NetnsPostgres(_NetnsServer):
                              **self.settings}}
 
     def _handle(self) -> EmbeddedPostgres:
-        from dbsurge.embedded import EmbeddedPostgres
+        from dbsurge.embedded.servers import EmbeddedPostgres
 
         return EmbeddedPostgres(self.data_dir, self.port)
 
@@ -442,7 +442,7 @@ class NetnsMongo(_NetnsServer):
         return {"cache_size": "64M", "host": "0.0.0.0"}
 
     def _handle(self) -> EmbeddedMongo:
-        from dbsurge.embedded import EmbeddedMongo
+        from dbsurge.embedded.servers import EmbeddedMongo
 
         return EmbeddedMongo(self.data_dir, self.port)
 
@@ -485,7 +485,7 @@ class NetnsCassandra(_NetnsServer):
         return {"host": self.netns.ip, "heap": self.heap}
 
     def _handle(self) -> EmbeddedCassandra:
-        from dbsurge.embedded import EmbeddedCassandra
+        from dbsurge.embedded.servers import EmbeddedCassandra
 
         return EmbeddedCassandra(self.data_dir, self.port, host=self.netns.ip, heap=self.heap, delete_on_stop=True)
 
@@ -812,7 +812,7 @@ def start_process(cmd: Sequence[str], cwd: Path, env: dict[str, str] | None = No
 def start_run(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, *,
               name: str = "dbsurge") -> BackgroundRun:
     """``dbsurge ARGS`` in the background (see `start_process`); e.g. ``start_run(["run", "--workload", ...])``."""
-    return start_process([sys.executable, "-m", "dbsurge.cli", *args], cwd, env, name=name)
+    return start_process([sys.executable, "-m", "dbsurge.commands.cli", *args], cwd, env, name=name)
 
 
 def _pid_of(target: object) -> int | None:

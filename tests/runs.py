@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 def dbsurge(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``dbsurge ARGS`` in a child process; returns the completed process (text output)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "dbsurge.cli", *args], cwd=cwd, env=full_env, text=True,
+    return subprocess.run([sys.executable, "-m", "dbsurge.commands.cli", *args], cwd=cwd, env=full_env, text=True,
                           capture_output=True, timeout=timeout)
 
 

@@ -459,8 +459,8 @@ def test_locust_path_processes_refused_before_the_fork(tmp_path, args, words):
 
 
 def test_check_connections_unit():
-    from dbsurge.errors import UserError
-    from dbsurge.size_limits import check_connections
+    from dbsurge.base.errors import UserError
+    from dbsurge.config.size_limits import check_connections
 
     check_connections(100, None, None, "t")  # not readable: not checked
     check_connections(100, 200, 100, "t")
@@ -483,7 +483,7 @@ def test_a_closed_pipe_is_one_line(tmp_path, args):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run([sys.executable, "-m", "dbsurge.cli", *args], cwd=tmp_path, stdout=write_end,
+        proc = subprocess.run([sys.executable, "-m", "dbsurge.commands.cli", *args], cwd=tmp_path, stdout=write_end,
                               stderr=subprocess.PIPE, text=True, timeout=60, check=False)
     finally:
         os.close(write_end)
@@ -520,7 +520,7 @@ def test_config_file_must_be_a_regular_file(tmp_path, kind, words):
 
 def test_read_bounded_reads_at_most_its_limit(tmp_path):
     """A file larger than the bound is refused after reading limit + 1 bytes; one at the bound is read."""
-    from dbsurge.size_limits import FileRefused, read_bounded
+    from dbsurge.config.size_limits import FileRefused, read_bounded
 
     f = tmp_path / "f"
     f.write_bytes(b"x" * 100)
@@ -547,7 +547,7 @@ def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
     started and the data set loaded; now one line before the target, a server or a run directory."""
     import socket
 
-    from dbsurge.embedded import free_port
+    from dbsurge.embedded.servers import free_port
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", free_port()))
@@ -562,7 +562,7 @@ def test_web_port_in_use_is_one_line_before_anything_starts(tmp_path, target):
 def test_prometheus_port_in_use_is_one_line_before_anything_starts(tmp_path):
     import socket
 
-    from dbsurge.embedded import free_port
+    from dbsurge.embedded.servers import free_port
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", free_port()))

@@ -103,9 +103,9 @@ def test_ratios_are_paired_within_a_repetition() -> None:
 
 def test_profile_summary_from_py_spy_raw_output() -> None:
     raw = """
-run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:90);execute (psycopg/cursor.py:5) 60
-run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:99);fire (locust/event.py:3) 30
-run (locust/user/users.py:10);_operation_loop (dbsurge/user.py:80) 10
+run (locust/user/users.py:10);_operation_loop (dbsurge/load/user.py:90);execute (psycopg/cursor.py:5) 60
+run (locust/user/users.py:10);_operation_loop (dbsurge/load/user.py:99);fire (locust/event.py:3) 30
+run (locust/user/users.py:10);_operation_loop (dbsurge/load/user.py:80) 10
 """
     p = summarise(raw, seconds=1.0)
     assert p.samples == 100

@@ -11,11 +11,11 @@ import argparse
 from pathlib import Path
 
 import pytest
+from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 from dbsurge.scenarios import capacity_search as cs
 from dbsurge.scenarios.base import Setup
-from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
 
 def test_capacity_finds_a_rate_on_embedded_postgres(tmp_path, pg_uri):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dbsurge.checks import evaluate_checks, parse_checks
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
+from dbsurge.config.checks import evaluate_checks, parse_checks
 
 ROWS = [
     {"operation": "order_create", "p99_ms": 61.2, "failure_rate": 0.0},

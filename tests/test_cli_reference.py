@@ -29,10 +29,10 @@ def _help(*args: str) -> str:
 
 
 def _dbsurge_option_flags() -> set[str]:
-    """Every flag dbsurge defines for a run: the plugin's (dbsurge.options) and dbsurge run's own."""
-    from dbsurge.cli import RUN_OPTIONS
-    from dbsurge.options import add_options
-    from dbsurge.validate import _PlainParser
+    """Every flag dbsurge defines for a run: the plugin's (dbsurge.config.options) and dbsurge run's own."""
+    from dbsurge.commands.cli import RUN_OPTIONS
+    from dbsurge.config.options import add_options
+    from dbsurge.engine.validate import _PlainParser
 
     p = _PlainParser(add_help=False)
     add_options(p)
@@ -49,7 +49,7 @@ def _locust_flags() -> set[str]:
 
 
 def test_top_help_lists_each_command_in_one_plain_line():
-    from dbsurge.cli import COMMANDS
+    from dbsurge.commands.cli import COMMANDS
 
     text = _help()
     assert "``" not in text and ":func:" not in text  # no RST
@@ -59,7 +59,7 @@ def test_top_help_lists_each_command_in_one_plain_line():
 
 
 def test_run_help_lists_every_option_grouped_with_env_aliases():
-    from dbsurge.options import GROUPS
+    from dbsurge.config.options import GROUPS
 
     text = _help("run")
     shown = _options_in(text)
@@ -100,7 +100,7 @@ def test_precedence_file_environment_command_line(tmp_path: Path):
     """Locust's order, as dbsurge run's checks see it (no run: the namespace the child would parse)."""
     conf = tmp_path / "ux.conf"
     conf.write_text("target = postgresql://file@127.0.0.1/db\nrate = 50\nbaseline-tps = 300\n")
-    code = ("import sys, json; from dbsurge.cli import _locust_namespace\n"
+    code = ("import sys, json; from dbsurge.commands.cli import _locust_namespace\n"
             "ns = _locust_namespace(sys.argv[1:])\n"
             "print(json.dumps([ns.target, ns.rate, ns.baseline_tps]))")
 

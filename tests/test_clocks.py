@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from dbsurge.clocks import ROUND, ClockBook, offset_and_delay
+from dbsurge.engine.clocks import ROUND, ClockBook, offset_and_delay
 
 
 def _exchange(book: ClockBook, worker: str, t1: int, offset_ns: int, out_ns: int, back_ns: int) -> None:

@@ -23,7 +23,7 @@ from dbsurge.collectors.cost import estimate_cost
 from dbsurge.collectors.merge import stage_capacity
 from dbsurge.collectors.rundata import read_cloudwatch, read_events
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_spike"
 T0 = datetime(2026, 9, 29, 8, 40, tzinfo=UTC)

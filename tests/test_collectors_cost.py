@@ -15,7 +15,7 @@ from dbsurge.collectors.cost import CostGuard, cost_frames, estimate_cost, integ
 from dbsurge.collectors.rundata import format_utc, normalize_cloudwatch, open_run
 from runs import dbsurge
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_spike"
 T0 = datetime(2026, 9, 29, 8, 0, tzinfo=UTC)

@@ -127,7 +127,7 @@ def test_a_run_without_metrics_still_merges(tmp_path):
 
 
 def test_open_run_needs_run_json(tmp_path):
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
 
     with pytest.raises(UserError, match="no run.json"):
         open_run(tmp_path)

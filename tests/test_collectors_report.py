@@ -23,7 +23,7 @@ from runs import SHOWN_3
 
 from dbsurge.scenarios import SCENARIO_REPORTS
 
-# `report_main` called here as `dbsurge.cli` calls it: a scenario's report asks the scenario for its tables
+# `report_main` called here as `dbsurge.commands.cli` calls it: a scenario's report asks the scenario for its tables
 install_scenario_reports(SCENARIO_REPORTS)
 
 FIXTURES = Path(__file__).parent / "fixtures"

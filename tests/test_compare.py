@@ -149,7 +149,7 @@ def test_repeat_three_and_compare_spread(pg_uri: str, tmp_path: Path) -> None:
 
 
 def test_worst_exit_and_take_option() -> None:
-    from dbsurge.repeat import take_option, worst_exit
+    from dbsurge.commands.repeat import take_option, worst_exit
 
     assert worst_exit([0, 1, 0]) == 1 and worst_exit([1, 3, 0]) == 3 and worst_exit([3, 2]) == 2
     assert worst_exit([0, 143]) == 143 and worst_exit([]) == 0
@@ -286,7 +286,7 @@ def test_compare_sizes_reads_throughput_against_the_linear_ideal(tmp_path: Path,
 def test_compare_sizes_below_linear_and_bad_sizes(tmp_path: Path, capsys) -> None:
     from dbsurge.collectors.compare import compare_main
 
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
 
     runs = _sized_copies(tmp_path, [1, 2])
     assert compare_main([*map(str, runs), "--sizes", "3,18", "--html", str(tmp_path / "c.html")]) == 0

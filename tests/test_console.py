@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import re
 
-from dbsurge.console import Progress, ShortFormatter, stage_line
-from dbsurge.stage_plan import Schedule, StagePlan
-from dbsurge.utc import utc_iso
-
 from runs import dbsurge, explain, only_run_dir, read_csv
+
+from dbsurge.base.utc import utc_iso
+from dbsurge.engine.console import Progress, ShortFormatter, stage_line
+from dbsurge.plan.stage_plan import Schedule, StagePlan
 
 START = 1_796_000_000.0  # a whole second, so each row's second is easy to read
 
@@ -147,7 +147,7 @@ def test_an_override_shows_its_own_rate_in_the_stage_and_progress_lines():
 
 def test_a_stage_never_reached_shows_no_latency():
     """A Stop before the last stage: its row had 0.000 ms latencies, as if measured; now a dash."""
-    from dbsurge.tables import stage_table
+    from dbsurge.measure.tables import stage_table
 
     def row(stage, op, count, p):
         return {"stage": stage, "operation": op, "target_tps": "100", "achieved_tps": "100" if count else "0",

@@ -29,7 +29,7 @@ from cassandra.protocol import ColumnMetadata, OverloadedErrorMessage  # noqa: E
 from cassandra.query import BatchType, PreparedStatement  # noqa: E402
 from cassandra.shard_info import _ShardingInfo  # noqa: E402
 
-from dbsurge.errors import TargetError  # noqa: E402
+from dbsurge.base.errors import TargetError  # noqa: E402
 from dbsurge.targets import open_target  # noqa: E402
 from dbsurge.workloads import get_workload  # noqa: E402
 from dbsurge.workloads.ycsb_cql import CQL_KEY, insert_batch, statements  # noqa: E402
@@ -257,7 +257,7 @@ def test_check_against_nothing_listening_is_one_line() -> None:
 
 
 def test_consistency_levels_for_ycsb_run() -> None:
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
     from dbsurge.scenarios.ycsb_consistency import consistency_rows, parse_levels, target_option
 
     assert parse_levels("one, quorum", "scylla://node1/ycsb") == ["ONE", "QUORUM"]

@@ -63,9 +63,9 @@ def _kept_server() -> dict:
 @pytest.mark.skipif(not EMBEDDED, reason="an embedded server of its own, with PasswordAuthenticator")
 def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) -> None:
     """First in the module: its own JVM, stopped before the session's server starts (one JVM at a time)."""
-    from dbsurge import cassandra_jvm
-    from dbsurge.embedded import EmbeddedCassandra, embedded_main
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
+    from dbsurge.embedded import cassandra_jvm
+    from dbsurge.embedded.servers import EmbeddedCassandra, embedded_main
 
     try:
         cassandra_jvm.find_java()
@@ -118,7 +118,7 @@ def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) ->
 def test_a_runs_own_cassandra_goes_with_the_run_even_when_interrupted(tmp_path: Path) -> None:
     """Before the module's server starts (one JVM at a time): `--target embedded-cassandra` with no kept server
     starts one for the run; SIGINT mid-run ends the run, and the JVM and its directory with it."""
-    from dbsurge.embedded import embedded_main
+    from dbsurge.embedded.servers import embedded_main
 
     with contextlib.redirect_stdout(io.StringIO()) as status:
         embedded_main(["status", "cassandra"])
@@ -126,7 +126,7 @@ def test_a_runs_own_cassandra_goes_with_the_run_even_when_interrupted(tmp_path: 
         pytest.skip("the module's Cassandra already runs: one JVM at a time (run this test first, or alone)")
     out, err = open(tmp_path / "stdout.txt", "w"), open(tmp_path / "stderr.txt", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", "embedded-cassandra",
+        [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "ycsb", "--target", "embedded-cassandra",
          "--shape", "constant", "--rate", "50", "--duration", "120s", "--workload-option", "recordcount=200",
          "--results-dir", str(tmp_path / "results")], cwd=tmp_path, stdout=out, stderr=err, text=True)
     try:
@@ -150,7 +150,7 @@ def test_a_runs_own_cassandra_goes_with_the_run_even_when_interrupted(tmp_path: 
 
 @pytest.mark.skipif(not EMBEDDED, reason="the embedded server's own checks")
 def test_embedded_cassandra_is_one_jvm_on_loopback_answering_cql(cql_uri: str, tmp_path: Path) -> None:
-    from dbsurge.cassandra_jvm import CASSANDRA_VERSION
+    from dbsurge.embedded.cassandra_jvm import CASSANDRA_VERSION
 
     cluster, session = _session(cql_uri)
     try:
@@ -312,7 +312,7 @@ def _counts(total: dict) -> dict:
 def _background_run(target: str, tmp_path: Path, rate: int, seconds: int, *extra: str) -> subprocess.Popen:
     out, err = open(tmp_path / "stdout.txt", "w"), open(tmp_path / "stderr.txt", "w")
     return subprocess.Popen(
-        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "ycsb", "--target", target, "--shape", "constant",
+        [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "ycsb", "--target", target, "--shape", "constant",
          "--rate", str(rate), "--duration", f"{seconds}s", "--workload-option", f"recordcount={RECORDS}",
          "--workload-option", f"keyspace={KEYSPACE}", "--no-load", "--results-dir", str(tmp_path / "results"),
          *extra], cwd=tmp_path, stdout=out, stderr=err, text=True)
@@ -343,7 +343,7 @@ def _finished(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str]:
 
 @pytest.mark.skipif(not EMBEDDED, reason="freezes the embedded server's JVM")
 def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) -> None:
-    from dbsurge.embedded import EmbeddedCassandra
+    from dbsurge.embedded.servers import EmbeddedCassandra
 
     _load(target, tmp_path, KEYSPACE)
     server = EmbeddedCassandra(Path(_kept_server()["data_dir"]))
@@ -368,7 +368,7 @@ def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) 
 
 @pytest.mark.skipif(not EMBEDDED, reason="kills the embedded server's JVM")
 def test_a_killed_jvm_books_connect_failures_and_the_ledger_balances(target: str, tmp_path: Path) -> None:
-    from dbsurge.embedded import EmbeddedCassandra, embedded_main
+    from dbsurge.embedded.servers import EmbeddedCassandra, embedded_main
 
     _load(target, tmp_path, KEYSPACE)
     kept = _kept_server()

@@ -26,7 +26,7 @@ from faults import FaultSetupError, NetnsCassandra, NetnsHost
 from ledger_checks import ledger
 from runs import REPO, dbsurge, explain, only_run_dir, read_csv, read_json
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 #: serial: a JVM and two Locust workers on two cores, and the run asserts its rate. 900 s: a cold JVM on busy cores
 #: takes minutes at worst (EmbeddedCassandra waits 180 s, the namespace's start script 300 s).
@@ -46,9 +46,9 @@ def netns_cassandra(netns_host: NetnsHost, server_dir: Path) -> Iterator[NetnsCa
     Skips without Java or Maven (fails so in CI, like the `cql_uri` fixture), and when the session's own Cassandra
     runs: one JVM at a time.
     """
-    from dbsurge import cassandra_jvm
-    from dbsurge.embedded import embedded_main
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
+    from dbsurge.embedded import cassandra_jvm
+    from dbsurge.embedded.servers import embedded_main
 
     try:
         cassandra_jvm.find_java()
@@ -155,7 +155,7 @@ def _read_back(server: NetnsCassandra, started_us: int, updates: int) -> None:
         written = sum(1 for row in session.execute(
             f"SELECT {', '.join(f'writetime({f})' for f in fields)} FROM {KEYSPACE}.usertable", timeout=30)
             for stamp in row if stamp is not None and stamp >= started_us)
-        # plus the master's probe before time zero (dbsurge.preflight.probe_service_time: each operation 3 times,
+        # plus the master's probe before time zero (dbsurge.engine.preflight.probe_service_time: each operation 3 times,
         # outside the ledger)
         assert 0.3 * updates <= written <= updates + 3, (written, updates)
     finally:
@@ -166,8 +166,8 @@ def _read_back(server: NetnsCassandra, started_us: int, updates: int) -> None:
 def test_a_node_on_another_address_is_configured_and_reached_there(tmp_path: Path) -> None:
     """Nothing starts: the address given is where the node listens, seeds itself and is reached (its URI and
     readiness checks); without one it stays on the loopback."""
-    from dbsurge import cassandra_jvm
-    from dbsurge.embedded import EmbeddedCassandra
+    from dbsurge.embedded import cassandra_jvm
+    from dbsurge.embedded.servers import EmbeddedCassandra
 
     server = EmbeddedCassandra(tmp_path / "ns", 19042, host="10.231.0.2")
     assert server.uri == "cql://10.231.0.2:19042" and server._check_host == "10.231.0.2"

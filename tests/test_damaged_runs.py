@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runs import dbsurge, explain
 
-from dbsurge.cli import main
+from dbsurge.commands.cli import main
 from dbsurge.rundir.reader import check_run_dir
 
 Damage = Callable[[Path], None]
@@ -310,7 +310,7 @@ def test_generated_damage_is_refused_or_read(tmp_path_factory, name, how, where,
     run directory that passes is read by the readers (run.json, stages, events) without a traceback."""
     from dbsurge.collectors.rundata import open_run, read_events, read_stages, read_timeline
 
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
 
     run = tmp_path_factory.mktemp("gen") / "run"
     shutil.copytree(FIXTURE, run)
@@ -360,7 +360,7 @@ def test_a_metrics_reader_names_a_bad_time_itself(pristine, tmp_path):
     (pandas' DateParseError was a traceback from `report` and `cost`)."""
     from dbsurge.collectors.rundata import read_sampler
 
-    from dbsurge.errors import UserError
+    from dbsurge.base.errors import UserError
 
     run = tmp_path / "damaged"
     shutil.copytree(pristine, run)

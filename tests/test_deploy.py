@@ -26,8 +26,8 @@ from install import built_once, clean_env, fresh_venv
 from ledger_checks import ledger
 from runs import REPO, only_run_dir
 
-from dbsurge.embedded import free_port
-from dbsurge.worker import TMPDIR_PREFIX
+from dbsurge.commands.worker import TMPDIR_PREFIX
+from dbsurge.embedded.servers import free_port
 
 COMPOSE = REPO / "docker-compose.yml"
 K8S = REPO / "deploy" / "k8s"
@@ -87,7 +87,7 @@ def test_compose_shapes_targets_and_the_master_port():
     assert env["DBSURGE_JOIN_TOKEN_FILE"] == "/run/secrets/join_token" and "DBSURGE_JOIN_TOKEN" not in env
     assert master["secrets"] == worker["secrets"] == ["join_token"]
     # Locust's parser in a child: importing locust here would monkey-patch a process that already imported ssl
-    listing = ("from locust.argument_parser import get_parser; from dbsurge.options import add_options; "
+    listing = ("from locust.argument_parser import get_parser; from dbsurge.config.options import add_options; "
                "p = get_parser(); add_options(p); "
                "print(*[a.env_var for a in p._actions if getattr(a, 'env_var', None)])")
     known = set(subprocess.run([sys.executable, "-c", listing], check=True, capture_output=True, text=True,

@@ -17,7 +17,7 @@ import time
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv, run_files
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 
 def test_lost_worker_share_moves_to_the_survivor(tmp_path, pg_uri):

@@ -22,8 +22,8 @@ from botocore import exceptions as bce
 from ledger_checks import ledger
 from runs import SHOWN_1, cell, dbsurge, explain, only_run_dir, read_csv, read_json, scenario_report
 
-from dbsurge.embedded import EmbeddedDynamo
-from dbsurge.errors import TargetError, WorkloadError
+from dbsurge.base.errors import TargetError, WorkloadError
+from dbsurge.embedded.servers import EmbeddedDynamo
 from dbsurge.targets import open_target
 from dbsurge.targets.dynamodb import DynamoSession, ThrottledError
 from dbsurge.workloads import get_workload
@@ -336,7 +336,7 @@ def test_ycsb_run_compares_eventual_and_strong_reads(tmp_path: Path, dynamo: Emb
 
 
 def test_embedded_start_status_stop_dynamodb(capsys: pytest.CaptureFixture[str]) -> None:
-    from dbsurge.embedded import embedded_main
+    from dbsurge.embedded.servers import embedded_main
 
     assert embedded_main(["start", "dynamodb"]) == 0
     uri = capsys.readouterr().out.strip()

@@ -17,7 +17,7 @@ from dbsurge.collectors.cloudwatch import CloudWatchCollector, capacity_unit, pa
 from dbsurge.collectors.cost import estimate_cost, load_prices
 from dbsurge.collectors.rundata import format_utc
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 
 T0 = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
 

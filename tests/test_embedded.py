@@ -14,7 +14,8 @@ import pymongo
 import pymongo.errors
 import pytest
 
-from dbsurge.embedded import (
+from dbsurge.base.errors import TargetError, UserError
+from dbsurge.embedded.servers import (
     EmbeddedError,
     EmbeddedMongo,
     EmbeddedPostgres,
@@ -22,7 +23,6 @@ from dbsurge.embedded import (
     embedded_main,
     resolve_embedded,
 )
-from dbsurge.errors import TargetError, UserError
 
 
 def _select_one(uri: str, **kwargs: object) -> int:
@@ -213,8 +213,8 @@ def test_resolve_embedded_reuses_a_running_server_or_starts_one(capsys):
 
 # --- embedded-cassandra without what it needs outside Python (the server itself: tests/test_cql_contract.py) ---
 
-_NO_JDK_DIRS = ("import sys; from dbsurge import cassandra_jvm; cassandra_jvm.JVM_DIRS = (); "
-                "from dbsurge.cli import main; sys.exit(main(sys.argv[1:]))")
+_NO_JDK_DIRS = ("import sys; from dbsurge.embedded import cassandra_jvm; cassandra_jvm.JVM_DIRS = (); "
+                "from dbsurge.commands.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 @pytest.mark.parametrize(("hide", "expected"), [
@@ -249,8 +249,8 @@ def test_embedded_cassandra_without_java_or_maven_says_what_to_install(tmp_path,
 def test_embedded_cassandra_jvm_options_and_heap(tmp_path, monkeypatch):
     """The command line and cassandra.yaml a start would use (nothing starts): the jamm agent from the jars, the heap
     from DBSURGE_CASSANDRA_HEAP, loopback and the given ports; a bad heap is one line before anything starts."""
-    from dbsurge import cassandra_jvm
-    from dbsurge.embedded import EmbeddedCassandra
+    from dbsurge.embedded import cassandra_jvm
+    from dbsurge.embedded.servers import EmbeddedCassandra
 
     lib = tmp_path / "lib"
     lib.mkdir()

@@ -22,13 +22,13 @@ import pytest
 from ledger_checks import ledger
 from runs import read_json, run_files
 
-from dbsurge.embedded import EmbeddedPostgres
+from dbsurge.embedded.servers import EmbeddedPostgres
 
 
 def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     out = open(cwd / "stdout.txt", "w")
     err = open(cwd / "stderr.txt", "w")
-    return subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "run", *args], cwd=cwd, stdout=out, stderr=err,
+    return subprocess.Popen([sys.executable, "-m", "dbsurge.commands.cli", "run", *args], cwd=cwd, stdout=out, stderr=err,
                             text=True, env={**os.environ, **(env or {})})
 
 
@@ -128,7 +128,7 @@ def test_a_signal_that_lands_in_a_callback_ends_the_command_without_a_traceback(
     script = (
         "import sys, weakref\n"
         "sys.argv = ['dbsurge', '--version']\n"
-        "from dbsurge.cli import EARLY_SIGNALS, Signalled, main\n"
+        "from dbsurge.commands.cli import EARLY_SIGNALS, Signalled, main\n"
         "main()\n"
         "class Held: pass\n"
         "held = Held()\n"
@@ -325,7 +325,7 @@ def test_refused_connections_name_the_server_and_its_reason(tmp_path, server_dir
 def test_a_refusal_keeps_the_servers_reason(message, code):
     """The server's own reason for refusing a connection, from its message (libpq gives no SQLSTATE), also
     through the exception a binding wraps it in; a connection nobody answered is no refusal."""
-    from dbsurge.refusals import ConnectFailure, as_connect_error, describe, refusal_code
+    from dbsurge.load.refusals import ConnectFailure, as_connect_error, describe, refusal_code
 
     inner = OSError(message)
     outer = RuntimeError("target postgresql://127.0.0.1:5432/postgres: connect failed")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from runs import REPO, dbsurge, explain, locust, only_run_dir, read_csv, read_json
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 from dbsurge.measure.histogram import Histogram
 
 
@@ -85,7 +85,7 @@ def test_plain_locust_headless_with_processes(tmp_path, mongo_uri):
     assert set(summary) == {"read", "update", "ALL"}
     assert int(summary["ALL"]["count"]) > 100
     assert (run / "intervals.hlog").read_text().count("Tag=read") >= 2
-    # Locust's own table, fed from the workers' recorders (dbsurge.locust_stats), counts what dbsurge counted
+    # Locust's own table, fed from the workers' recorders (dbsurge.load.locust_stats), counts what dbsurge counted
     locust_rows = {r["Name"]: r for r in read_csv(tmp_path / "locust_stats.csv")}
     for op in ("read", "update", "ALL"):
         row = locust_rows["Aggregated" if op == "ALL" else op]

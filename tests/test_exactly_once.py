@@ -26,7 +26,7 @@ import pytest
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, run_files
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/stages.py"
 TOKEN = "t0k3n-exactly-once"
@@ -306,7 +306,7 @@ def test_wrong_token_does_not_count_toward_expect_workers(tmp_path, netns_db):
 def test_closed_model_processes_collects_every_final_account(tmp_path, pg_uri):
     """``dbsurge run --users 4 --duration 4s --processes 2``: both workers' final accounts arrive; none is lost."""
     proc = subprocess.run(
-        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--users", "4",
+        [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--users", "4",
          "--duration", "4s", "--processes", "2", "--operation", "product_lookup", "--workload-option",
          "products=300", "--no-db-sampler"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr

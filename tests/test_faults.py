@@ -20,13 +20,13 @@ import pytest
 from ledger_checks import ledger, timeline_seconds
 from runs import read_json, run_files
 
-from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
+from dbsurge.embedded.servers import EmbeddedMongo, EmbeddedPostgres
 
 
 def _start(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
     out = open(cwd / "stdout.txt", "w")
     err = open(cwd / "stderr.txt", "w")
-    return subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "run", *args], cwd=cwd, stdout=out, stderr=err,
+    return subprocess.Popen([sys.executable, "-m", "dbsurge.commands.cli", "run", *args], cwd=cwd, stdout=out, stderr=err,
                             env={**os.environ, **(env or {})}, text=True)
 
 
@@ -231,7 +231,7 @@ def test_master_sigkilled(tmp_path, pg_uri):
     last = datetime.fromisoformat(seconds[-1].replace("Z", "+00:00")).timestamp()
     open_rows = (run / "timeline.open.csv").exists()
     assert killed_at - (last + 1) < 3.0 or open_rows
-    report = subprocess.run([sys.executable, "-m", "dbsurge.cli", "report", str(run)], capture_output=True,
+    report = subprocess.run([sys.executable, "-m", "dbsurge.commands.cli", "report", str(run)], capture_output=True,
                             text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "incomplete" in (run / "summary.md").read_text().lower()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from runs import REPO, dbsurge, explain
 
-from dbsurge.cli import COMMANDS
-from dbsurge.help_examples import EXAMPLES
+from dbsurge.commands.cli import COMMANDS
+from dbsurge.config.help_examples import EXAMPLES
 from dbsurge.scenarios import SCENARIOS
 
 

@@ -164,7 +164,7 @@ _DRAIN_KILLED = """
 import gevent
 from dbsurge.measure.aggregator import Aggregator
 from dbsurge.measure.recorder import Recorder
-from dbsurge.run_state import drain_recorder
+from dbsurge.engine.run_state import drain_recorder
 
 
 class Run:  # what drain_recorder uses of a DbSurgeRun

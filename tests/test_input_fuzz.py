@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dbsurge.checks import parse_checks
-from dbsurge.errors import UserError
-from dbsurge.option_types import ascii_float, ascii_int
-from dbsurge.options import parse_key_values, parse_operation_weights
-from dbsurge.stage_plan import StagePlan, parse_duration
+from dbsurge.base.errors import UserError
+from dbsurge.config.checks import parse_checks
+from dbsurge.config.option_types import ascii_float, ascii_int
+from dbsurge.config.options import parse_key_values, parse_operation_weights
+from dbsurge.plan.stage_plan import StagePlan, parse_duration
 from dbsurge.targets import open_target
 from dbsurge.workloads import WORKLOADS, parse_workload_options
 
@@ -205,8 +205,8 @@ def _strict_locust_parser():
         if set_here:
             os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)
 
-    from dbsurge.option_types import strict_numbers
-    from dbsurge.options import add_options
+    from dbsurge.config.option_types import strict_numbers
+    from dbsurge.config.options import add_options
 
     parser = get_parser()
     add_options(parser)
@@ -227,7 +227,7 @@ OPTION_FLAGS = st.sampled_from(["--rate", "--baseline-tps", "--stage-seconds", "
 def test_every_option_value_parses_or_is_one_line(pairs):
     """dbsurge's own options: parsed (ASCII numbers) and validated, or one `UserError` line; what passes is
     finite and in range."""
-    from dbsurge.validate import dbsurge_options, validate_options
+    from dbsurge.engine.validate import dbsurge_options, validate_options
 
     argv = [x for flag, value in pairs for x in (flag, value)]
 
@@ -280,7 +280,7 @@ def test_huge_weights_give_the_mix_run_json_records():
     (equal: 50/50); their sum was inf, and every arrival ran order_create. The mix now sends what they say."""
     import numpy as np
 
-    from dbsurge.arrivals import OperationMix, operation_mix_weights
+    from dbsurge.plan.arrivals import OperationMix, operation_mix_weights
 
     weights = parse_operation_weights(["product_lookup=1e308", "order_create=1e308"])
     recorded = list(weights.items())  # run.json's "operations": [name, weight] pairs as given
@@ -301,7 +301,7 @@ def test_operation_mix_shares_are_the_weights(weights):
     """For any finite positive weights, each operation's share of the mix is its weight over their (exact) sum."""
     from fractions import Fraction
 
-    from dbsurge.arrivals import OperationMix
+    from dbsurge.plan.arrivals import OperationMix
 
     mix = OperationMix([(f"op{i}", w) for i, w in enumerate(weights)], 1)
     cum = mix._cum
@@ -378,7 +378,7 @@ DEEP = st.tuples(st.sampled_from(["[", '{"a":', '[{"b":']), st.integers(min_valu
 def test_load_json_is_total(text):
     """`RecursionError` (``[`` x 100,000) was a traceback from every reader of a run directory and a 500 from the
     web UI: `load_json` returns a value nested at most `MAX_JSON_DEPTH` deep, or raises ValueError."""
-    from dbsurge.json_input import MAX_JSON_DEPTH, json_depth, load_json
+    from dbsurge.base.json_input import MAX_JSON_DEPTH, json_depth, load_json
 
     try:
         value = load_json(text)

@@ -55,7 +55,7 @@ def work(tmp_path) -> Path:
 
 def test_the_wheel_holds_every_file_of_the_tree(wheel, tree_files):
     expected = expected_wheel_files(tree_files)
-    assert "dbsurge/measure/ledger.py" in expected and "dbsurge/web_panel.js" in expected  # the check checks
+    assert "dbsurge/measure/ledger.py" in expected and "dbsurge/ui/web_panel.js" in expected  # the check checks
     held = wheel_files(wheel)
     assert expected - held == set(), "missing from the wheel"
     assert {f for f in held - expected if "__pycache__" not in f} == set(), "in the wheel but not in the tree"
@@ -107,7 +107,7 @@ def test_locust_with_the_installed_locustfiles(venv, work, pg_uri):
 
 def test_an_installed_dbsurge_packs_its_own_wheel_for_the_runners(venv, wheel, work):
     """`runners up` from a wheel install uploads that install, packed again: the files of the wheel it came from."""
-    code = ("from pathlib import Path; from dbsurge.runner_wheel import wheel_of_running_install; "
+    code = ("from pathlib import Path; from dbsurge.cloud.wheel import wheel_of_running_install; "
             "print(wheel_of_running_install(Path('out')))")
     proc = run_in(venv, "python", "-c", code, cwd=work, timeout=120)
     assert proc.returncode == 0, explain(proc)
@@ -121,9 +121,9 @@ def test_an_installed_dbsurge_packs_its_own_wheel_for_the_runners(venv, wheel, w
 
 def test_the_install_is_the_checkouts_build(venv, work):
     """A wheel and the checkout it was built from are one build: a master on one and workers on the other
-    admit each other (dbsurge.versions.build, the master's check in dbsurge.protocol)."""
-    from dbsurge.versions import build
+    admit each other (dbsurge.base.versions.build, the master's check in dbsurge.engine.protocol)."""
+    from dbsurge.base.versions import build
 
-    proc = run_in(venv, "python", "-c", "from dbsurge.versions import build; print(build())", cwd=work, timeout=60)
+    proc = run_in(venv, "python", "-c", "from dbsurge.base.versions import build; print(build())", cwd=work, timeout=60)
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.strip() == build()

@@ -18,8 +18,8 @@ import pytest
 from ledger_checks import ledger
 from runs import REPO, explain, locust, only_run_dir
 
-from dbsurge.embedded import free_port
-from dbsurge.membership import Membership, proof
+from dbsurge.embedded.servers import free_port
+from dbsurge.engine.membership import Membership, proof
 
 FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
 
@@ -50,7 +50,7 @@ def test_non_loopback_master_needs_a_token(tmp_path, pg_uri):
 
 def test_processes_master_binds_loopback():
     # in a child: importing Locust here would monkey-patch this test process (ssl, boto3) for the tests after
-    code = ("from locust.argument_parser import get_parser\nfrom dbsurge.options import add_options\n"
+    code = ("from locust.argument_parser import get_parser\nfrom dbsurge.config.options import add_options\n"
             "p = get_parser(); add_options(p)\nprint(p.parse_args(['-f', 'x.py']).master_bind_host)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "127.0.0.1", out.stderr[-2000:]
@@ -64,7 +64,7 @@ def test_worker_in_another_namespace(tmp_path, netns_db, ns_worker_has_token):
               "--no-db-sampler"]
     env = {**os.environ, "DBSURGE_JOIN_TOKEN": token}
     master = subprocess.Popen(
-        # a refused worker does not count toward --expect-workers (dbsurge.admission): one member is all there is
+        # a refused worker does not count toward --expect-workers (dbsurge.engine.admission): one member is all there is
         [sys.executable, "-m", "locust", "-f", FILES, "--master", "--headless", "--expect-workers",
          "2" if ns_worker_has_token else "1",
          "--master-bind-host", netns_db.netns.host_ip, "--master-bind-port", port, "--rate", "60", "-t", "6s",
@@ -215,7 +215,7 @@ def _another_build(root) -> dict[str, str]:
 
     for source, installed in ROOTS.items():  # dbsurge/ first, then the folders that go inside it
         shutil.copytree(REPO / source, root / installed, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(root / "dbsurge" / "arrivals.py", "a") as f:
+    with open(root / "dbsurge" / "plan" / "arrivals.py", "a") as f:
         f.write("\n# a hotfix made on one host only\n")
     return {**os.environ, "PYTHONPATH": str(root)}
 
@@ -227,9 +227,9 @@ def test_a_worker_of_another_build_is_refused(tmp_path, pg_uri):
     token = "join-" + os.urandom(8).hex()
     env = {**os.environ, "DBSURGE_JOIN_TOKEN": token}
     other_env = {**_another_build(tmp_path / "other"), "DBSURGE_JOIN_TOKEN": token}
-    check = subprocess.run([sys.executable, "-c", "import dbsurge.versions as v; print(v.__file__, v.build())"],
+    check = subprocess.run([sys.executable, "-c", "import dbsurge.base.versions as v; print(v.__file__, v.build())"],
                            env=other_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    from dbsurge.versions import build
+    from dbsurge.base.versions import build
 
     other_file, other_build = check.stdout.split()
     assert other_file.startswith(str(tmp_path)) and other_build != build(), check.stdout + check.stderr

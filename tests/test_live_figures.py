@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 from dbsurge.measure.aggregator import Aggregator
 from dbsurge.measure.cells import Cell
-from dbsurge.segments import segment_rows
-from dbsurge.stage_plan import Schedule, StagePlan
-from dbsurge.web import SECURITY_HEADERS, adjust_swarm_form, secured_headers
+from dbsurge.plan.segments import segment_rows
+from dbsurge.plan.stage_plan import Schedule, StagePlan
+from dbsurge.ui.web import SECURITY_HEADERS, adjust_swarm_form, secured_headers
 
 T0 = 1_800_000_000  # the plan's time zero, on a whole second
 

@@ -1,4 +1,4 @@
-"""Locust's own tables, fed from the recorder's drains (dbsurge.locust_stats), against Locust's per-request path.
+"""Locust's own tables, fed from the recorder's drains (dbsurge.load.locust_stats), against Locust's per-request path.
 
 Importing Locust monkey-patches the process for gevent, which the test runner's own workers do not
 survive: the tests that need Locust's `RequestStats` run their checks in a child process
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dbsurge.latency_buckets import bucket_response_time
-from dbsurge.locust_stats import LocustStatsFeed, bucket_keys_us
+from dbsurge.load.locust_stats import LocustStatsFeed, bucket_keys_us
+from dbsurge.measure.latency_buckets import bucket_response_time
 from dbsurge.measure.recorder import Recorder
 
 NS = 1_000_000_000

@@ -19,7 +19,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 from dbsurge.measure.histogram import Histogram
 from dbsurge.rundir import RunDirectory
 from dbsurge.scenarios.windows import STATE_NAME, build_windows, p99_summary, parse_windows, target_over, window_rows
@@ -165,7 +165,7 @@ def test_a_short_long_run_on_postgres(tmp_path, pg_uri):
                                       "all,ALL,1800,15.0\n")
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out, "w") as fo, open(err, "w") as fe:
-        child = subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "scenario", "longrun", "--quick", "--target",
+        child = subprocess.Popen([sys.executable, "-m", "dbsurge.commands.cli", "scenario", "longrun", "--quick", "--target",
                                   pg_uri, "--rate", "200", "--duration", "60s", "--windows", "10s,30s", "--baseline",
                                   str(base), "--run-id", "lr"], cwd=tmp_path, stdout=fo, stderr=fe, text=True)
         try:

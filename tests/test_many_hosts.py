@@ -17,7 +17,7 @@ import time
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv, run_files
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/stages.py"
 
@@ -231,7 +231,7 @@ def test_pool_sized_from_a_probe_holds_the_first_second_at_50ms(tmp_path, pg_ser
     proxy = delay_proxy("127.0.0.1", pg_server.port, delay_ms=25)
     uri = proxy.rewrite(pg_server.uri)
     proc = subprocess.run(
-        [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", uri, "--shape", "constant",
+        [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", uri, "--shape", "constant",
          "--rate", "100", "--duration", "5s", "--operation", "product_lookup", "--workload-option", "products=300",
          "--no-db-sampler", "--quiet", "--align-start", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -18,7 +18,7 @@ import time
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_json
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
 COMMON = ["--operation", "product_lookup", "--workload-option", "products=300", "--no-db-sampler"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runs import dbsurge, explain, only_run_dir, read_json
 
-from dbsurge.option_names import nearest, warn_unknown_env
+from dbsurge.config.option_names import nearest, warn_unknown_env
 
 
 def _refused(proc, line: str, results: Path) -> None:
@@ -119,8 +119,8 @@ def test_every_dbsurge_variable_the_code_reads_is_known():
     names = set()
     for path in [*REPO.joinpath("dbsurge").rglob("*.py"), *REPO.joinpath("collectors").rglob("*.py")]:
         names |= set(re.findall(r'"(DBSURGE_[A-Z0-9_]*[A-Z0-9])"', path.read_text()))
-    code = ("import sys; from locust.argument_parser import get_parser; from dbsurge.options import add_options; "
-            "from dbsurge.spot import add_spot_options; from dbsurge.option_names import known_env, INTERNAL_PREFIXES; "
+    code = ("import sys; from locust.argument_parser import get_parser; from dbsurge.config.options import add_options; "
+            "from dbsurge.engine.spot_notices import add_spot_options; from dbsurge.config.option_names import known_env, INTERNAL_PREFIXES; "
             "p = get_parser(); add_options(p); add_spot_options(p); k = known_env(p); "
             "print(' '.join(n for n in sys.argv[1:] if n not in k and not n.startswith(INTERNAL_PREFIXES)))")
     out = subprocess.run([sys.executable, "-c", code, *sorted(names)], capture_output=True, text=True, timeout=60)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dbsurge.arrivals import ArrivalSequence, OperationMix
+from dbsurge.load.pacer import Pacer
 from dbsurge.measure.ledger import planned_counts
 from dbsurge.measure.recorder import Recorder
-from dbsurge.pacer import Pacer
-from dbsurge.stage_plan import Schedule, StagePlan
+from dbsurge.plan.arrivals import ArrivalSequence, OperationMix
+from dbsurge.plan.stage_plan import Schedule, StagePlan
 
 
 class FakeClock:
@@ -188,7 +188,7 @@ def test_a_rate_change_leaves_no_backlog_behind():
 
 def test_no_slot_without_a_lease_and_none_after_it_lapsed():
     """A worker's pacer issues slots only while its lease holds; a late renewal (an old send time) renews nothing."""
-    from dbsurge.lease import LEASE_NS
+    from dbsurge.engine.lease import LEASE_NS
 
     schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
     p, clock = _pacer(schedule)
@@ -211,7 +211,7 @@ def test_no_slot_without_a_lease_and_none_after_it_lapsed():
 def test_what_came_due_while_the_lease_had_lapsed_is_never_sent():
     """A worker back from a lapse (a CPU-starved host, a partition the master did not give up on) sends
     nothing that came due while no lease held: booked not sent (worker_lost), not a burst of backlog."""
-    from dbsurge.lease import LEASE_NS
+    from dbsurge.engine.lease import LEASE_NS
 
     schedule = Schedule.from_plan(StagePlan.parse("10s@100tps"))
     sink = Recorder()
@@ -241,7 +241,7 @@ def test_what_came_due_while_the_lease_had_lapsed_is_never_sent():
 
 
 def test_the_lease_ends_strictly_before_the_master_gives_up():
-    from dbsurge import lease
+    from dbsurge.engine import lease
 
     assert lease.LEASE_S + lease.CLOCK_BOUND_S + lease.HEARTBEAT_S == lease.LOST_AFTER_S
     assert lease.RENEW_S * 4 <= lease.LEASE_S  # a healthy worker renews several times per lease
@@ -290,7 +290,7 @@ def test_the_once_a_second_loop_lets_a_due_slot_go_between_its_steps():
 
     import gevent
 
-    from dbsurge.pacer import Alarm, Breather
+    from dbsurge.load.pacer import Alarm, Breather
 
     alarm = Alarm.create()
     if alarm is None:
@@ -325,7 +325,7 @@ def test_a_breather_gives_the_users_three_times_the_piece_before_it(monkeypatch)
 
     import gevent
 
-    from dbsurge.pacer import BACKGROUND_SHARE, MAX_BREATH_S, YIELD_S, Breather
+    from dbsurge.load.pacer import BACKGROUND_SHARE, MAX_BREATH_S, YIELD_S, Breather
 
     sleep = gevent.sleep
     asked: list[float] = []
@@ -356,13 +356,13 @@ def test_a_breather_gives_the_users_three_times_the_piece_before_it(monkeypatch)
 def test_what_a_process_made_before_time_zero_is_frozen():
     """`freeze_what_lives_for_the_run` (again, 0.3 s before time zero: `make_pacer`) takes what setting up
     made out of the cycle collector's sight: otherwise a full collection walks it during the load, a pause
-    of every user. In a child: dbsurge.run_state imports Locust, which must not patch this process."""
+    of every user. In a child: dbsurge.engine.run_state imports Locust, which must not patch this process."""
     import subprocess
     import sys
 
     code = (
         "import gc\n"
-        "from dbsurge.run_state import freeze_what_lives_for_the_run as freeze\n"
+        "from dbsurge.engine.run_state import freeze_what_lives_for_the_run as freeze\n"
         "freeze()  # make_pacer's first freeze, at the plan\n"
         "before = gc.get_freeze_count()\n"
         "made = [[i] for i in range(5000)]  # tracked, as connections and workload tables are\n"
@@ -380,7 +380,7 @@ def test_the_pool_grows_in_steps_not_a_user_a_tick():
     """Sized before time zero it takes what the plan wants; once running, a measured service time that creeps up
     does not add a user a tick (each new user connects on the load host mid-run: a stall), only a want past 25%
     more than the pool grows it, with headroom."""
-    from dbsurge.pool_size import grown_pool
+    from dbsurge.plan.pool_size import grown_pool
 
     assert grown_pool(0, 4) == 4
     sizes = [4]

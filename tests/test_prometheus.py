@@ -23,7 +23,7 @@ from runs import dbsurge, explain, only_run_dir, read_csv, run_files
 
 from dbsurge.measure.histogram import Histogram
 from dbsurge.measure.recorder import Recorder
-from dbsurge.prometheus import BUCKETS_S, PrometheusExporter, scrape_text
+from dbsurge.ui.prometheus import BUCKETS_S, PrometheusExporter, scrape_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -101,7 +101,7 @@ def test_wire_cells_become_cumulative_buckets():
 
 
 def _free_port() -> int:
-    from dbsurge.embedded import free_port
+    from dbsurge.embedded.servers import free_port
 
     return free_port()
 
@@ -220,7 +220,7 @@ def _fake_run():
     """Enough of a DbSurgeRun for the run-level families: a 60 s plan at 100 TPS, 5 s in."""
     from types import SimpleNamespace
 
-    from dbsurge.stage_plan import Schedule, StagePlan
+    from dbsurge.plan.stage_plan import Schedule, StagePlan
 
     agg = SimpleNamespace(stage_names=["100tps"], recent_achieved_tps=lambda: 99.0)
     return SimpleNamespace(
@@ -269,7 +269,7 @@ def test_counters_are_whole_numbers_and_every_series_starts_at_zero():
 def test_the_endpoint_outlives_the_run_by_its_grace_with_the_final_values(pg_uri: str, tmp_path: Path):
     port = _free_port()
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "20", "--duration", "2s", "--workload-option", "products=300", "--no-db-sampler",
            "--prometheus-port", str(port), "--prometheus-grace", "4", "--quiet", "--results-dir", str(results)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

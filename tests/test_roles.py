@@ -1,4 +1,4 @@
-"""The roles (`dbsurge.roles`): chosen once by the runner, each with its own fields; a test's end is a new object."""
+"""The roles (`dbsurge.engine.roles`): chosen once by the runner, each with its own fields; a test's end is a new object."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# In a child: dbsurge.roles imports Locust, whose gevent monkey patching must not reach this process.
+# In a child: dbsurge.engine.roles imports Locust, whose gevent monkey patching must not reach this process.
 _CHILD = r"""
 import argparse
 from locust import User
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
-from dbsurge import roles
+from dbsurge.engine import roles
 
 class U(User):
     abstract = False

@@ -21,10 +21,10 @@ import pytest
 from install import clean_env
 
 from dbsurge import __version__
-from dbsurge.cli import main
-from dbsurge.runner_userdata import UserDataSpec, setup_part, user_data
-from dbsurge.runners import TAG_OWNER, TAG_RUN, TAG_WHEEL, status_rows
-from dbsurge.worker import fetch_secret, parse_secret_ref, worker_command
+from dbsurge.cloud.spot_hosts import TAG_OWNER, TAG_RUN, TAG_WHEEL, status_rows
+from dbsurge.cloud.userdata import UserDataSpec, setup_part, user_data
+from dbsurge.commands.cli import main
+from dbsurge.commands.worker import fetch_secret, parse_secret_ref, worker_command
 
 REGION = "us-east-1"
 TOKEN_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/dbsurge/join-token"
@@ -230,7 +230,7 @@ def test_a_worker_removes_its_own_temporary_folder_at_exit_and_its_forks_leave_i
     given, or one whose name is not a worker's, is never removed."""
     script = textwrap.dedent("""
         import os, sys, time
-        from dbsurge.worker import remove_own_tmpdir_at_exit
+        from dbsurge.commands.worker import remove_own_tmpdir_at_exit
         remove_own_tmpdir_at_exit()
         child = os.fork()
         if child == 0:

@@ -146,7 +146,7 @@ def _wait_for(lines: queue.Queue, text: str, seen: list[str], timeout: float = 6
 
 
 def test_idle_against_a_frozen_server_records_the_timeout_and_goes_on(tmp_path, pg_server):
-    cmd = [sys.executable, "-m", "dbsurge.cli", "scenario", "idle", "--quick", "--target", pg_server.uri,
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "scenario", "idle", "--quick", "--target", pg_server.uri,
            "--idle", "2s", "--connect-timeout", "2", "--repeat", "2"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[str] = []

@@ -7,7 +7,7 @@ from datetime import UTC
 
 import pytest
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 from dbsurge.scenarios import SCENARIOS, scenario_help, scenario_main
 from dbsurge.scenarios.cache import cache_rows, verdict
 from dbsurge.scenarios.idle import idle_rows

@@ -4,7 +4,7 @@ A real role with a password (``Sup3r-S3cret?pw``: an unescaped ``?``) on the ses
 scram-sha-256 for it in pg_hba.conf; then ``dbsurge run --processes 2`` with the password in the URI, in
 DBSURGE_TARGET, and in AWS Secrets Manager (moto), scanning every process's command line while it runs.
 A worker started without any way to the password records ``connect`` failures with one clear line.
-Unit tests: `redact_uri` for many spellings, `dbsurge.credentials`.
+Unit tests: `redact_uri` for many spellings, `dbsurge.config.credentials`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from runs import REPO, explain, only_run_dir, read_json
 
-from dbsurge import credentials
-from dbsurge.cli import move_target_to_env
-from dbsurge.embedded import free_port
-from dbsurge.errors import TargetError
-from dbsurge.redact import redact_text, redact_uri, register_uri_secrets, uri_password
+from dbsurge.base.errors import TargetError
+from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
+from dbsurge.commands.cli import move_target_to_env
+from dbsurge.config import credentials
+from dbsurge.embedded.servers import free_port
 from dbsurge.targets import open_target
 
 ROLE = "dbsurge_secret_app"
@@ -297,7 +297,7 @@ def test_run_with_a_password_keeps_it_secret(tmp_path, pw_role, moto_url, how):
             {"username": ROLE, "password": PASSWORD, "engine": "postgres", "host": "127.0.0.1", "port": port,
              "dbname": "postgres"}))["ARN"]
         args += ["--target", f"postgresql://{ROLE}@{base}", "--target-secret", arn]
-    proc = subprocess.Popen([sys.executable, "-m", "dbsurge.cli", "run", *args], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "dbsurge.commands.cli", "run", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         seen, leaks = _scan_command_lines(proc, timeout=100)

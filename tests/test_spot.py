@@ -13,8 +13,8 @@ import gevent
 import pytest
 from gevent.pywsgi import WSGIServer
 
-from dbsurge.embedded import free_port
-from dbsurge.spot import (
+from dbsurge.embedded.servers import free_port
+from dbsurge.engine.spot_notices import (
     DEFAULT_IMDS_ENDPOINT,
     INSTANCE_ACTION_PATH,
     REBALANCE_PATH,

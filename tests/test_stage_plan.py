@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dbsurge.errors import PlanError
-from dbsurge.stage_plan import SPIKE_PLAN, Schedule, StagePlan, format_duration, parse_duration
+from dbsurge.base.errors import PlanError
+from dbsurge.plan.stage_plan import SPIKE_PLAN, Schedule, StagePlan, format_duration, parse_duration
 
 
 def test_spike_plan_rates_and_print():

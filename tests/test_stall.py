@@ -53,7 +53,7 @@ def _pgbench(server, workdir: Path) -> Histogram:
 
 
 def _dbsurge(server, workdir: Path) -> tuple[dict, dict]:
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", server.uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", server.uri, "--shape",
            "constant", "--rate", str(RATE), "--duration", f"{SECONDS}s", "--operation", "product_lookup", "--quiet",
            "--workload-option", "products=2000", "--no-db-sampler"]
     proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -99,7 +99,7 @@ def test_idle_database_p50_close_to_pgbench(tmp_path, pg_server):
     assert proc.returncode == 0, proc.stderr
     lat = np.concatenate([np.loadtxt(f, usecols=2, dtype=np.int64, ndmin=1) for f in tmp_path.glob("pgb*")])
     theirs = float(np.median(lat)) / 1000
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_server.uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_server.uri, "--shape",
            "constant", "--rate", str(RATE), "--duration", "6s", "--operation", "product_lookup", "--quiet",
            "--workload-option", "products=2000", "--no-db-sampler"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -22,9 +22,9 @@ from ledger_checks import ledger
 from pymongo.errors import DuplicateKeyError
 from runs import dbsurge, explain, only_run_dir
 
-from dbsurge.embedded import free_port
-from dbsurge.errors import TargetError
-from dbsurge.redact import register_secret
+from dbsurge.base.errors import TargetError
+from dbsurge.base.redact import register_secret
+from dbsurge.embedded.servers import free_port
 from dbsurge.targets import ConnectError, describe_failure, open_target
 from dbsurge.targets.postgres import OperationTimeout
 
@@ -224,7 +224,7 @@ _GEVENT_SCRIPT = textwrap.dedent(
     monkey.patch_all()
     import gevent
     from pathlib import Path
-    from dbsurge.embedded import EmbeddedPostgres
+    from dbsurge.embedded.servers import EmbeddedPostgres
     from dbsurge.targets import open_target
 
     server = EmbeddedPostgres(Path(sys.argv[1]))

@@ -19,9 +19,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dbsurge import redact
-from dbsurge.errors import TargetError
-from dbsurge.redact import SecretFilter, redact_text, redact_uri, register_secret
+from dbsurge.base import redact
+from dbsurge.base.errors import TargetError
+from dbsurge.base.redact import SecretFilter, redact_text, redact_uri, register_secret
 from dbsurge.targets import Target, open_target, register_binding
 from dbsurge.targets.mongo import MongoTarget
 from dbsurge.targets.postgres import DsqlTokenProvider, PostgresTarget, explain_connect_error
@@ -460,7 +460,7 @@ _GEVENT_SCRIPT = textwrap.dedent(
     monkey.patch_all()
     import gevent
     import psycopg
-    from dbsurge.errors import TargetError
+    from dbsurge.base.errors import TargetError
     from dbsurge.targets import open_target
     from dbsurge.targets.gevent_wait import wait_gevent, wait_conn_gevent
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from dbsurge.base.versions import versions
+from dbsurge.measure.timing import Laps, elapsed_ms, time_call
+from dbsurge.plan.stage_plan import Schedule, StagePlan
 from dbsurge.scenarios.paced_clients import _Share
-from dbsurge.stage_plan import Schedule, StagePlan
-from dbsurge.timing import Laps, elapsed_ms, time_call
-from dbsurge.versions import versions
 
 
 def test_time_call_returns_the_result_or_the_exception_with_its_times():

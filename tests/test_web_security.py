@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 from runs import REPO
 
-from dbsurge.embedded import free_port
-from dbsurge.errors import UserError
-from dbsurge.web import parse_rate_request, refusal
+from dbsurge.base.errors import UserError
+from dbsurge.embedded.servers import free_port
+from dbsurge.ui.web import parse_rate_request, refusal
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -462,7 +462,7 @@ def test_web_login_still_works(tmp_path, password_uri):
 ])
 def test_host_header_refused(host, web_host, allow):
     """A DNS-rebinding page sends its own name as Host: refused, with the flag that would allow it named."""
-    from dbsurge.web import host_refusal
+    from dbsurge.ui.web import host_refusal
 
     reason = host_refusal(_environ("POST", "/dbsurge/rate", HOST=host, ORIGIN=f"http://{host}"), web_host, allow)
     assert reason and "--web-host-allow" in reason and "\n" not in reason
@@ -475,7 +475,7 @@ def test_host_header_refused(host, web_host, allow):
     ("lg.internal:8089", "lg.internal", None),
 ])
 def test_host_header_allowed(host, web_host, allow):
-    from dbsurge.web import host_refusal
+    from dbsurge.ui.web import host_refusal
 
     assert host_refusal(_environ("GET", "/", HOST=host), web_host, allow) is None
 
@@ -494,7 +494,7 @@ def test_guard_basic_auth_and_host():
     """The guard in front of any app: 401 without the --web-auth credentials, 403 for a foreign Host."""
     import base64
 
-    from dbsurge.web import SameOriginGuard
+    from dbsurge.ui.web import SameOriginGuard
 
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain")])
@@ -539,7 +539,7 @@ def dbsurge_cli(*args, cwd):
 def test_exposure_warning_either_way():
     import argparse
 
-    from dbsurge.validate import check_web_exposure
+    from dbsurge.engine.validate import check_web_exposure
 
     def ns(**kw):
         return argparse.Namespace(**{"web_host": "0.0.0.0", "web_auth": None, "web_login": False,
@@ -603,7 +603,7 @@ def _environ_with_body(body: bytes, length: str | None):
 
 
 def test_bounded_body_unit():
-    from dbsurge.web import MAX_BODY_BYTES, BodyTooLarge, bounded_body
+    from dbsurge.ui.web import MAX_BODY_BYTES, BodyTooLarge, bounded_body
 
     assert bounded_body(_environ_with_body(b'{"rate_tps": 5}', "15")) == b'{"rate_tps": 5}'
     assert bounded_body(_environ_with_body(b"x" * MAX_BODY_BYTES, None)) == b"x" * MAX_BODY_BYTES

@@ -20,7 +20,7 @@ from faults import kill_process_tree
 from ledger_checks import ledger
 from runs import REPO, only_run_dir, read_csv, read_json
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 
 def _get(url: str) -> dict | None:
@@ -44,7 +44,7 @@ def test_sigint_ends_a_web_ui_run_with_its_tables(tmp_path, pg_uri):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "40", "--web", "--web-port", str(port), "--operation", "product_lookup",
            "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -76,7 +76,7 @@ def _web_run(tmp_path, pg_uri, seconds: int, *extra: str):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "20", "--duration", f"{seconds}s", "--web", "--web-port", str(port), "--operation",
            "product_lookup", "--no-db-sampler", "--workload-option", "products=300", "--results-dir", str(results),
            *extra]
@@ -226,7 +226,7 @@ def test_a_signal_before_any_test_from_the_web_ui(tmp_path, pg_uri, sig, expecte
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
            "constant", "--rate", "20", "--web", "--web-port", str(port), "--no-db-sampler", "--workload-option",
            "products=300", "--results-dir", str(results)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -23,7 +23,7 @@ import pytest
 from ledger_checks import ledger
 from runs import REPO, read_csv
 
-from dbsurge.embedded import free_port
+from dbsurge.embedded.servers import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -253,11 +253,11 @@ def test_the_chart_draws_the_plans_stages_and_the_timelines_seconds(tmp_path, pg
     timeline.csv's, second for second. The screenshot (``chart.png``) is the chart as it is read."""
     from playwright.sync_api import sync_playwright
 
-    from dbsurge.utc import utc_iso
+    from dbsurge.base.utc import utc_iso
 
     port = free_port()
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape", "stages",
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape", "stages",
            "--stages", STAGED, "--workload-option", "products=2000", "--no-db-sampler", "--web", "--web-port", str(port),
            "--results-dir", str(results)]
     log_path = tmp_path / "dbsurge.log"

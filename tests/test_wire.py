@@ -1,4 +1,4 @@
-"""The control messages (`dbsurge.wire`): each round-trips, names are unique, missing keys take their defaults."""
+"""The control messages (`dbsurge.engine.wire`): each round-trips, names are unique, missing keys take their defaults."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dbsurge import wire
+from dbsurge.engine import wire
 
 SETUP = wire.Setup(
     target_uri="postgresql://u@h/db", target_options={"pool": 4}, workload_options={"customers": 10},
@@ -127,7 +127,7 @@ def test_no_message_name_is_spelled_outside_the_wire_module():
     offenders = []
     for folder in ("dbsurge", "collectors", "locustfiles", "shapes"):
         for path in (root / folder).rglob("*.py"):
-            if path.name == "wire.py" and path.parent.name == "dbsurge":
+            if path.name == "wire.py" and path.parent.name == "engine":
                 continue
             text = path.read_text()
             offenders += [f"{path.relative_to(root)}: {n}" for n in names if f'"{n}"' in text or f"'{n}'" in text]

@@ -19,7 +19,7 @@ import psycopg
 import pymongo
 import pytest
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 from dbsurge.targets import open_target
 from dbsurge.workloads import get_workload, parse_workload_options
 from dbsurge.workloads.base import LoadProgress

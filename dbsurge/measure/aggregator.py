@@ -22,11 +22,11 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
-from ..stage_plan import Schedule
-from ..utc import utc_iso
-from .cells import Cell, WorkerSecond, cell_stats
-from .cells import us_to_ms as _ms
-from .live import LiveFigures
+from dbsurge.base.utc import utc_iso
+from dbsurge.measure.cells import Cell, WorkerSecond, cell_stats
+from dbsurge.measure.cells import us_to_ms as _ms
+from dbsurge.measure.live import LiveFigures
+from dbsurge.plan.stage_plan import Schedule
 
 ALL = "ALL"
 
@@ -96,7 +96,7 @@ class Aggregator:
         # (`delivered_tps`): a few ints a second, 12 hours of a 3-operation mix is ~170,000 of them
         self.completed_ok: dict[int, dict[str, int]] = {}
         self.share_counts: list[tuple[float, int]] = []  # (from epoch s, workers sharing the plan): `note_shares`
-        self.worker_label = lambda worker: ""  # a worker's host and address (set by the master: dbsurge.hosts)
+        self.worker_label = lambda worker: ""  # a worker's host and address (set by the master: dbsurge.engine.hosts)
 
     # -- input ------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histogram import (
+from dbsurge.measure.histogram import (
     Histogram,
     counts_index,
     decode_sparse,

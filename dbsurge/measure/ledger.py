@@ -12,8 +12,8 @@ issued to the database but never reported the outcome of (the database may have 
 ``unaccounted``, which is a bug of dbsurge's and fails the run. Operations sent beyond the plan
 go to ``over_plan``. After `balance` the ledger balances exactly, in every run.
 
-    >>> from dbsurge.stage_plan import StagePlan, Schedule
-    >>> from dbsurge.arrivals import ArrivalSequence, OperationMix
+    >>> from dbsurge.plan.stage_plan import StagePlan, Schedule
+    >>> from dbsurge.plan.arrivals import ArrivalSequence, OperationMix
     >>> sched = Schedule.from_plan(StagePlan.parse("2s@10tps,1s@4tps"))
     >>> planned_counts(sched, ArrivalSequence("uniform", 1), OperationMix([("read", 1.0)], 1))
     {(0, 0): 20, (1, 0): 4}
@@ -26,8 +26,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..arrivals import ArrivalSequence, OperationMix
-from ..stage_plan import Schedule
+from dbsurge.plan.arrivals import ArrivalSequence, OperationMix
+from dbsurge.plan.stage_plan import Schedule
 
 _CHUNK = 1 << 20
 
@@ -60,7 +60,7 @@ def share_counts(schedule: Schedule, sequence: ArrivalSequence, mix: OperationMi
     ``segments`` are the shares the worker was given, in order: (from_number, index, count); each
     holds arrivals ``k = index (mod count)`` from its ``from_number`` up to the next one's.
 
-        >>> from dbsurge.stage_plan import StagePlan
+        >>> from dbsurge.plan.stage_plan import StagePlan
         >>> sched = Schedule.from_plan(StagePlan.parse("1s@10tps,1s@10tps"))
         >>> share_counts(sched, ArrivalSequence("uniform", 1), OperationMix([("read", 1.0)], 1),
         ...              [(0, 1, 2), (10, 0, 1)], 14)       # 1, 3, ..., 9, then 10, 11, 12, 13
@@ -99,7 +99,7 @@ def balance(stage_cells: dict, planned: dict[tuple[str, int], int], lost_workers
     cut short without waiting for the workers (a second signal: ``interrupted``), else
     ``unaccounted``. Returns what was booked, by reason (and ``unknown``, ``over_plan``).
     """
-    from .cells import Cell
+    from dbsurge.measure.cells import Cell
 
     booked: dict[str, int] = defaultdict(int)
     for key in set(planned) | set(stage_cells):

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..utc import utc_iso
-from .cells import Cell, cell_stats
+from dbsurge.base.utc import utc_iso
+from dbsurge.measure.cells import Cell, cell_stats
 
 #: A row of the live table: (stage index, rate override in force: 0 for the plan's own rate, k for
 #: the k-th override). A second belongs to the row in force at its start, as timeline.csv's stage column.

@@ -27,8 +27,8 @@ from collections import Counter
 
 import numpy as np
 
-from .cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell, group_wire  # noqa: F401 - re-exported for readers
-from .histogram import counts_index
+from dbsurge.measure.cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell, group_wire  # noqa: F401 - re-exported for readers
+from dbsurge.measure.histogram import counts_index
 
 NS_PER_US = 1000
 NS_PER_S = 1_000_000_000
@@ -69,7 +69,7 @@ class Recorder:
         # Debugging and tests: called with every drain's successful response times (us, int64), so
         # merged percentiles can be checked against all samples together (the caller writes them).
         self.raw_sink = raw_sink
-        # Locust's own statistics (`dbsurge.locust_stats.LocustStatsFeed`): called with every drain's
+        # Locust's own statistics (`dbsurge.load.locust_stats.LocustStatsFeed`): called with every drain's
         # successful operations (operation ids, response times in us, wall-clock completion ns)
         self.stats_sink = None
 

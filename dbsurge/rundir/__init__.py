@@ -16,8 +16,8 @@ through this package.
 
 from __future__ import annotations
 
-from .schema import RUN_SCHEMA, SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
-from .writer import RESERVE_BYTES, RESERVE_NAME, RunDirectory, new_run_id, redact_obj, utc_iso
+from dbsurge.rundir.schema import RUN_SCHEMA, SEGMENT_COLUMNS, STAGE_COLUMNS, TIMELINE_COLUMNS, WORKER_COLUMNS
+from dbsurge.rundir.writer import RESERVE_BYTES, RESERVE_NAME, RunDirectory, new_run_id, redact_obj, utc_iso
 
 __all__ = ["RESERVE_BYTES", "RESERVE_NAME", "RUN_SCHEMA", "SEGMENT_COLUMNS", "STAGE_COLUMNS", "TIMELINE_COLUMNS",
            "WORKER_COLUMNS", "RunDirectory", "new_run_id", "redact_obj", "utc_iso"]

@@ -24,7 +24,7 @@ or a scenario writes fewer):
     >>> check_run_dir("/nonexistent")
     Traceback (most recent call last):
     ...
-    dbsurge.errors.UserError: /nonexistent is not a directory: give a run directory such as results/<run-id>
+    dbsurge.base.errors.UserError: /nonexistent is not a directory: give a run directory such as results/<run-id>
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError, clip
-from ..json_input import load_json
-from ..size_limits import FileRefused, read_bounded
-from .schema import (
+from dbsurge.base.errors import UserError, clip
+from dbsurge.base.json_input import load_json
+from dbsurge.config.size_limits import FileRefused, read_bounded
+from dbsurge.rundir.schema import (
     COUNT_COLUMNS,
     CSV_FILES,
     CSV_GLOB,

@@ -121,7 +121,7 @@ TIMELINE_COLUMNS = [
     "dropped", "failed_p99_ms", *_FAILED, "failed_detail",
 ]
 #: workers.csv: per worker and second (by completion), with its share of the plan's rate; ``host`` is
-#: ``name (address)`` as the worker reported them (dbsurge.hosts).
+#: ``name (address)`` as the worker reported them (dbsurge.engine.hosts).
 WORKER_COLUMNS = ["time_utc", "worker", "host", "assigned", "sent", "ok", "failed", "dropped", "lag_p99_ms", "p99_ms"]
 #: stages.csv and summary.csv. The ledger: planned = count (ok + failures) + dropped + unknown + not_sent,
 #: with failures split by kind (failed_*; failed_detail has each SQLSTATE or MongoDB code), unknown the
@@ -136,7 +136,7 @@ STAGE_COLUMNS = [
     "failed_p50_ms", "failed_p99_ms", "failed_max_ms", *_FAILED, "failed_detail", "dropped", "unknown", "not_sent",
     *_NOT_SENT, "over_plan",
 ]
-#: segments.csv (runs with live rate overrides, `dbsurge.segments`): per stage and per override in force,
+#: segments.csv (runs with live rate overrides, `dbsurge.plan.segments`): per stage and per override in force,
 #: the timeline's seconds merged (by second of completion, as timeline.csv; the ledger is stages.csv's).
 SEGMENT_COLUMNS = [
     "segment", "stage", "override", "rate", "start_utc", "end_utc", "seconds", "target_tps", "achieved_tps",

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import EXIT_INCOMPLETE
-from ..json_input import load_json
-from ..redact import redact_uri
-from ..utc import utc_iso
-from .schema import (
+from dbsurge.base.errors import EXIT_INCOMPLETE
+from dbsurge.base.json_input import load_json
+from dbsurge.base.redact import redact_uri
+from dbsurge.base.utc import utc_iso
+from dbsurge.rundir.schema import (
     EVENTS,
     INTERVALS,
     METRICS,

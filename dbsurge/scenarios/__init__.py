@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dbsurge.base.errors import UserError
 from dbsurge.collectors.scenario_hooks import ScenarioReports
-from dbsurge.errors import UserError
-from dbsurge.help_examples import epilog
+from dbsurge.config.help_examples import epilog
 
 # name -> (module, one line for `dbsurge scenario --help`)
 SCENARIOS: dict[str, tuple[str, str]] = {

@@ -12,10 +12,10 @@ import argparse
 import os
 from typing import Any
 
-from dbsurge.errors import UserError
-from dbsurge.option_names import OneLineParser
-from dbsurge.options import parse_key_values
-from dbsurge.stage_plan import parse_duration
+from dbsurge.base.errors import UserError
+from dbsurge.config.option_names import OneLineParser
+from dbsurge.config.options import parse_key_values
+from dbsurge.plan.stage_plan import parse_duration
 
 __all__ = ["NO_TARGET", "ScenarioParser", "apply_defaults", "cloudwatch_flags", "parse_key_values", "positive",
            "require_target", "scenario_parser", "seconds"]

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbsurge.cli import _locust_namespace, _run_parser
-from dbsurge.embedded import resolve_embedded
-from dbsurge.errors import EXIT_SIGNAL, UserError
-from dbsurge.help_examples import epilog
-from dbsurge.option_names import long_options
+from dbsurge.base.errors import EXIT_SIGNAL, UserError
+from dbsurge.commands.cli import _locust_namespace, _run_parser
+from dbsurge.config.help_examples import epilog
+from dbsurge.config.option_names import long_options
+from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector

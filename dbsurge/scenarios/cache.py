@@ -28,6 +28,7 @@ import argparse
 import time
 from pathlib import Path
 
+from dbsurge.measure.timing import elapsed_ms, now_ns, time_call
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import SERVER_CACHE, SNAPSHOTS, WARM_PHASE, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
@@ -53,7 +54,6 @@ from dbsurge.scenarios.latency import delta_text, ms, number, ratio, summarize_m
 from dbsurge.scenarios.paced_clients import run_paced_clients
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
-from dbsurge.timing import elapsed_ms, now_ns, time_call
 from dbsurge.workloads import get_workload
 
 NAME = "cache"

@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dbsurge.base.errors import UserError
 from dbsurge.collectors.cloudwatch import cloudwatch_collector  # noqa: F401 - the scenarios' import
 from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label, stage_capacity, stage_capacity_texts
 from dbsurge.collectors.rundata import read_cloudwatch, write_cloudwatch
-from dbsurge.errors import UserError
 from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 
 

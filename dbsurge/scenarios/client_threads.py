@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dbsurge.measure.timing import now_ns
 from dbsurge.scenarios.files import error_cell
-from dbsurge.timing import now_ns
 
 CONNECT_TIMEOUT_S = 120.0
 

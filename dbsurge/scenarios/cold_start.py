@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dbsurge.embedded import EmbeddedMongo, EmbeddedPostgres
-from dbsurge.errors import TargetError, UserError
+from dbsurge.base.errors import TargetError, UserError
+from dbsurge.embedded.servers import EmbeddedMongo, EmbeddedPostgres
+from dbsurge.plan.stage_plan import format_duration
 from dbsurge.scenarios.report import say
-from dbsurge.stage_plan import format_duration
 
 #: The embedded targets a scenario can start (and restart) a server of its own for.
 EMBEDDED_KINDS = {"embedded-postgres": "postgres", "embedded-mongo": "mongo"}

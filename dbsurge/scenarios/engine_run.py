@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dbsurge.cli import move_target_to_env, run_child
+from dbsurge.commands.cli import move_target_to_env, run_child
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.reader import has_meta, read_meta
 from dbsurge.rundir.schema import REPETITIONS, STAGES
@@ -24,12 +24,12 @@ from dbsurge.rundir.schema import REPETITIONS, STAGES
 def run_engine(run_args: list[str]) -> int:
     """``dbsurge run RUN_ARGS`` as a child; Ctrl-C goes to it (it stops the test and writes its results).
 
-    The child runs as ``dbsurge run`` runs Locust (`dbsurge.cli.run_child`: its own process group,
+    The child runs as ``dbsurge run`` runs Locust (`dbsurge.commands.cli.run_child`: its own process group,
     SIGINT and SIGTERM forwarded once each), and the target goes in the environment, never on a
     command line.
     """
     args, target = move_target_to_env(list(run_args))
-    cmd = [sys.executable, "-m", "dbsurge.cli", "run", *args]
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", *args]
     env = {**os.environ, "DBSURGE_FINAL_TABLES": "0"}  # the scenario prints its table; the engine its verdict
     if target is not None:
         env["DBSURGE_TARGET"] = target

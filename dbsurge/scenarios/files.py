@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from dbsurge.redact import redact_text
+from dbsurge.base.redact import redact_text
 from dbsurge.rundir.reader import iter_rows, read_meta, read_rows
 from dbsurge.rundir.summaries import opt_float
 from dbsurge.targets import one_line

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
-from dbsurge.redact import redact_text
+from dbsurge.base.errors import UserError
+from dbsurge.base.redact import redact_text
+from dbsurge.measure.timing import elapsed_ms, time_call
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import PROBES, scenario_table
 from dbsurge.scenarios.arguments import positive, seconds
@@ -39,7 +40,6 @@ from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
 from dbsurge.targets import one_line
-from dbsurge.timing import elapsed_ms, time_call
 
 NAME = "idle"
 STUDY = {"idle": "900s", "connect_timeout": "15s", "repeat": 2, "lookups": 20, "query_timeout": "60s"}

@@ -33,9 +33,9 @@ import json
 import threading
 from pathlib import Path
 
+from dbsurge.base.errors import UserError
 from dbsurge.collectors.report import build_report
-from dbsurge.errors import UserError
-from dbsurge.repeat import asks_for_repeat
+from dbsurge.commands.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.reader import iter_events
 from dbsurge.rundir.schema import (

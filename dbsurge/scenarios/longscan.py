@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from dbsurge.collectors.scenario_figures import segments
+from dbsurge.measure.timing import Laps
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import BATCHES, scenario_table
 from dbsurge.scenarios.arguments import positive
@@ -26,7 +27,6 @@ from dbsurge.scenarios.cold_start import settle_after_load
 from dbsurge.scenarios.files import epoch_of, opt_float, read_meta, read_rows
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
-from dbsurge.timing import Laps
 
 NAME = "longscan"
 STUDY = {"documents": 5_000_000, "batch_size": 0, "segment": 10}

@@ -2,8 +2,8 @@
 
 Study 000 drives its cache experiments with a fixed number of clients at a fixed rate each (100
 connections x 30 ops/s to warm, 20 x 5 to re-warm). The intended start times are the engine's:
-the C clients share one plan at C x R operations per second (`dbsurge.stage_plan.Schedule`),
-numbered by `dbsurge.arrivals.ArrivalSequence` (uniform), and client ``i`` takes arrivals
+the C clients share one plan at C x R operations per second (`dbsurge.plan.stage_plan.Schedule`),
+numbered by `dbsurge.plan.arrivals.ArrivalSequence` (uniform), and client ``i`` takes arrivals
 ``i, i + C, i + 2C, ...`` as an engine worker takes its share. So operation ``n`` of client ``i`` is
 due at ``t0 + (n * C + i) / (C * R)``: the clients' arrivals interleave evenly and the schedule
 does not drift. A client that falls behind runs its next operation at once and the delay counts:
@@ -14,7 +14,7 @@ process), and these scenarios measure in the ``dbsurge`` process, one real conne
 thread, next to steps the engine has no part in (snapshots, restarts). The rates here are small
 (hundreds of operations per second), far below where the GIL would distort a measurement; the
 drivers release it while they wait on the network. Every operation is timed by
-`dbsurge.timing.time_call`, as in the engine.
+`dbsurge.measure.timing.time_call`, as in the engine.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbsurge.arrivals import ArrivalSequence
+from dbsurge.measure.timing import now_ns, time_call
+from dbsurge.plan.arrivals import ArrivalSequence
+from dbsurge.plan.stage_plan import Schedule, StagePlan
 from dbsurge.scenarios.client_threads import Start, run_client_threads
 from dbsurge.scenarios.files import error_cell
-from dbsurge.stage_plan import Schedule, StagePlan
-from dbsurge.timing import now_ns, time_call
 
 # (session, client_index) -> (next_key, run): next_key() picks the operation's key (or None),
 # run(key) performs one complete operation and raises on failure. Only run(key) is timed.

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbsurge.measure.tables import markdown, render
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.schema import REPORT_HTML, SUMMARY_MD
 from dbsurge.rundir.writer import write_text
 from dbsurge.scenarios.files import csv_cell
-from dbsurge.tables import markdown, render
 
 SECTION_MARK = "<!-- dbsurge scenario table -->"
 

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dbsurge.embedded import resolve_embedded
+from dbsurge.base.versions import versions
+from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
 from dbsurge.rundir.writer import CsvAppender
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target
@@ -29,14 +30,13 @@ from dbsurge.scenarios.cold_start import EMBEDDED_KINDS, start_own_embedded
 from dbsurge.scenarios.files import csv_cell, floats, iter_rows, opt_float, read_meta, read_rows
 from dbsurge.scenarios.report import Report, say, show_report
 from dbsurge.targets import open_target
-from dbsurge.versions import versions
 
 __all__ = ["ScenarioRun", "apply_defaults", "ensure_loaded", "floats", "iter_rows", "opt_float", "parse_key_values",
            "read_meta", "read_rows", "say"]
 
 
 #: The run directories of this process's scenarios whose load began (`ScenarioRun.begin`): a signal after that
-#: point must not say "nothing was sent" (`dbsurge.cli`).
+#: point must not say "nothing was sent" (`dbsurge.commands.cli`).
 BEGUN: list[Path] = []
 
 

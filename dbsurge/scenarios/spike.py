@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 from dbsurge.rundir.schema import STAGES, scenario_table
 from dbsurge.scenarios.arguments import cloudwatch_flags
 from dbsurge.scenarios.base import Scenario, Setup

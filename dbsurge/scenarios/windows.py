@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
 from dbsurge.measure.histogram import COUNTS_LEN, highest_equivalent_of, percentile_rank
+from dbsurge.plan.stage_plan import parse_duration
 from dbsurge.rundir.schema import INTERVALS, LONGRUN_STATE
 from dbsurge.rundir.writer import write_text
-from dbsurge.stage_plan import parse_duration
 
 STATE_NAME = LONGRUN_STATE
 STATE_VERSION = 1

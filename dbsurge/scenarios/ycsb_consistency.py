@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
+from dbsurge.base.versions import versions
 from dbsurge.rundir import RunDirectory, utc_iso
 from dbsurge.rundir.schema import RUNS, SUMMARY_CSV, YCSB_RUN_TABLE
 from dbsurge.scenarios.engine_run import run_engine
 from dbsurge.scenarios.files import read_rows
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Table
-from dbsurge.versions import versions
 
 CQL_LEVELS = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
 DYNAMODB_LEVELS = {"EVENTUAL": "false", "STRONG": "true"}

@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dbsurge.errors import UserError
+from dbsurge.base.errors import UserError
+from dbsurge.measure.timing import elapsed_ms, time_call
 from dbsurge.rundir import utc_iso
 from dbsurge.rundir.schema import INSERTS, YCSB_LOAD_TABLE
 from dbsurge.scenarios.arguments import positive
@@ -33,7 +34,6 @@ from dbsurge.scenarios.files import error_cell, is_ok, iter_rows, read_meta
 from dbsurge.scenarios.latency import ms, number, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun
-from dbsurge.timing import elapsed_ms, time_call
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}

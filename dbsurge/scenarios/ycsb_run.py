@@ -30,19 +30,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dbsurge.errors import UserError
-from dbsurge.repeat import asks_for_repeat
-from dbsurge.rundir.reader import read_meta, read_rows
-from dbsurge.rundir.summaries import summary_numbers
+from dbsurge.base.errors import UserError
+from dbsurge.base.versions import versions
+from dbsurge.commands.repeat import asks_for_repeat
 from dbsurge.rundir import RunDirectory, utc_iso
+from dbsurge.rundir.reader import read_meta, read_rows
 from dbsurge.rundir.schema import REPETITIONS, RUNS, SUMMARY_CSV, scenario_table
+from dbsurge.rundir.summaries import summary_numbers
 from dbsurge.scenarios.arguments import seconds
 from dbsurge.scenarios.base import Scenario, Setup
 from dbsurge.scenarios.engine_run import annotate_run, pairs, repetitions, run_engine
 from dbsurge.scenarios.latency import ms, number
 from dbsurge.scenarios.report import Report, Table
 from dbsurge.scenarios.ycsb_consistency import consistency_table, parse_levels, run_levels
-from dbsurge.versions import versions
 
 NAME = "ycsb-run"
 STUDY = {"distribution": "uniform", "duration": "30m", "users": 16, "records": 1_000_000}

@@ -24,8 +24,8 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.errors import ConnectError, TargetError, clip
-from dbsurge.redact import redact_text, redact_uri, register_uri_secrets, uri_password
+from dbsurge.base.errors import ConnectError, TargetError, clip
+from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 
 __all__ = [
     "FAILURE_KINDS",

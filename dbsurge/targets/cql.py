@@ -26,8 +26,8 @@ import threading
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from dbsurge.errors import TargetError, clip
-from dbsurge.redact import redact_text, redact_uri, register_secret, uri_secrets
+from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_secrets
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from dbsurge.errors import TargetError, clip
-from dbsurge.redact import install_log_redaction, redact_uri
+from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.redact import install_log_redaction, redact_uri
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,

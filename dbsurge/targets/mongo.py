@@ -36,8 +36,8 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from dbsurge.errors import TargetError, clip
-from dbsurge.redact import redact_text, redact_uri, register_secret, uri_secrets
+from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_secrets
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,

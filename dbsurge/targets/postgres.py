@@ -43,8 +43,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
 
-from dbsurge.errors import TargetError, clip
-from dbsurge.redact import install_log_redaction, redact_text, redact_uri, register_secret, uri_secrets, userinfo_span
+from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.redact import (
+    install_log_redaction,
+    redact_text,
+    redact_uri,
+    register_secret,
+    uri_secrets,
+    userinfo_span,
+)
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 from dbsurge.workloads.base import Option, Workload, parse_workload_options
 from dbsurge.workloads.documents import DocumentsWorkload
 from dbsurge.workloads.orders import OrdersWorkload

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TextIO
 
-from dbsurge.errors import WorkloadError, clip
-from dbsurge.option_types import NumberError, read_float, read_int
-from dbsurge.options import parse_key_values
+from dbsurge.base.errors import WorkloadError, clip
+from dbsurge.config.option_types import NumberError, read_float, read_int
+from dbsurge.config.options import parse_key_values
 from dbsurge.workloads.stores import store_kinds
 
 _KIND_NAMES = {"postgres": "PostgreSQL", "mongo": "MongoDB", "dynamodb": "DynamoDB-API", "cql": "CQL"}
@@ -56,7 +56,7 @@ INT4_MAX = 2**31 - 1
 def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
     """Parser for an integer in ASCII digits, bounded (inclusive): at most `maximum`, else `INT8_MAX`.
 
-    Read by `dbsurge.option_types.read_int`, the parser every number option goes through: ``١٠٠`` and
+    Read by `dbsurge.config.option_types.read_int`, the parser every number option goes through: ``١٠٠`` and
     ``1_0_0`` are refused here as on the command line."""
     low = -INT8_MAX - 1 if minimum is None else minimum
     high = INT8_MAX if maximum is None else maximum
@@ -76,7 +76,7 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
 
 
 def _number(text: str, expected: str) -> float:
-    """`text` as a finite number in ASCII digits (`dbsurge.option_types.read_float`), else ValueError(expected)."""
+    """`text` as a finite number in ASCII digits (`dbsurge.config.option_types.read_float`), else ValueError(expected)."""
     try:
         return read_float(text)
     except NumberError:

@@ -3,7 +3,7 @@
 `DocumentsWorkload` (``documents.py``) is the same on PostgreSQL and MongoDB; what differs is here, one
 `DocumentsStore` per target kind, registered with ``@register_store("documents", kind)`` and looked up once
 when the workload is made. Nothing here times an operation: the engine times ``read_by_id``, and the full
-scan hands each batch's arrival time (measured by `dbsurge.timing.Laps`, the one clock) to its caller.
+scan hands each batch's arrival time (measured by `dbsurge.measure.timing.Laps`, the one clock) to its caller.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import bson
 
-from dbsurge.timing import Laps
+from dbsurge.measure.timing import Laps
 from dbsurge.workloads.base import LOAD_CHUNK, pg_executor
 from dbsurge.workloads.documents import COLUMNS, MATCH, TABLE, BatchCallback, make_docs, make_rows
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 from dbsurge.workloads.base import (
     INT4_MAX,
     LOAD_CHUNK,

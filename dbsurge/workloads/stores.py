@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 
 __all__ = ["make_store", "register_store", "store_kinds"]
 

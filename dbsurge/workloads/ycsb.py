@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from dbsurge.base.errors import WorkloadError
 from dbsurge.distributions import (
     HotspotGenerator,
     ScrambledZipfianGenerator,
@@ -40,7 +41,6 @@ from dbsurge.distributions import (
     UniformGenerator,
     fnvhash64,
 )
-from dbsurge.errors import WorkloadError
 from dbsurge.workloads.base import (
     LoadProgress,
     Option,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbsurge.errors import TargetError
+from dbsurge.base.errors import TargetError
 from dbsurge.workloads.loading import insert_missing
 from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 from dbsurge.targets.dynamodb import ThrottledError
 from dbsurge.workloads.loading import insert_missing
 from dbsurge.workloads.stores import register_store

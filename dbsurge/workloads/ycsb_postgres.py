@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 from dbsurge.workloads.base import pg_executor, pg_lookup
 from dbsurge.workloads.loading import pg_count_present, pg_execute, pg_insert_sql, pg_load, pg_table_has_rows
 from dbsurge.workloads.stores import register_store

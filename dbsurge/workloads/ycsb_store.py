@@ -6,7 +6,7 @@
 store for the schema, the load and the presence checks; `YcsbStore.connect` gives each simulated user a
 `YcsbConnection` (go-ycsb's DB interface: read, update, insert, scan), on which the workload's operations,
 drawn by the workload, are one bound-method call each. Nothing here times anything: the engine times the
-operations (``dbsurge/timing.py``), the ycsb-load scenario its inserts.
+operations (``dbsurge/measure/timing.py``), the ycsb-load scenario its inserts.
 
 The imports run one way: ``ycsb.py -> ycsb_store.py -> ycsb_keys.py`` and ``ycsb_<database>.py -> ycsb_store.py``;
 the workload is passed in, never imported.
@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from dbsurge.errors import WorkloadError
+from dbsurge.base.errors import WorkloadError
 
 #: ``make(rng, first, stop)``: the rows of records ``first..stop-1``, each ``(key, field0, field1, ...)``.
 MakeRows = Callable[[random.Random, int, int], list[tuple]]

@@ -1,0 +1,1 @@
+"""The engine: one run in one process, by role (local, master, worker), the wire between master and workers, membership and the lease, clocks, stopping, the final account and verdict, the checks before any load, the terminal's lines, and `dbsurge run`'s Locust child."""

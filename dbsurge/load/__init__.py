@@ -1,0 +1,1 @@
+"""The load path inside a Locust process: the pacer (intended start times), the user that times and bounds each operation, the arrival-rate shape, what a failed connect becomes, Locust's own stats."""
