@@ -99,7 +99,8 @@ LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"engine": ("engine.",)},
     {"cloud": ("cloud.",), "ui": ("ui.",)},
     {"collectors": ("collectors.",)},
-    {"commands": ("commands.", "scenarios.", "locust_plugin")},
+    {"scenarios": ("scenarios.",)},
+    {"commands": ("commands.", "locust_plugin")},
     {"locustfiles": ("locustfiles.",), "shapes": ("shapes.",)},
 ]
 

@@ -30,8 +30,8 @@ def _help(*args: str) -> str:
 
 def _dbsurge_option_flags() -> set[str]:
     """Every flag dbsurge defines for a run: the plugin's (dbsurge.config.options) and dbsurge run's own."""
-    from dbsurge.commands.cli import RUN_OPTIONS
     from dbsurge.config.options import add_options
+    from dbsurge.engine.run_command import RUN_OPTIONS
     from dbsurge.engine.validate import _PlainParser
 
     p = _PlainParser(add_help=False)
@@ -100,8 +100,8 @@ def test_precedence_file_environment_command_line(tmp_path: Path):
     """Locust's order, as dbsurge run's checks see it (no run: the namespace the child would parse)."""
     conf = tmp_path / "ux.conf"
     conf.write_text("target = postgresql://file@127.0.0.1/db\nrate = 50\nbaseline-tps = 300\n")
-    code = ("import sys, json; from dbsurge.commands.cli import _locust_namespace\n"
-            "ns = _locust_namespace(sys.argv[1:])\n"
+    code = ("import sys, json; from dbsurge.engine.run_command import locust_namespace\n"
+            "ns = locust_namespace(sys.argv[1:])\n"
             "print(json.dumps([ns.target, ns.rate, ns.baseline_tps]))")
 
     def parse(*args: str, env: dict | None = None) -> list:

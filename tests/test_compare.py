@@ -149,7 +149,8 @@ def test_repeat_three_and_compare_spread(pg_uri: str, tmp_path: Path) -> None:
 
 
 def test_worst_exit_and_take_option() -> None:
-    from dbsurge.commands.repeat import take_option, worst_exit
+    from dbsurge.commands.repeat import worst_exit
+    from dbsurge.engine.run_command import take_option
 
     assert worst_exit([0, 1, 0]) == 1 and worst_exit([1, 3, 0]) == 3 and worst_exit([3, 2]) == 2
     assert worst_exit([0, 143]) == 143 and worst_exit([]) == 0

@@ -26,9 +26,9 @@ from runs import REPO, explain, only_run_dir, read_json
 
 from dbsurge.base.errors import TargetError
 from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
-from dbsurge.commands.cli import move_target_to_env
 from dbsurge.config import credentials
 from dbsurge.embedded.servers import free_port
+from dbsurge.engine.run_command import move_target_to_env
 from dbsurge.targets import open_target
 
 ROLE = "dbsurge_secret_app"

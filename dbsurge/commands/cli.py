@@ -44,24 +44,31 @@ import os  # noqa: E402 - after the early signal handlers
 import sys  # noqa: E402 - after the early signal handlers
 
 from dbsurge import __version__
-from dbsurge.base.errors import EXIT_SIGNAL, UserError, WorkloadError, clip
+from dbsurge.base.errors import EXIT_SIGNAL, UserError, WorkloadError
 from dbsurge.base.redact import uri_password
 from dbsurge.collectors.hooks import COLLECTOR_HOOKS
 from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
-from dbsurge.commands.repeat import RunCommand, asks_for_repeat, repeat_main
-from dbsurge.config.config_files import check_config_files
+from dbsurge.commands.repeat import RunCommand, repeat_main
 from dbsurge.config.credentials import for_master
 from dbsurge.config.help_examples import epilog
-from dbsurge.config.option_names import OneLineParser, known_env, refuse_unknown, warn_unknown_env
-from dbsurge.config.option_types import ascii_int, strict_numbers
+from dbsurge.config.option_names import OneLineParser
+from dbsurge.config.option_types import ascii_int
 from dbsurge.config.options import GROUPS, add_options, parse_key_values
 from dbsurge.config.size_limits import check_plan_size
 from dbsurge.embedded.servers import free_port, resolve_embedded
 from dbsurge.engine import locust_child
 from dbsurge.engine.collector_hooks import install as install_collectors
 from dbsurge.engine.locust_child import END_WITH_PLAN_ENV, run_child  # the scenarios run Locust through it too
+from dbsurge.engine.run_command import (
+    RUN_OPTIONS,
+    SHAPES,
+    WORKLOADS,
+    asks_for_repeat,
+    locust_namespace,
+    move_target_to_env,
+    run_parser,
+)
 from dbsurge.engine.validate import (
-    _PlainParser,
     check_master_bind,
     check_offline,
     check_plan_choice,
@@ -80,8 +87,6 @@ from dbsurge.targets import describe_failure, open_target
 install_collectors(COLLECTOR_HOOKS)
 install_scenario_reports(SCENARIO_REPORTS)
 
-SHAPES = ("spike", "stages", "constant")
-WORKLOADS = ("orders", "documents", "ycsb")
 
 
 def locustfile_path(workload: str) -> str:
@@ -95,40 +100,6 @@ def shape_path(shape: str) -> str:
         raise UserError(f"unknown shape '{shape}' (known: {', '.join(SHAPES)})")
     return str(importlib.resources.files("dbsurge.shapes") / f"{shape}.py")
 
-
-#: ``dbsurge run``'s own options (the rest are dbsurge's plugin options, `dbsurge.config.options`, and Locust's):
-#: group, flags, add_argument keywords.
-RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
-    ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
-                                   help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
-                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb / "
-                                        "embedded-cassandra (started and stopped for the run)")),
-    ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
-                                       help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
-    ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",
-                                help=f"arrival-rate shape: {', '.join(SHAPES)} (default: none, the closed model)")),
-    ("plan", ("--users", "-u"), dict(type=ascii_int, default=None, env_var="LOCUST_USERS",
-                                     help="concurrent users (closed model, default 8), or the cap on users under a "
-                                          "shape (as --max-users)")),
-    ("plan", ("--duration", "-t"), dict(default=None, env_var="LOCUST_RUN_TIME",
-                                        help="run time, e.g. 30s or 2m (closed model and constant shape; closed "
-                                             "model default 30s; refused with spike and stages, which last as "
-                                             "long as their stages)")),
-    ("measurement", ("--quiet",), dict(action="store_true",
-                                       help="no progress lines: stage changes, warnings and the final tables")),
-    ("measurement", ("--verbose",), dict(action="store_true",
-                                         help="Locust's own log lines and periodic tables as well as dbsurge's")),
-    ("measurement", ("--repeat",), dict(default=None, metavar="N",
-                                        help="run N times into <results>/<run-id>/1..N and print the spread "
-                                             "(median, min, max) of each stage's figures")),
-    ("distribution", ("--processes",), dict(type=ascii_int, default=None, env_var="LOCUST_PROCESSES",
-                                            help="worker processes on this host (-1: one per CPU; Locust's "
-                                                 "--processes)")),
-    ("distribution", ("--web",), dict(action="store_true",
-                                      help="start Locust's web UI (on 127.0.0.1:8089) instead of headless; the process "
-                                           "ends with the plan, by its verdict; the UI's Stop is an "
-                                           "interruption (exit 4)")),
-]
 
 #: Locust options shown in ``dbsurge run --help`` because dbsurge's documentation uses them (they pass through).
 _LOCUST_SHOWN: list[tuple[str, tuple[str, ...], dict]] = [
@@ -197,73 +168,16 @@ def help_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    """``dbsurge run``'s own options; dbsurge's and Locust's stay in the rest (for the child, `_locust_namespace`)."""
-    p = _PlainParser(prog="dbsurge run", add_help=False, allow_abbrev=False)
-    for _, flags, kw in RUN_OPTIONS:
-        kw = {k: v for k, v in kw.items() if k != "env_var"}  # the environment is read by `_locust_namespace`
-        p.add_argument(*flags, **kw)
-    return p
-
-
-def _locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
-                      extra: list[str] | None = None) -> argparse.Namespace:
-    """Locust's and dbsurge's options as the Locust child will see them: config files < environment < ``rest``.
-
-    Parsed with Locust's own configargparse parser plus dbsurge's options (`dbsurge.config.options`,
-    `dbsurge.engine.spot_notices`), so --config, locust.conf, LOCUST_* and DBSURGE_* mean here what they mean to
-    Locust. An option name nobody knows, on the command line or in a config file, is refused here,
-    before any server starts (`dbsurge.config.option_names.refuse_unknown`). Locust is imported without its
-    gevent monkey-patching: this process only waits for the child and forwards signals.
-    """
-    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
-    if set_here:
-        os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
-    try:
-        from locust.argument_parser import get_parser
-    finally:
-        if set_here:
-            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)  # the child patches as usual
-    from dbsurge.engine.spot_notices import add_spot_options
-
-    parser = get_parser()
-    add_options(parser)
-    add_spot_options(parser)
-    strict_numbers(parser)
-    parser.set_defaults(max_users=None)  # None: not given (`check_plan_choice`); the Locust child has the default
-    check_config_files(getattr(parser, "_default_config_files", []), rest)
-
-    def error(message: str) -> None:
-        raise UserError(clip(message, 200))
-
-    parser.error = error  # type: ignore[method-assign]
-    ns, unknown = parser.parse_known_args(list(rest))
-    own = [f for _, flags, _kw in RUN_OPTIONS for f in flags if f.startswith("--")]
-    refuse_unknown(parser, list(rest), unknown, extra=own + (extra or []), help_hint=help_hint)
-    _warn_unknown_env_once(parser)
-    return ns
-
-
-_ENV_CHECKED: list[bool] = []
-
-
-def _warn_unknown_env_once(parser) -> None:
-    """A ``DBSURGE_*`` variable that no option reads (``DBSURGE_RATEE``): one warning per process, naming the nearest."""
-    if not _ENV_CHECKED:
-        _ENV_CHECKED.append(True)
-        warn_unknown_env(known_env(parser, [kw["env_var"] for _, _f, kw in RUN_OPTIONS if kw.get("env_var")]))
-
-
 def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's command line, one option at a time
     if any(a in ("-h", "--help") for a in argv):
         help_parser().print_help()
         return 0
     if asks_for_repeat(argv):
         # N runs in one parent directory; repeat imports nothing of this module: it is handed what it needs
-        return repeat_main(argv, RunCommand(parser=_run_parser, locust_namespace=_locust_namespace,
+        return repeat_main(argv, RunCommand(parser=run_parser, locust_namespace=locust_namespace,
                                             check_plan=check_plan, main=run_main))
-    args, rest = _run_parser().parse_known_args(argv)
-    ns = _locust_namespace(rest)
+    args, rest = run_parser().parse_known_args(argv)
+    ns = locust_namespace(rest)
     args.workload = args.workload or os.environ.get("DBSURGE_WORKLOAD")
     args.shape = args.shape or os.environ.get("DBSURGE_SHAPE")
     if not args.workload:
@@ -414,30 +328,6 @@ COMMANDS = {
     "rerun": "dbsurge.commands.rerun:rerun_main",
     "compare": "dbsurge.collectors:compare_main",
 }
-
-
-def move_target_to_env(argv: list[str], flag: str = "--target") -> tuple[list[str], str | None]:
-    """`argv` without its ``--target URI`` / ``--target=URI`` (the last one wins), and that URI.
-
-    `flag` names another option whose value is a secret (``--web-auth``)."""
-    out: list[str] = []
-    target = None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            out += argv[i:]
-            break
-        if arg == flag and i + 1 < len(argv):
-            target = argv[i + 1]
-            i += 2
-            continue
-        if arg.startswith(flag + "="):
-            target = arg.partition("=")[2]
-        else:
-            out.append(arg)
-        i += 1
-    return out, target
 
 
 def hide_target_from_command_line(argv: list[str]) -> None:

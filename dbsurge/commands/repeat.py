@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dbsurge.base.errors import UserError
 from dbsurge.embedded.servers import resolve_embedded
+from dbsurge.engine.run_command import take_option
 from dbsurge.engine.validate import check_results_dir, results_dir_option, validate_run_id
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso, writer
 from dbsurge.rundir.reader import read_meta
@@ -43,29 +44,6 @@ def worst_exit(codes: Sequence[int]) -> int:
     if not codes:
         return 0
     return max(codes, key=lambda c: _RANK.get(c, 2))
-
-
-def asks_for_repeat(argv: list[str]) -> bool:
-    """Whether a ``dbsurge run`` command line has ``--repeat N`` (or ``--repeat=N``)."""
-    return any(a == "--repeat" or a.startswith("--repeat=") for a in argv)
-
-
-def take_option(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
-    """The value of ``flag`` (``--flag V`` or ``--flag=V``, the last one wins) and argv without it."""
-    value, out, i = None, [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a == flag:
-            if i + 1 >= len(argv):
-                raise UserError(f"{flag} needs a value")
-            value, i = argv[i + 1], i + 2
-            continue
-        if a.startswith(flag + "="):
-            value = a[len(flag) + 1:]
-        else:
-            out.append(a)
-        i += 1
-    return value, out
 
 
 def parse_repeat(text: str | None) -> int:

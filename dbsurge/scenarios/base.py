@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.base.errors import EXIT_SIGNAL, UserError
-from dbsurge.commands.cli import _locust_namespace, _run_parser
 from dbsurge.config.help_examples import epilog
 from dbsurge.config.option_names import long_options
 from dbsurge.embedded.servers import resolve_embedded
+from dbsurge.engine.run_command import locust_namespace, run_parser
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
@@ -172,8 +172,8 @@ def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[
     would answer a typo with a wrong result; refused here, in one line naming the nearest option of
     the scenario or of ``dbsurge run``, before any server starts.
     """
-    _own, more = _run_parser().parse_known_args(rest)
-    _locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
+    _own, more = run_parser().parse_known_args(rest)
+    locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
 
 
 def print_from(run_dir: str, report_of_run: Callable[[Path], Report], scenario: str) -> int:

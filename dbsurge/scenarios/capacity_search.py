@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dbsurge.base.errors import UserError
-from dbsurge.commands.repeat import take_option
 from dbsurge.config.options import DEFAULTS
+from dbsurge.engine.run_command import take_option
 from dbsurge.rundir.schema import CAPACITY_TABLE, RUN_JSON, SUMMARY_CSV
 from dbsurge.scenarios.arguments import positive, seconds
 from dbsurge.scenarios.base import Scenario, Setup

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dbsurge.commands.cli import move_target_to_env, run_child
+from dbsurge.engine.locust_child import run_child
+from dbsurge.engine.run_command import move_target_to_env
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.reader import has_meta, read_meta
 from dbsurge.rundir.schema import REPETITIONS, STAGES

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from dbsurge.base.errors import UserError
 from dbsurge.collectors.report import build_report
-from dbsurge.commands.repeat import asks_for_repeat
+from dbsurge.engine.run_command import asks_for_repeat
 from dbsurge.rundir import RunDirectory
 from dbsurge.rundir.reader import iter_events
 from dbsurge.rundir.schema import (

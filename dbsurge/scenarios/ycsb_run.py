@@ -32,7 +32,7 @@ from pathlib import Path
 
 from dbsurge.base.errors import UserError
 from dbsurge.base.versions import versions
-from dbsurge.commands.repeat import asks_for_repeat
+from dbsurge.engine.run_command import asks_for_repeat
 from dbsurge.rundir import RunDirectory, utc_iso
 from dbsurge.rundir.reader import read_meta, read_rows
 from dbsurge.rundir.schema import REPETITIONS, RUNS, SUMMARY_CSV, scenario_table
