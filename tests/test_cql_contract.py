@@ -205,6 +205,13 @@ def test_a_batch_over_the_servers_threshold_is_one_line(target: str, tmp_path: P
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.fixture(scope="module")
+def loaded(target: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The module's keyspace loaded once (RECORDS rows) for the runs that read and update it: a second load of the
+    same rows only finds them in place, so each test need not start a process to find that out."""
+    _load(target, tmp_path_factory.mktemp("load"), KEYSPACE)
+
+
 def _load(target: str, tmp_path: Path, keyspace: str, *extra: str, records: int = RECORDS) -> None:
     load = dbsurge("load", "--workload", "ycsb", "--target", target, "--workload-option", f"recordcount={records}",
                    "--workload-option", f"keyspace={keyspace}", "--workload-option", "batchsize=20", *extra,
@@ -213,9 +220,9 @@ def _load(target: str, tmp_path: Path, keyspace: str, *extra: str, records: int 
 
 
 @pytest.mark.parametrize(("consistency", "seconds"), [("ONE", 5), ("QUORUM", 5)])
+@pytest.mark.usefixtures("loaded")
 def test_ycsb_a_run_at_a_constant_rate(cql_uri: str, target: str, tmp_path: Path, consistency: str,
                                        seconds: int) -> None:
-    _load(target, tmp_path, KEYSPACE)
     started_us = int(time.time() * 1e6)
     proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
                    "--duration", f"{seconds}s", "--workload-option", f"recordcount={RECORDS}",
@@ -276,8 +283,8 @@ def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(
     assert read_json(run / "run.json")["results"]["failed_by_kind"] == {"server:Unavailable": 150}
 
 
+@pytest.mark.usefixtures("loaded")
 def test_two_processes_each_with_its_own_driver_session(target: str, tmp_path: Path) -> None:
-    _load(target, tmp_path, KEYSPACE)
     proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
                    "--duration", "5s", "--processes", "2", "--workload-option", f"recordcount={RECORDS}",
                    "--workload-option", f"keyspace={KEYSPACE}", "--results-dir", str(tmp_path / "results"),
@@ -330,10 +337,10 @@ def _finished(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="freezes the embedded server's JVM")
+@pytest.mark.usefixtures("loaded")
 def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) -> None:
     from dbsurge.embedded import EmbeddedCassandra
 
-    _load(target, tmp_path, KEYSPACE)
     server = EmbeddedCassandra(Path(_kept_server()["data_dir"]))
     proc = _background_run(target, tmp_path, 50, 12, "--target-option", "op_timeout=1s")
     run, t0 = _run_started(tmp_path)
@@ -355,10 +362,10 @@ def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) 
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="kills the embedded server's JVM")
+@pytest.mark.usefixtures("loaded")
 def test_a_killed_jvm_books_connect_failures_and_the_ledger_balances(target: str, tmp_path: Path) -> None:
     from dbsurge.embedded import EmbeddedCassandra, embedded_main
 
-    _load(target, tmp_path, KEYSPACE)
     kept = _kept_server()
     proc = _background_run(target, tmp_path, 50, 8, "--target-option", "op_timeout=2s", "--target-option",
                            "connect_timeout=1s")
