@@ -36,6 +36,7 @@ from pathlib import Path
 
 import faults
 import pytest
+from cassandra_checks import need_java_and_jars
 
 # No test runs on an EC2 host: boto3 must never ask the instance metadata service (169.254.169.254, an address
 # outside this machine) for credentials or a region, in this process or in any process a test starts.
@@ -150,16 +151,7 @@ def cql_uri(dbsurge_home: Path) -> Iterator[str]:
         yield given
         return
     pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
-    from dbsurge.base.errors import UserError
-    from dbsurge.embedded import cassandra_jvm
-
-    try:
-        cassandra_jvm.find_java()
-        cassandra_jvm.cassandra_jars()
-    except UserError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must run the CQL tests against a real Cassandra: {exc}")
-        pytest.skip(f"no CQL server: {exc} (or set DBSURGE_TEST_CQL_URI=cql://HOST:9042)")
+    need_java_and_jars(" (or set DBSURGE_TEST_CQL_URI=cql://HOST:9042)")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         embedded_main(["start", "cassandra"])
@@ -186,11 +178,10 @@ def moto_url() -> Iterator[str]:
 #: Tests whose assertions depend on this machine's timing: achieved rates and lag, the generator
 #: telling its own stalls from the target's, heartbeats and partitions, clock offsets, latency
 #: against pgbench, elapsed-time bounds. Sharing two cores with another test would make them measure
-#: the other test. `make test` runs these alone (``-m serial``), then everything else two at a time
-#: (``-n 2``): tests that assert the ledger, files, exit codes and messages, with waits several
+#: the other test. `make test` runs these alone (``-m serial``), then everything else three at a time
+#: (``-n 3``): tests that assert the ledger, files, exit codes and messages, with waits several
 #: times what their step takes. Whole modules where every test times something:
 SERIAL_MODULES = {
-    "test_capacity_search",  # a search to the machine's limit; the limit blamed on the generator or not
     "test_cql_hosts",  # a Cassandra JVM of its own (one at a time) under a run at a rate
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
@@ -199,10 +190,13 @@ SERIAL_MODULES = {
     # 2026-12-05; which column was cut from the log); alone they pass
     "test_faults", "test_many_hosts",
     "test_stall",  # latency against pgbench's
-    "test_web_ui",  # Chromium on two cores, 20-45 s waits for a live panel
 }
 #: ... and, by function name (every parametrization), the timing tests of mixed modules.
 SERIAL_TESTS = {
+    "test_capacity_search": {  # a search to the machine's limit; the limit blamed on the generator or not (the
+        "test_capacity_finds_a_rate_on_embedded_postgres",  # module's other tests run no engine: a fake step)
+        "test_capacity_says_the_generator_was_the_limit",
+    },
     "test_endings": {
         "test_a_signal_after_the_plan_ended_interrupts_nothing",  # a signal 150 ms after the plan's end
         "test_a_sigterm_with_a_long_plan_is_honoured_promptly",
@@ -223,7 +217,11 @@ SERIAL_TESTS = {
         "test_connect_failures_are_connect_and_bounded", "test_paused_postgres_under_gevent_fast_path",
         "test_paused_mongo_times_out_then_recovers", "test_killed_mongo_is_connect_or_disconnect",
     },
-    "test_web_signal": {"test_a_web_ui_run_ends_by_itself_at_the_plans_end"},  # workers given a fixed 3 s to start
+    "test_web_signal": {"test_a_web_ui_run_ends_by_itself_at_the_plans_end"},  # a 4 s plan at 20 TPS, all ok
+    "test_web_ui": {  # Chromium on two cores, 20-45 s waits for a live panel (the endpoints' test: no browser, no run)
+        "test_the_panel_follows_the_run_its_overrides_and_points_to_the_results",
+        "test_the_chart_draws_the_plans_stages_and_the_timelines_seconds",
+    },
 }
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cassandra_checks import need_java_and_jars, session_cassandra_running
 from ledger_checks import ledger
 from runs import dbsurge, explain, only_run_dir, read_csv, read_json, run_files
 
@@ -63,20 +64,10 @@ def _kept_server() -> dict:
 @pytest.mark.skipif(not EMBEDDED, reason="an embedded server of its own, with PasswordAuthenticator")
 def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) -> None:
     """First in the module: its own JVM, stopped before the session's server starts (one JVM at a time)."""
-    from dbsurge.base.errors import UserError
-    from dbsurge.embedded import cassandra_jvm
-    from dbsurge.embedded.servers import EmbeddedCassandra, embedded_main
+    from dbsurge.embedded.servers import EmbeddedCassandra
 
-    try:
-        cassandra_jvm.find_java()
-        cassandra_jvm.cassandra_jars()
-    except UserError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must run the CQL tests against a real Cassandra: {exc}")
-        pytest.skip(f"no CQL server: {exc}")
-    with contextlib.redirect_stdout(io.StringIO()) as status:
-        embedded_main(["status", "cassandra"])
-    if status.getvalue().strip() != "cassandra: stopped":
+    need_java_and_jars()
+    if session_cassandra_running():
         pytest.skip("the session's Cassandra already runs: one JVM at a time (run this test first, or alone)")
     secret = "s3cret-Pw-4-dbsurge"
     server = EmbeddedCassandra(server_dir, password_auth=True, delete_on_stop=True)
@@ -118,11 +109,7 @@ def test_password_authentication_end_to_end(server_dir: Path, tmp_path: Path) ->
 def test_a_runs_own_cassandra_goes_with_the_run_even_when_interrupted(tmp_path: Path) -> None:
     """Before the module's server starts (one JVM at a time): `--target embedded-cassandra` with no kept server
     starts one for the run; SIGINT mid-run ends the run, and the JVM and its directory with it."""
-    from dbsurge.embedded.servers import embedded_main
-
-    with contextlib.redirect_stdout(io.StringIO()) as status:
-        embedded_main(["status", "cassandra"])
-    if status.getvalue().strip() != "cassandra: stopped":
+    if session_cassandra_running():
         pytest.skip("the module's Cassandra already runs: one JVM at a time (run this test first, or alone)")
     out, err = open(tmp_path / "stdout.txt", "w"), open(tmp_path / "stderr.txt", "w")
     proc = subprocess.Popen(
@@ -218,17 +205,24 @@ def test_a_batch_over_the_servers_threshold_is_one_line(target: str, tmp_path: P
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def _load(target: str, tmp_path: Path, keyspace: str, *extra: str) -> None:
-    load = dbsurge("load", "--workload", "ycsb", "--target", target, "--workload-option", f"recordcount={RECORDS}",
+@pytest.fixture(scope="module")
+def loaded(target: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The module's keyspace loaded once (RECORDS rows) for the runs that read and update it: a second load of the
+    same rows only finds them in place, so each test need not start a process to find that out."""
+    _load(target, tmp_path_factory.mktemp("load"), KEYSPACE)
+
+
+def _load(target: str, tmp_path: Path, keyspace: str, *extra: str, records: int = RECORDS) -> None:
+    load = dbsurge("load", "--workload", "ycsb", "--target", target, "--workload-option", f"recordcount={records}",
                    "--workload-option", f"keyspace={keyspace}", "--workload-option", "batchsize=20", *extra,
                    "--quiet", cwd=tmp_path, timeout=600)
     assert load.returncode == 0, explain(load)
 
 
-@pytest.mark.parametrize(("consistency", "seconds"), [("ONE", 10), ("QUORUM", 5)])
+@pytest.mark.parametrize(("consistency", "seconds"), [("ONE", 5), ("QUORUM", 5)])
+@pytest.mark.usefixtures("loaded")
 def test_ycsb_a_run_at_a_constant_rate(cql_uri: str, target: str, tmp_path: Path, consistency: str,
                                        seconds: int) -> None:
-    _load(target, tmp_path, KEYSPACE)
     started_us = int(time.time() * 1e6)
     proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
                    "--duration", f"{seconds}s", "--workload-option", f"recordcount={RECORDS}",
@@ -273,9 +267,10 @@ def test_the_consistency_scenario_on_a_keyspace_not_loaded_yet(target: str, tmp_
 
 @pytest.mark.skipif(not EMBEDDED, reason="needs a single-node server: QUORUM of 3 replicas cannot be met there")
 def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(target: str, tmp_path: Path) -> None:
-    _load(target, tmp_path, "dbsurge_rf3", "--workload-option", "replicationfactor=3")  # ONE: one replica is enough
+    # ONE: one replica is enough for the load; 200 records: every read and update fails alike, whatever the key
+    _load(target, tmp_path, "dbsurge_rf3", "--workload-option", "replicationfactor=3", records=200)
     proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "50",
-                   "--duration", "3s", "--workload-option", f"recordcount={RECORDS}", "--workload-option",
+                   "--duration", "3s", "--workload-option", "recordcount=200", "--workload-option",
                    "keyspace=dbsurge_rf3", "--target-option", "consistency=QUORUM", "--no-load",
                    "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
     # every arrival accounted for, each failed: failures with no --check exit 1 (Locust's --exit-code-on-error)
@@ -288,8 +283,8 @@ def test_quorum_on_one_node_with_replication_factor_3_is_unavailable_and_booked(
     assert read_json(run / "run.json")["results"]["failed_by_kind"] == {"server:Unavailable": 150}
 
 
+@pytest.mark.usefixtures("loaded")
 def test_two_processes_each_with_its_own_driver_session(target: str, tmp_path: Path) -> None:
-    _load(target, tmp_path, KEYSPACE)
     proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "200",
                    "--duration", "5s", "--processes", "2", "--workload-option", f"recordcount={RECORDS}",
                    "--workload-option", f"keyspace={KEYSPACE}", "--results-dir", str(tmp_path / "results"),
@@ -342,10 +337,10 @@ def _finished(proc: subprocess.Popen, tmp_path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="freezes the embedded server's JVM")
+@pytest.mark.usefixtures("loaded")
 def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) -> None:
     from dbsurge.embedded.servers import EmbeddedCassandra
 
-    _load(target, tmp_path, KEYSPACE)
     server = EmbeddedCassandra(Path(_kept_server()["data_dir"]))
     proc = _background_run(target, tmp_path, 50, 12, "--target-option", "op_timeout=1s")
     run, t0 = _run_started(tmp_path)
@@ -367,10 +362,10 @@ def test_a_frozen_jvm_books_timeouts_then_recovers(target: str, tmp_path: Path) 
 
 
 @pytest.mark.skipif(not EMBEDDED, reason="kills the embedded server's JVM")
+@pytest.mark.usefixtures("loaded")
 def test_a_killed_jvm_books_connect_failures_and_the_ledger_balances(target: str, tmp_path: Path) -> None:
     from dbsurge.embedded.servers import EmbeddedCassandra, embedded_main
 
-    _load(target, tmp_path, KEYSPACE)
     kept = _kept_server()
     proc = _background_run(target, tmp_path, 50, 8, "--target-option", "op_timeout=2s", "--target-option",
                            "connect_timeout=1s")

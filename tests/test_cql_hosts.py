@@ -12,8 +12,6 @@ test_cql_contract.py's server; skips where namespaces cannot be made, like every
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cassandra_checks import need_java_and_jars, session_cassandra_running
 from faults import FaultSetupError, NetnsCassandra, NetnsHost
 from ledger_checks import ledger
 from runs import REPO, dbsurge, explain, only_run_dir, read_csv, read_json
@@ -46,20 +45,8 @@ def netns_cassandra(netns_host: NetnsHost, server_dir: Path) -> Iterator[NetnsCa
     Skips without Java or Maven (fails so in CI, like the `cql_uri` fixture), and when the session's own Cassandra
     runs: one JVM at a time.
     """
-    from dbsurge.base.errors import UserError
-    from dbsurge.embedded import cassandra_jvm
-    from dbsurge.embedded.servers import embedded_main
-
-    try:
-        cassandra_jvm.find_java()
-        cassandra_jvm.cassandra_jars()
-    except UserError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must run the CQL tests against a real Cassandra: {exc}")
-        pytest.skip(f"no CQL server: {exc}")
-    with contextlib.redirect_stdout(io.StringIO()) as status:
-        embedded_main(["status", "cassandra"])
-    if status.getvalue().strip() != "cassandra: stopped":
+    need_java_and_jars()
+    if session_cassandra_running():
         pytest.skip("the session's Cassandra already runs: one JVM at a time")
     server = NetnsCassandra(netns_host, server_dir, heap="512M")
     try:

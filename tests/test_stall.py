@@ -1,9 +1,11 @@
 """The stall experiment: dbsurge gives pgbench's answer when the database stops for a second.
 
-200 TPS of key lookups for 12 s; 6 s in, every server process of the embedded PostgreSQL is
+200 TPS of key lookups for 8 s; 4 s in, every server process of the embedded PostgreSQL is
 stopped (SIGSTOP) for one second. pgbench with ``-R 200`` measures latency from the scheduled
 start; a closed-model tool would stop sending during the stall and hide it. dbsurge's p99 and
-p99.9 must be within 10% of pgbench's, and it must send exactly the planned 2,400 operations.
+p99.9 must be within 10% of pgbench's, and it must send exactly the planned 1,600 operations.
+(One in eight arrivals falls in the stall: the p99 and the p99.9 are both among them, as they were
+in 12 s runs, each tool's runs 4 s shorter.)
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from runs import explain, only_run_dir, read_csv, run_files
 
 from dbsurge.measure.histogram import Histogram
 
-RATE, SECONDS, STALL_AT, STALL_S = 200, 12, 6.0, 1.0
+RATE, SECONDS, STALL_AT, STALL_S = 200, 8, 4.0, 1.0
+IDLE_SECONDS = 4  # the idle comparison: 800 lookups each, for a median
 
 
 def _stall(server, at_epoch: float) -> None:
@@ -93,15 +96,15 @@ def test_idle_database_p50_close_to_pgbench(tmp_path, pg_server):
     """At 200 TPS on an idle database the generator adds no milliseconds of its own."""
     base = [str(pg_server.bin_path / "pgbench"), "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres"]
     subprocess.run(base + ["-i", "-s", "1", "-q", "postgres"], check=True, capture_output=True, timeout=120)
-    proc = subprocess.run(base + ["-S", "-M", "prepared", "-R", str(RATE), "-T", "6", "-c", "4", "-j", "1", "-l",
-                                  "--log-prefix", str(tmp_path / "pgb"), "postgres"],
+    proc = subprocess.run(base + ["-S", "-M", "prepared", "-R", str(RATE), "-T", str(IDLE_SECONDS), "-c", "4",
+                                  "-j", "1", "-l", "--log-prefix", str(tmp_path / "pgb"), "postgres"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lat = np.concatenate([np.loadtxt(f, usecols=2, dtype=np.int64, ndmin=1) for f in tmp_path.glob("pgb*")])
     theirs = float(np.median(lat)) / 1000
-    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_server.uri, "--shape",
-           "constant", "--rate", str(RATE), "--duration", "6s", "--operation", "product_lookup", "--quiet",
-           "--workload-option", "products=2000", "--no-db-sampler"]
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_server.uri,
+           "--shape", "constant", "--rate", str(RATE), "--duration", f"{IDLE_SECONDS}s", "--operation",
+           "product_lookup", "--quiet", "--workload-option", "products=2000", "--no-db-sampler"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, explain(done)
     row = {r["operation"]: r for r in read_csv(only_run_dir(tmp_path / "results") / "summary.csv")}["product_lookup"]

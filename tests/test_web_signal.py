@@ -82,8 +82,10 @@ def _web_run(tmp_path, pg_uri, seconds: int, *extra: str):
            *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: _get(base + "/dbsurge/plan"), 30, "the web UI")
-    if extra:  # --processes: the workers must be there before the start
-        time.sleep(3)
+    if extra:  # --processes: the workers must be there before the start (admitted: Locust's worker_count counts
+        # only the workers dbsurge admitted, dbsurge.engine.admission)
+        _wait_for(lambda: (_get(base + "/stats/requests") or {}).get("worker_count") == int(extra[-1]), 30,
+                  "the workers")
     _post(base, "/swarm", b"user_count=1&spawn_rate=1")
     return proc, base, results
 
