@@ -271,3 +271,20 @@ def test_no_class_sets_more_than_35_attributes():
                 sizes[f"{m}.{node.name}"] = len(_attributes_set(node))
     assert sizes, "no classes found"
     assert {name: n for name, n in sizes.items() if n > 35} == {}
+
+
+def test_the_map_names_every_package_and_module():
+    """docs/architecture.md's table of packages is the newcomer's map: every package and module of the tree is in
+    it, and it names nothing that is not there."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("## The packages"):doc.index("## One operation, followed")]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", table, flags=re.M))
+    roots = {f"{p.name}/": p for p in (REPO / "dbsurge").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    roots["collectors/"] = REPO / "collectors"
+    assert {name for name in rows if name.endswith("/")} == set(roots)
+    missing = [f"{pkg}{path.stem}" for pkg, root in roots.items() for path in sorted(root.glob("*.py"))
+               if path.stem != "__init__" and f"`{path.stem}`" not in rows[pkg]]
+    assert missing == []
+    loose = sorted(p.name for p in (REPO / "dbsurge").glob("*.py") if p.stem != "__init__")
+    assert loose == ["layout.py", "locust_plugin.py"]  # the root holds the map of the folders and the composition root
+    assert all(name in rows for name in loose)
