@@ -122,7 +122,7 @@ def _add_panel(app) -> None:
 
 def panel_asset(name: str) -> str:
     """The panel's script or stylesheet, shipped beside this module (package data)."""
-    return (importlib.resources.files("dbsurge") / name).read_text(encoding="utf-8")
+    return (importlib.resources.files(__package__) / name).read_text(encoding="utf-8")
 
 
 def with_panel(page: str) -> str:
