@@ -26,7 +26,7 @@ demo: $(STAMP)
 ## venvs and the image's install are built once for all three (tests/install.py, built_once).
 test: $(STAMP) browser netfaults prometheus cassandra
 	@rc=0; \
-	$(BIN)/python -m pytest -q -ra --durations=15 -m serial || rc=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=40 -m serial || rc=$$?; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 3 --dist worksteal || rc=$$?; \
 	exit $$rc
 
