@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -46,8 +47,14 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _imports(module: str, top_level_only: bool) -> set[str]:
-    tree = ast.parse(MODULES[module].read_text())
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text())
+
+
+@functools.cache
+def _imports(module: str, top_level_only: bool) -> frozenset[str]:
+    tree = _tree(module)
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found: set[str] = set()
     for node in nodes:
@@ -59,7 +66,7 @@ def _imports(module: str, top_level_only: bool) -> set[str]:
             target = _resolve(module, node)
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names)
-    return found
+    return frozenset(found)
 
 
 def _project_edges(top_level_only: bool) -> dict[str, set[str]]:
@@ -144,23 +151,28 @@ def test_no_import_cycles():
     assert _cycles({p: targets - {p} for p, targets in parts.items()}) == []
 
 
-def _third_party(module: str, seen: set[str] | None = None) -> set[str]:
+@functools.cache
+def _third_party(module: str) -> frozenset[str]:
     """The third-party libraries importing `module` loads (module-level imports, its packages' too)."""
-    seen = set() if seen is None else seen
-    if module in seen or module not in MODULES:
-        return set()
-    seen.add(module)
-    found = {i.split(".")[0] for i in _imports(module, top_level_only=True)
-             if i.split(".")[0] not in sys.stdlib_module_names and i.split(".")[0] != "dbsurge"}
-    parents = [".".join(module.split(".")[:k]) for k in range(1, module.count(".") + 1)]
-    for other in [*parents, *(i for i in _imports(module, top_level_only=True) if i in MODULES)]:
-        found |= _third_party(other, seen)
-    return found
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in MODULES:
+            continue
+        seen.add(m)
+        imports = _imports(m, top_level_only=True)
+        found |= {i.split(".")[0] for i in imports
+                  if i.split(".")[0] not in sys.stdlib_module_names and i.split(".")[0] != "dbsurge"}
+        todo += [".".join(m.split(".")[:k]) for k in range(1, m.count(".") + 1)]
+        todo += [i for i in imports if i in MODULES]
+    return frozenset(found)
 
 
 def _late_imports(module: str) -> list[ast.ImportFrom | ast.Import]:
     """The imports inside functions (an ``if TYPE_CHECKING:`` block at module level runs nothing: not late)."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = _tree(module)
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return [n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))]
 

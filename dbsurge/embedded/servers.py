@@ -524,21 +524,31 @@ class EmbeddedMongo(_Server):
             cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", self.host,
                    "--port", str(self.port), "--storage-path", str(self.data_dir / "data"),
                    "--cache-size", self.cache_size, "--log-level", "INFO"]
-            with open(self.log_path, "ab") as log:
-                # A session of its own: Ctrl-C in the terminal of `dbsurge embedded start` must not reach it.
-                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              cwd=self.data_dir, start_new_session=True)
-            since_boot = process_start(self._proc.pid)
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "since_boot": since_boot}))
             try:
-                self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+                self._launch(cmd, START_TIMEOUT_S)
                 return
             except EmbeddedError:
-                self._stop()
-                tail = self.log_tail(5).lower()
-                if not (self._port_auto and "address already in use" in tail and attempt < 2):
+                if not (self._port_auto and "address already in use" in self.log_tail(5).lower() and attempt < 2):
                     raise
                 self.port = free_port()
+
+    def _launch(self, cmd: list[str], timeout_s: float, **recorded) -> None:
+        """Start `cmd` and wait until the server answers; `EmbeddedError` (the process stopped) if it does not.
+
+        A session of its own: Ctrl-C in the terminal of `dbsurge embedded start` must not reach it. Its output is
+        appended to the log; its pid, port, `recorded` and start tick go to the pid file (`_main_pid` reads it).
+        """
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          cwd=self.data_dir, start_new_session=True)
+        since_boot = process_start(self._proc.pid)
+        self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, **recorded,
+                                              "since_boot": since_boot}))
+        try:
+            self._wait_ready(time.monotonic() + timeout_s)
+        except EmbeddedError:
+            self._stop()
+            raise
 
     def _stop(self) -> None:
         pid = self._main_pid()
@@ -629,16 +639,10 @@ class EmbeddedDynamo(EmbeddedMongo):
                 cmd += ["--throttle-rate", str(self.throttle_rate)]
             if self.throttle_burst:
                 cmd += ["--throttle-burst", str(self.throttle_burst)]
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              cwd=self.data_dir, start_new_session=True)
-            since_boot = process_start(self._proc.pid)
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port, "since_boot": since_boot}))
             try:
-                self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+                self._launch(cmd, START_TIMEOUT_S)
                 return
             except EmbeddedError:
-                self._stop()
                 if not (self._port_auto and "address already in use" in self.log_tail(5).lower() and attempt < 2):
                     raise
                 self.port = free_port()
@@ -706,17 +710,10 @@ class EmbeddedCassandra(EmbeddedMongo):
             cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth,
                                        address=self.host)
             cmd = cassandra_jvm.jvm_command(java, lib, self.data_dir, self.heap)
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              cwd=self.data_dir, start_new_session=True)
-            since_boot = process_start(self._proc.pid)
-            self._pid_file.write_text(json.dumps({"pid": self._proc.pid, "port": self.port,
-                                                  "storage_port": storage_port, "since_boot": since_boot}))
             try:
-                self._wait_ready(time.monotonic() + self.start_timeout_s)
+                self._launch(cmd, self.start_timeout_s, storage_port=storage_port)
                 return
             except EmbeddedError:
-                self._stop()
                 tail = self.log_tail(40).lower()
                 if not (("address already in use" in tail or "failed to bind" in tail) and attempt < 2):
                     raise
