@@ -154,6 +154,8 @@ def load(workload: Any, clients: int, batch_size: int, sink: Any) -> float:
     def client(i: int, insert: Any, start: Start) -> None:
         out: list[dict] = []
         for first, rows in record_batches(workload, bounds[i], bounds[i + 1], batch_size):
+            if start.stop.is_set():  # a signal: no insert after it, and the rows of those before it are written
+                break
             # a failed insert is data (a duplicate key, a timeout)
             ok, value, begun, end = time_call(insert, rows)
             error = "" if ok else error_cell(value)
