@@ -49,7 +49,6 @@ from dbsurge.engine.spot_notices import add_spot_options
 from dbsurge.engine.validate import check_master_bind, check_web_exposure
 from dbsurge.measure import latency_buckets
 from dbsurge.scenarios import SCENARIO_REPORTS
-from dbsurge.ui.prometheus import start_exporter
 from dbsurge.ui.web import install_web_controls
 
 log = logging.getLogger("dbsurge")
@@ -168,6 +167,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw):
         if warning:
             logging.getLogger("dbsurge").warning(warning)
         preflight(run)
+        from dbsurge.ui.prometheus import start_exporter  # prometheus_client: not on workers, nor before init
+
         run.prometheus = start_exporter(run)  # --prometheus-port: listening before any load, or exit 2
     except UserError as e:
         fail(str(e))
