@@ -102,6 +102,12 @@ def test_run_json_names_the_config_files_read_and_a_stray_variable_is_warned_abo
                                                        "--target?)"),
     (["compare", "a", "b", "--lables", "X,Y"], "dbsurge: dbsurge compare: unknown option --lables (did you mean "
                                                "--labels?)"),
+    # the parsers of worker and runners end on the same base: one line, never argparse's usage block
+    (["worker", "--master-port"], "dbsurge: dbsurge worker: argument --master-port: expected one argument"),
+    (["runners", "up", "--run-id", "r1", "--instance-type", "c6g.large", "--count", "x"],
+     "dbsurge: dbsurge runners up: argument --count: invalid int value: 'x'"),
+    (["runners", "bogus"], "dbsurge: dbsurge runners: argument action: invalid choice: 'bogus' (choose from 'up', "
+                           "'status', 'down', 'verify')"),
 ])
 def test_every_command_names_the_nearest_option(tmp_path, args, line):
     proc = dbsurge(*args, cwd=tmp_path, timeout=60)

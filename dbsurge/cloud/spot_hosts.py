@@ -45,6 +45,7 @@ from dbsurge.cloud.userdata import UserDataSpec, user_data
 from dbsurge.cloud.wheel import delete_wheels, upload_wheel, wheel_of_running_install
 from dbsurge.config.credentials import parse_secret_ref
 from dbsurge.config.help_examples import epilog
+from dbsurge.config.option_names import OneLineParser
 from dbsurge.config.options import parse_key_values
 from dbsurge.measure.tables import render
 from dbsurge.rundir.schema import RUNNERS, in_metrics
@@ -418,10 +419,10 @@ def write_runners_csv(run_dir: str | Path, rows: list[dict]) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dbsurge runners", description="EC2 (Spot) hosts for Locust workers.",
+    p = OneLineParser(prog="dbsurge runners", description="EC2 (Spot) hosts for Locust workers.",
                                 epilog=epilog("runners"), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="action", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument("--run-id", required=True, help="the run the runners belong to (their dbsurge:run-id tag)")
     common.add_argument("--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION / the profile's)")
     common.add_argument("--endpoint-url", default=None, help="EC2 endpoint (default: AWS_ENDPOINT_URL or AWS's)")

@@ -152,7 +152,7 @@ class _HelpGroup:
 
 def help_parser() -> argparse.ArgumentParser:
     """The parser behind ``dbsurge run --help``: its own options, dbsurge's (`dbsurge.config.options`), grouped."""
-    p = argparse.ArgumentParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=epilog("run", _RUN_EPILOG),
+    p = OneLineParser(prog="dbsurge run", description=_RUN_DESCRIPTION, epilog=epilog("run", _RUN_EPILOG),
                                 formatter_class=_HelpFormatter, add_help=False,
                                 usage="dbsurge run --workload NAME --target URI [--shape SHAPE] [options]")
     titles = {**GROUPS, "configuration": "configuration and help"}

@@ -26,6 +26,7 @@ from typing import Any
 from dbsurge.base.errors import UserError, clip
 from dbsurge.config.credentials import parse_secret_ref
 from dbsurge.config.help_examples import epilog
+from dbsurge.config.option_names import OneLineParser
 from dbsurge.config.option_types import ascii_int
 
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -55,7 +56,7 @@ def fetch_secret(ref: str, *, session: Any = None, endpoint_url: str | None = No
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dbsurge worker", description="A Locust worker that joins a dbsurge master.",
+    p = OneLineParser(prog="dbsurge worker", description="A Locust worker that joins a dbsurge master.",
                                 epilog=epilog("worker", "Other arguments pass through to `locust --worker`."),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--master-host", default=os.environ.get("DBSURGE_MASTER_HOST"),

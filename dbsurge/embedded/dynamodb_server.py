@@ -24,6 +24,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from dbsurge.base.errors import UserError
+from dbsurge.config.option_names import OneLineParser
+
 #: Operations a table's capacity covers (DynamoDB throttles these, not the control plane).
 DATA_PLANE = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "BatchGetItem", "BatchWriteItem",
                         "Query", "Scan", "TransactGetItems", "TransactWriteItems"})
@@ -108,12 +111,16 @@ def build_app(throttle_rate: float | None = None, throttle_burst: float | None =
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m dbsurge.embedded.dynamodb_server", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m dbsurge.embedded.dynamodb_server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--throttle-rate", type=float, default=None, help="data-plane requests per second admitted")
     parser.add_argument("--throttle-burst", type=float, default=None, help="requests admitted at once (rate/10)")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UserError as err:
+        sys.stderr.write(f"{err}\n")
+        return err.exit_code
     from moto.moto_server.threaded_moto_server import MotoRequestHandler
     from werkzeug.serving import make_server
 
