@@ -21,14 +21,12 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.commands.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
-## The tests that assert timing run alone; the others three at a time (tests/conftest.py, SERIAL_MODULES and SERIAL_TESTS):
-## on two cores they wait on runs and servers more than they compute (about 70% of the CPUs at three). The wheel, the
-## venvs and the image's install are built once for all three (tests/install.py, built_once).
+## The tests that assert timing run alone on the CPU; the others three at a time beside them, in a CPU control group
+## marked idle, so they get only what the timing tests leave (tests/suite.py; tests/conftest.py's SERIAL_MODULES and
+## SERIAL_TESTS say which is which). Without cgroups (not root, no cpu controller) the two parts run one after the
+## other. The wheel, the venvs and the image's install are built once for all three (tests/install.py, built_once).
 test: $(STAMP) browser netfaults prometheus cassandra
-	@rc=0; \
-	$(BIN)/python -m pytest -q -ra --durations=40 -m serial || rc=$$?; \
-	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n 3 --dist worksteal || rc=$$?; \
-	exit $$rc
+	$(BIN)/python tests/suite.py
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
 bench: $(STAMP)

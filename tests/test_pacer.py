@@ -240,6 +240,36 @@ def test_what_came_due_while_the_lease_had_lapsed_is_never_sent():
     assert not any(c == "not_sent:worker_lost" for _, _, c, _ in sink.drain()["ledger"]) and p.next_slot()
 
 
+def test_the_renewal_that_ends_a_lapse_says_so_even_when_nothing_saw_it_begin(caplog):
+    """A starved worker's first greenlet to run may be the renewal's handler: the lapse, and the arrivals it
+    writes off, must still be in the log that goes to the master (a CI run booked one arrival not sent,
+    worker_lost, with no word of a lapse in the run's events)."""
+    import types
+
+    from dbsurge.engine.lease import LEASE_NS, on_lease
+    from dbsurge.engine.wire import Lease
+
+    p, clock = _pacer(Schedule.from_plan(StagePlan.parse("10s@100tps")))
+    p.require_lease()
+    environment = types.SimpleNamespace(dbsurge=types.SimpleNamespace(pacer=p))
+
+    def renewal(sent_ns: int) -> None:
+        on_lease(environment, types.SimpleNamespace(data=Lease(sent_ns=sent_ns).encode(), node_id="master"))
+
+    assert p.renew_lease(0 + LEASE_NS) is None  # the first renewal ends no lapse
+    clock.now = int(3.0e9)
+    with caplog.at_level("WARNING", logger="dbsurge"):
+        renewal(clock.now)  # starved from 1.25 s to 3 s
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert "lease lapsed for 1.8 s" in caplog.text and "not sent (worker_lost)" in caplog.text
+    caplog.clear()
+    clock.now += LEASE_NS + int(0.3e9)
+    with caplog.at_level("WARNING", logger="dbsurge"):
+        renewal(clock.now)  # a short lapse: nothing written off, only late
+        renewal(clock.now + 1)  # and a renewal that ends none says nothing
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and "lease lapsed for 0.3 s" in caplog.text
+
+
 def test_the_lease_ends_strictly_before_the_master_gives_up():
     from dbsurge.engine import lease
 

@@ -36,6 +36,7 @@ import time
 import gevent
 
 from dbsurge.engine.wire import Lease, Renew, send
+from dbsurge.load.pacer import LAPSE_CATCH_UP_S
 
 log = logging.getLogger("dbsurge")
 
@@ -61,7 +62,10 @@ def renew_now(run) -> None:
 
 
 def renew_loop(run) -> None:
-    """Worker: ask for a renewal every `RENEW_S` while a pacer runs; say when the lease lapses and holds again."""
+    """Worker: ask for a renewal every `RENEW_S` while a pacer runs; say when the lease lapses.
+
+    The end of a lapse is said by `on_lease`, the renewal that ends it.
+    """
     lapsed = False
     while True:
         gevent.sleep(RENEW_S)
@@ -74,9 +78,8 @@ def renew_loop(run) -> None:
             over_s = (pacer.clock_ns() - pacer.lease_until_ns) / 1e9
             log.error("dbsurge: this worker's lease lapsed %.1f s ago (no renewal from the master): it stopped "
                       "sending load at once and asks for its share again", over_s)
-        elif pacer.leased() and lapsed:
+        elif pacer.leased():
             lapsed = False
-            log.warning("dbsurge: the master renewed this worker's lease: sending again")
 
 
 def on_renew(environment, msg, **_kw) -> None:
@@ -106,5 +109,17 @@ def on_lease(environment, msg, **_kw) -> None:
     """Worker: the master renewed this worker's lease; it holds until the request's send time + `LEASE_S`."""
     run = environment.dbsurge
     sent = Lease.decode(msg.data).sent_ns
-    if run.pacer is not None and isinstance(sent, int):
-        run.pacer.renew_lease(sent + LEASE_NS)
+    if run.pacer is None or not isinstance(sent, int):
+        return
+    lapse_s = run.pacer.renew_lease(sent + LEASE_NS)
+    if lapse_s is None:
+        return
+    # Said here, not only by `renew_loop`: a starved process may run this renewal before the loop
+    # ever saw the lapse, and the arrivals written off must not go unexplained in the run's events.
+    if lapse_s > LAPSE_CATCH_UP_S:
+        log.error("dbsurge: this worker's lease lapsed for %.1f s and the master renewed it: sending again; "
+                  "the arrivals due in the lapse but its last %.1f s are booked not sent (worker_lost), "
+                  "not sent late", lapse_s, LAPSE_CATCH_UP_S)
+    else:
+        log.warning("dbsurge: this worker's lease lapsed for %.1f s and the master renewed it: sending again, "
+                    "late (the lag says by how much)", lapse_s)

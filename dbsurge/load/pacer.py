@@ -263,7 +263,7 @@ class Pacer:
         if self.lease_until_ns is None:
             self.lease_until_ns = 0
 
-    def renew_lease(self, until_ns: int) -> None:
+    def renew_lease(self, until_ns: int) -> float | None:
         """The master renewed the lease until ``until_ns`` (this pacer's clock); an older renewal changes nothing.
 
         A renewal that ends a lapse records it: the arrivals that came due while no lease held are not
@@ -271,11 +271,17 @@ class Pacer:
         CPU-starved or partitioned spell does not burst its backlog at the database. Only the lapse's
         last `LAPSE_CATCH_UP_S` may still go, late: the master kept the share (it renewed), so they
         cannot be sent twice, and a hiccup of a loaded host costs no arrivals, only lag.
+
+        Returns how long the lapse this renewal ends lasted, in seconds (None when the lease held):
+        the caller says so, since on a starved host this renewal may be the first thing that runs
+        when the process gets the CPU back, before anything noticed that the lease had lapsed.
         """
         now, old = self.clock_ns(), self.lease_until_ns or 0
-        if 0 < old <= now < until_ns and now - old > LAPSE_CATCH_UP_NS:
+        ended = 0 < old <= now < until_ns
+        if ended and now - old > LAPSE_CATCH_UP_NS:
             self._lapses.append((old, now - LAPSE_CATCH_UP_NS))  # the lapse's last half second may still go
         self.lease_until_ns = max(old, int(until_ns))
+        return (now - old) / 1e9 if ended else None
 
     def _due_in_a_lapse(self, slot: Slot) -> bool:
         return any(a <= slot.intended_ns < b for a, b in self._lapses)

@@ -1,0 +1,147 @@
+"""The whole test suite, as `make test` runs it: the timing tests alone, the rest beside them at idle priority.
+
+Two parts (tests/conftest.py's SERIAL_MODULES and SERIAL_TESTS say which test is in which):
+
+- the timing tests (``-m serial``) assert achieved rates, latencies against pgbench's, timeouts' elapsed
+  times: beside other work on two cores they fail;
+- the rest (``-m "not serial"``, three at a time) assert ledgers, files, exit codes and messages, with waits
+  several times what their step takes.
+
+The timing tests mostly wait (on plans, faults and timeouts): alone they leave about half of the machine's
+CPU idle. So, where the kernel lets this process make a CPU control group (root, cgroup v1 or v2 with the cpu
+controller), the rest runs at the same time inside a group marked ``cpu.idle``: the scheduler gives it only
+the CPU the timing tests leave, and takes it back the moment they wake (SCHED_IDLE for the whole group,
+children and new sessions included, which ``nice`` is not: autogroups would undo it). Elsewhere the two
+parts run one after the other, as before. ``--sequential`` asks for that anywhere.
+
+The timing tests print as they go; the rest's output follows theirs. The exit code is the first part's
+non-zero code, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TIMING = ["-q", "-ra", "--durations=40", "-m", "serial"]
+REST = ["-q", "-ra", "--durations=15", "-m", "not serial", "-n", "3", "--dist", "worksteal"]
+
+#: where a CPU control group can go, newest interface first: (parent, how the group is made idle)
+CGROUP_PARENTS = (
+    (Path("/sys/fs/cgroup"), "v2"),  # unified hierarchy with the cpu controller enabled below the root
+    (Path("/sys/fs/cgroup/unified"), "v2"),
+    (Path("/sys/fs/cgroup/cpu"), "v1"),
+)
+
+
+class IdleGroup:
+    """A CPU control group whose tasks run only on CPU time nothing else wants (``cpu.idle`` = 1)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls) -> tuple[IdleGroup | None, str]:
+        """The group, or None and why not (one line)."""
+        reasons = []
+        for parent, version in CGROUP_PARENTS:
+            if version == "v2" and "cpu" not in _read(parent / "cgroup.subtree_control").split():
+                reasons.append(f"{parent}: no cpu controller")
+                continue
+            if version == "v1" and not (parent / "cpu.shares").exists():
+                reasons.append(f"{parent}: not a cpu hierarchy")
+                continue
+            path = parent / f"dbsurge-suite-{os.getpid()}"
+            try:
+                path.mkdir()
+            except OSError as err:
+                reasons.append(f"{parent}: {err.strerror}")
+                continue
+            try:
+                (path / "cpu.idle").write_text("1\n")
+            except OSError as err:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                reasons.append(f"{path / 'cpu.idle'}: {err.strerror} (Linux 5.15 or later has it)")
+                continue
+            return cls(path), ""
+        return None, "; ".join(reasons)
+
+    def enter(self) -> None:
+        """Move the calling process into the group (run in the child, before it executes pytest)."""
+        (self.path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    def remove(self) -> None:
+        """Move what is left (a daemon a test leaked) back to the parent, then remove the group."""
+        for _ in range(50):
+            pids = _read(self.path / "cgroup.procs").split()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    (self.path.parent / "cgroup.procs").write_text(f"{pid}\n")
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+        print(f"suite: could not remove {self.path}", file=sys.stderr)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def pytest(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", *args]
+
+
+def sequential(extra: list[str]) -> int:
+    codes = [subprocess.call(pytest(TIMING + extra)), subprocess.call(pytest(REST + extra))]
+    return next((c for c in codes if c), 0)
+
+
+def side_by_side(group: IdleGroup, extra: list[str]) -> int:
+    with tempfile.NamedTemporaryFile("w+", prefix="dbsurge-suite-rest-", suffix=".log", delete=False) as log:
+        print(f"suite: the timing tests run alone on the CPU; the rest run beside them at idle CPU priority "
+              f"({group.path}), their output in {log.name}, printed after", flush=True)
+        started = time.monotonic()
+        rest = subprocess.Popen(pytest(REST + extra), stdout=log, stderr=subprocess.STDOUT, preexec_fn=group.enter)
+        try:
+            timing = subprocess.call(pytest(TIMING + extra))
+            print(f"suite: the timing tests ended after {time.monotonic() - started:.0f} s", flush=True)
+            code = rest.wait()
+        except BaseException:
+            rest.terminate()
+            rest.wait()
+            raise
+        finally:
+            group.remove()
+        print(f"suite: the rest ended after {time.monotonic() - started:.0f} s; their output:", flush=True)
+        log.seek(0)
+        sys.stdout.write(log.read())
+        sys.stdout.flush()
+    os.unlink(log.name)
+    return timing or code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests/suite.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--sequential", action="store_true", help="the two parts one after the other")
+    args, extra = parser.parse_known_args(argv)
+    group, why = (None, "asked for") if args.sequential else IdleGroup.make()
+    if group is None:
+        print(f"suite: the two parts run one after the other ({why})", flush=True)
+        return sequential(extra)
+    return side_by_side(group, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
