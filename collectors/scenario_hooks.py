@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dbsurge.base.hooks import HookSlot
+
 
 @dataclass(frozen=True, kw_only=True)
 class ScenarioReports:
@@ -26,17 +28,9 @@ class ScenarioReports:
     write_report: Callable[..., None]
 
 
-_installed: list[ScenarioReports] = []
-
-
-def install(reports: ScenarioReports) -> None:
-    """Hand the reports the scenarios (again: the last one wins)."""
-    _installed[:] = [reports]
-
-
-def scenarios() -> ScenarioReports:
-    """The installed scenarios; none installed is a programming error in the composition layer."""
-    if not _installed:
-        raise RuntimeError("no scenarios installed: dbsurge.commands.cli or dbsurge.locust_plugin hands them in "
-                           "(dbsurge.collectors.scenario_hooks.install)")
-    return _installed[0]
+_slot: HookSlot[ScenarioReports] = HookSlot("scenarios", "dbsurge.commands.cli or dbsurge.locust_plugin",
+                                             "dbsurge.collectors.scenario_hooks.install")
+#: Hand the reports the scenarios (again: the last one wins).
+install = _slot.install
+#: The installed scenarios; none installed is a programming error in the composition layer.
+scenarios = _slot.get

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dbsurge.base.hooks import HookSlot
+
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorHooks:
@@ -32,17 +34,9 @@ class CollectorHooks:
     stage_capacity: Callable[[Path], dict[str, str]]
 
 
-_installed: list[CollectorHooks] = []
-
-
-def install(hooks: CollectorHooks) -> None:
-    """Hand the engine its collectors (again: the last one wins)."""
-    _installed[:] = [hooks]
-
-
-def collectors() -> CollectorHooks:
-    """The installed collectors; none installed is a programming error in the composition layer."""
-    if not _installed:
-        raise RuntimeError("no collectors installed: dbsurge.locust_plugin or dbsurge.commands.cli hands them in "
-                           "(dbsurge.engine.collector_hooks.install)")
-    return _installed[0]
+_slot: HookSlot[CollectorHooks] = HookSlot("collectors", "dbsurge.locust_plugin or dbsurge.commands.cli",
+                                            "dbsurge.engine.collector_hooks.install")
+#: Hand the engine its collectors (again: the last one wins).
+install = _slot.install
+#: The installed collectors; none installed is a programming error in the composition layer.
+collectors = _slot.get
