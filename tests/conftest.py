@@ -31,6 +31,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -225,6 +226,32 @@ SERIAL_TESTS = {
         "test_the_chart_draws_the_plans_stages_and_the_timelines_seconds",
     },
 }
+
+
+#: tests/suite.py's CPU accounting of the timing tests: the control group they run in (cgroup v1 ``cpuacct.usage``
+#: in ns, or v2 ``cpu.stat``'s ``usage_usec``) and the file each test's CPU and wall seconds are appended to.
+_CPU_GROUP = os.environ.get("DBSURGE_SUITE_CPU_GROUP")
+_CPU_LOG = os.environ.get("DBSURGE_SUITE_CPU_LOG")
+
+
+def _group_cpu_s(group: Path) -> float:
+    if (group / "cpuacct.usage").exists():
+        return int((group / "cpuacct.usage").read_text()) / 1e9
+    stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
+    return int(stat["usage_usec"]) / 1e6
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With tests/suite.py: each timing test's CPU seconds (the whole group: servers, runs, pytest) and wall seconds."""
+    if not (_CPU_GROUP and _CPU_LOG):
+        yield
+        return
+    group = Path(_CPU_GROUP)
+    wall0, cpu0 = time.monotonic(), _group_cpu_s(group)
+    yield
+    with open(_CPU_LOG, "a") as out:
+        out.write(f"{_group_cpu_s(group) - cpu0:.1f}\t{time.monotonic() - wall0:.1f}\t{item.nodeid}\n")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -40,6 +40,38 @@ CGROUP_PARENTS = (
 )
 
 
+class AccountingGroup:
+    """A control group that only counts the CPU its tasks use (cgroup v1 ``cpuacct``, or v2), for the timing part:
+    conftest.py books each timing test's CPU seconds from it, and the suite prints the heaviest."""
+
+    PARENTS = (Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls) -> AccountingGroup | None:
+        for parent in cls.PARENTS:
+            if not ((parent / "cpuacct.usage").exists() or (parent / "cgroup.controllers").exists()):
+                continue
+            path = parent / f"dbsurge-suite-{os.getpid()}-timing"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            if (path / "cpuacct.usage").exists() or (path / "cpu.stat").exists():
+                return cls(path)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        return None
+
+    def enter(self) -> None:
+        (self.path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    def remove(self) -> None:
+        _empty_and_remove(self.path)
+
+
 class IdleGroup:
     """A CPU control group whose tasks run only on CPU time nothing else wants (``cpu.idle`` = 1)."""
 
@@ -78,18 +110,21 @@ class IdleGroup:
         (self.path / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
     def remove(self) -> None:
-        """Move what is left (a daemon a test leaked) back to the parent, then remove the group."""
-        for _ in range(50):
-            pids = _read(self.path / "cgroup.procs").split()
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    (self.path.parent / "cgroup.procs").write_text(f"{pid}\n")
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
-        print(f"suite: could not remove {self.path}", file=sys.stderr)
+        _empty_and_remove(self.path)
+
+
+def _empty_and_remove(path: Path) -> None:
+    """Move what is left in a group (a daemon a test leaked) back to its parent, then remove the group."""
+    for _ in range(50):
+        for pid in _read(path / "cgroup.procs").split():
+            with contextlib.suppress(OSError):
+                (path.parent / "cgroup.procs").write_text(f"{pid}\n")
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+    print(f"suite: could not remove {path}", file=sys.stderr)
 
 
 def _read(path: Path) -> str:
@@ -109,14 +144,21 @@ def sequential(extra: list[str]) -> int:
 
 
 def side_by_side(group: IdleGroup, extra: list[str]) -> int:
+    accounting = AccountingGroup.make()
+    cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
+    env = dict(os.environ)
+    if accounting is not None:
+        env.update(DBSURGE_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_SUITE_CPU_LOG=str(cpu_log))
     with tempfile.NamedTemporaryFile("w+", prefix="dbsurge-suite-rest-", suffix=".log", delete=False) as log:
         print(f"suite: the timing tests run alone on the CPU; the rest run beside them at idle CPU priority "
               f"({group.path}), their output in {log.name}, printed after", flush=True)
         started = time.monotonic()
         rest = subprocess.Popen(pytest(REST + extra), stdout=log, stderr=subprocess.STDOUT, preexec_fn=group.enter)
         try:
-            timing = subprocess.call(pytest(TIMING + extra))
+            timing = subprocess.call(pytest(TIMING + extra), env=env,
+                                     preexec_fn=accounting.enter if accounting is not None else None)
             print(f"suite: the timing tests ended after {time.monotonic() - started:.0f} s", flush=True)
+            _print_cpu(cpu_log)
             code = rest.wait()
         except BaseException:
             rest.terminate()
@@ -124,12 +166,31 @@ def side_by_side(group: IdleGroup, extra: list[str]) -> int:
             raise
         finally:
             group.remove()
+            if accounting is not None:
+                accounting.remove()
+            cpu_log.unlink(missing_ok=True)
         print(f"suite: the rest ended after {time.monotonic() - started:.0f} s; their output:", flush=True)
         log.seek(0)
         sys.stdout.write(log.read())
         sys.stdout.flush()
     os.unlink(log.name)
     return timing or code
+
+
+def _print_cpu(path: Path, top: int = 20) -> None:
+    """The timing tests that used the most CPU (the rest get only what these leave), and the whole part's."""
+    rows = []
+    for line in _read(path).splitlines():
+        cpu, wall, nodeid = line.split("\t", 2)
+        rows.append((float(cpu), float(wall), nodeid))
+    if not rows:
+        return
+    total_cpu, total_wall = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    print(f"suite: the timing tests used {total_cpu:.0f} CPU-s in {total_wall:.0f} s "
+          f"({total_cpu / max(total_wall, 1e-9):.2f} cores on average); the {top} heaviest (CPU-s, s, cores):")
+    for cpu, wall, nodeid in sorted(rows, reverse=True)[:top]:
+        print(f"  {cpu:7.1f} {wall:6.1f} {cpu / max(wall, 1e-9):5.2f}  {nodeid}")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
