@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -146,7 +147,8 @@ def sequential(extra: list[str]) -> int:
 def side_by_side(group: IdleGroup, extra: list[str]) -> int:
     accounting = AccountingGroup.make()
     cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
-    env = dict(os.environ)
+    rest_done = cpu_log.with_suffix(".rest-done")
+    env = dict(os.environ, DBSURGE_SUITE_REST_DONE=str(rest_done))
     if accounting is not None:
         env.update(DBSURGE_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_SUITE_CPU_LOG=str(cpu_log))
     with tempfile.NamedTemporaryFile("w+", prefix="dbsurge-suite-rest-", suffix=".log", delete=False) as log:
@@ -154,6 +156,8 @@ def side_by_side(group: IdleGroup, extra: list[str]) -> int:
               f"({group.path}), their output in {log.name}, printed after", flush=True)
         started = time.monotonic()
         rest = subprocess.Popen(pytest(REST + extra), stdout=log, stderr=subprocess.STDOUT, preexec_fn=group.enter)
+        # the CPU-bound timing tests wait for this file (conftest.py, CPU_BOUND)
+        threading.Thread(target=lambda: (rest.wait(), rest_done.touch()), daemon=True).start()
         try:
             timing = subprocess.call(pytest(TIMING + extra), env=env,
                                      preexec_fn=accounting.enter if accounting is not None else None)
@@ -169,6 +173,7 @@ def side_by_side(group: IdleGroup, extra: list[str]) -> int:
             if accounting is not None:
                 accounting.remove()
             cpu_log.unlink(missing_ok=True)
+            rest_done.unlink(missing_ok=True)
         print(f"suite: the rest ended after {time.monotonic() - started:.0f} s; their output:", flush=True)
         log.seek(0)
         sys.stdout.write(log.read())
