@@ -36,9 +36,15 @@ print(hasattr(local, "last_seen"), hasattr(worker, "last_seen"), hasattr(master,
       hasattr(worker, "leave_until"), dict(local.shares), master.membership)
 first_ending, first_offers = master.ending, master.offers
 first_ending.closing, first_ending.lost_workers = "interrupted", ["w1"]
+master.capped_stages.add(2)
+master.problems["writing event x: OSError"] = 3
+master.exit_code = 3
+master.side.greenlets.append("a greenlet of the first test")
+master.rundir = "the first test's run directory"
 master.new_test()
 print(master.ending is not first_ending, master.offers is not first_offers, master.ending.closing,
       master.ending.lost_workers, first_ending.closing)
+print(master.capped_stages, master.problems, master.exit_code, master.side.greenlets)
 """
 
 
@@ -52,6 +58,7 @@ def test_the_role_is_chosen_once_by_the_runner_and_a_new_test_gets_a_new_ending(
         "False True False True False",
         "False False False True {} None",
         "True True None [] interrupted",
+        "set() {} None []",
     ]
 
 

@@ -194,9 +194,17 @@ class DbSurgeRun:
         raise NotImplementedError
 
     def new_test(self) -> None:
-        """A test begins (`dbsurge.engine.lifecycle.begin_run`): a new ending, no rate change yet, the arrivals built anew
-        (the arrival process may have changed in the web UI's start form since the last test)."""
+        """A test begins (`dbsurge.engine.lifecycle.begin_run`): new objects for everything one test owns, so the web
+        UI's second Start carries nothing of the first's: its ending, its side tasks, its problems and capped stages
+        (indices into the first test's plan: carried over, they named stages of the second that were never
+        capped), its exit code, no rate change yet, and the arrivals built anew (the arrival process may have
+        changed in the start form)."""
         self.ending = Ending()
+        self.side = SideTasks()
+        if self.rundir is not None:  # what went wrong before the first test (at init) belongs to the first
+            self.problems = {}
+        self.capped_stages = set()
+        self.exit_code = None
         self.changes = []
         self.sequence = None
 
