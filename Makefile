@@ -21,10 +21,9 @@ demo: $(STAMP)
 	$(BIN)/python -m dbsurge.commands.demo
 
 ## make test: the whole test suite (real servers, real Locust masters and workers, real Chromium).
-## The tests that assert timing run alone on the CPU; the others three at a time beside them, in a CPU control group
-## marked idle, so they get only what the timing tests leave (tests/suite.py; tests/conftest.py's SERIAL_MODULES and
-## SERIAL_TESTS say which is which). Without cgroups (not root, no cpu controller) the two parts run one after the
-## other. The wheel, the venvs and the image's install are built once for all three (tests/install.py, built_once).
+## The tests that assert timing run alone, then the others three at a time (tests/suite.py; tests/conftest.py's
+## SERIAL_MODULES and SERIAL_TESTS say which is which; docs/testing.md). The wheel, the venvs and the image's
+## install are built once for all three (tests/install.py, built_once).
 test: $(STAMP) browser netfaults prometheus cassandra
 	$(BIN)/python tests/suite.py
 

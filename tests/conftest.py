@@ -179,10 +179,9 @@ def moto_url() -> Iterator[str]:
 #: Tests whose assertions depend on this machine's timing: achieved rates and lag, the generator
 #: telling its own stalls from the target's, heartbeats and partitions, clock offsets, latency
 #: against pgbench, elapsed-time bounds. Sharing two cores with another test would make them measure
-#: the other test. `make test` (tests/suite.py) runs these alone on the CPU (``-m serial``), and everything
-#: else three at a time (``-n 3``) beside them at idle CPU priority: tests that assert the ledger, files,
-#: exit codes and messages, with waits several times what their step takes, and that may be starved of
-#: CPU for a second now and then (docs/testing.md). Whole modules where every test times something:
+#: the other test. `make test` (tests/suite.py) runs these alone (``-m serial``), then everything else
+#: three at a time (``-n 3``): tests that assert the ledger, files, exit codes and messages, with waits
+#: several times what their step takes (docs/testing.md). Whole modules where every test times something:
 SERIAL_MODULES = {
     "test_cql_hosts",  # a Cassandra JVM of its own (one at a time) under a run at a rate
     "test_distributed",  # per-second counts after a share moves
@@ -218,11 +217,7 @@ SERIAL_TESTS = {
         "test_paused_postgres_times_out_and_the_session_reconnects", "test_slow_statement_is_a_timeout",
         "test_connect_failures_are_connect_and_bounded", "test_paused_postgres_under_gevent_fast_path",
         "test_paused_mongo_times_out_then_recovers", "test_killed_mongo_is_connect_or_disconnect",
-        # 500 TPS under a 500 ms bound, a 1 s bound beside a held lock: starved of CPU for 0.7-0.9 s (beside the
-        # timing tests at idle priority, tests/suite.py) a run timed 5-8 operations out and exited 1
-        "test_the_operation_bound_is_per_operation_not_per_user", "test_a_lock_past_the_op_timeout_fails_only_what_it_held",
     },
-    "test_scenarios": {"test_rewarm_traces_every_read_and_buckets_them"},  # reads counted per second: 100 and 100
     "test_web_signal": {  # a 4 s plan at 20 TPS, all ok; each of two tests reaching 15 of its 20 TPS within 20 s
         "test_a_web_ui_run_ends_by_itself_at_the_plans_end", "test_a_second_start_from_the_web_ui_is_a_run_of_its_own",
     },
@@ -234,9 +229,9 @@ SERIAL_TESTS = {
 
 
 #: Timing tests that keep both CPUs busy for a while (a search to the machine's limit, a Cassandra JVM starting and
-#: serving): under tests/suite.py, where the rest of the suite runs beside the timing tests at idle CPU priority,
-#: these run last and only once the rest has ended, since beside them the rest gets no CPU for seconds on end and
-#: its runs' operations time out (tests/suite.py's CPU table says which timing tests use the most).
+#: serving): under ``tests/suite.py --side-by-side``, where the rest runs beside the timing tests at idle CPU
+#: priority, these run last and only once the rest has ended, since beside them the rest gets no CPU for seconds
+#: on end (tests/suite.py's CPU table says which timing tests use the most).
 CPU_BOUND = {
     "test_capacity_search": {"test_capacity_finds_a_rate_on_embedded_postgres", "test_capacity_says_the_generator_was_the_limit"},
     "test_cql_contract": "*",
