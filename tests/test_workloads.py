@@ -260,6 +260,29 @@ def test_documents_hot_reads_stay_in_the_hot_set(target, session_of):
     assert ids <= set(range(10)) and len(ids) > 5
 
 
+def test_documents_store_reads_a_chosen_id_and_the_servers_cache_counters(target, session_of):
+    """What the cache scenarios ask of a store, on each real server, without asking which database it is."""
+    from dbsurge.scenarios.documents_reads import server_cache_counters
+
+    workload = get_workload("documents", target, {"documents": 300, "seed": 7})
+    workload.load(progress=False)
+    session = session_of(target)
+    read = workload.store.id_reader(session)
+    row = read(123)
+    assert (row[0] if target.kind == "postgres" else row["_id"]) == 123
+    with pytest.raises(LookupError, match="1000000000"):
+        read(10**9)
+    before = server_cache_counters(workload)
+    for doc_id in range(0, 300, 3):
+        read(doc_id)
+    workload.store.publish_counters(session)
+    after = server_cache_counters(workload)
+    if target.kind == "postgres":  # pg_statio_user_tables: the hundred reads are hits (or reads) of the table
+        assert after["hit"] + after["read"] >= before["hit"] + before["read"] + 100, (before, after)
+    else:  # secantusdb has no WiredTiger section: no counters, and the table's cells stay blank
+        assert before is None and after is None
+
+
 # ---- orders ---------------------------------------------------------------------------------
 
 

@@ -43,8 +43,6 @@ from dbsurge.scenarios.cold_start import (
 )
 from dbsurge.scenarios.documents_reads import (
     counter_delta,
-    flush_server_counters,
-    id_reader,
     seeded_ids,
     server_cache_counters,
 )
@@ -116,15 +114,15 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
     ids = seeded_ids(args.seed, args.reads, documents)
 
     warm_phase(run, workload, args.warm_connections, args.warm_rate, setup.values["warm_s"])
-    before = server_cache_counters(target)
-    snapshot(run, "warm", ids)
-    after_warm = server_cache_counters(target)
+    before = server_cache_counters(workload)
+    snapshot(run, workload, "warm", ids)
+    after_warm = server_cache_counters(workload)
 
     run.event("cold_start", idle_s=idle_s, restart=restart)
     wait_idle(idle_s, "every connection closed")
     restarted = restart_target(run, args.restart_command, evict_os_cache=not args.keep_os_cache) if restart else {}
-    snapshot(run, "cold", ids)
-    after_cold = server_cache_counters(target)
+    snapshot(run, workload, "cold", ids)
+    after_cold = server_cache_counters(workload)
 
     server = [{"snapshot": "warm", **counter_delta(before, after_warm)},
               {"snapshot": "cold", **counter_delta(after_warm, after_cold)}]
@@ -157,7 +155,7 @@ def warm_phase(run: ScenarioRun, workload, connections: int, rate: float, durati
     run.event("warm_phase", **{k: v for k, v in row.items()}, errors=dict(result.errors))
 
 
-def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
+def snapshot(run: ScenarioRun, workload, name: str, ids: list[int]) -> None:
     """Read ``ids`` in order on one new connection, each read timed; rows go to snapshots.csv."""
     say(f"snapshot {name.upper()}: {len(ids)} reads by id on one new connection")
     target = run.target
@@ -167,7 +165,7 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
     rows = []
     started = time.time()
     try:
-        read = id_reader(target.kind, session)
+        read = workload.store.id_reader(session)
         t0 = now_ns()
         for index, doc_id in enumerate(ids):
             ok, value, start, end = time_call(read, doc_id)
@@ -175,7 +173,7 @@ def snapshot(run: ScenarioRun, name: str, ids: list[int]) -> None:
             rows.append({"snapshot": name, "index": index, "id": doc_id,
                          "t_since_start_s": round((start - t0) / 1e9, 6),
                          "latency_ms": round(elapsed_ms(start, end), 3), "ok": 0 if error else 1, "error": error})
-        flush_server_counters(target.kind, session)
+        workload.store.publish_counters(session)
     finally:
         session.close()
     run.append_rows(SNAPSHOTS, SNAPSHOT_COLUMNS, rows)

@@ -31,7 +31,6 @@ from dbsurge.scenarios.cold_start import (
     wait_idle,
     wants_own_server,
 )
-from dbsurge.scenarios.documents_reads import id_reader
 from dbsurge.scenarios.files import epoch_of, is_ok, read_meta, read_rows
 from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.paced_clients import run_paced_clients
@@ -95,7 +94,7 @@ def phases(run: ScenarioRun, setup: Setup) -> dict:
 
     def make(session, i):
         rng = random.Random(args.seed * 7919 + i)
-        return (lambda: int(rng.random() * hot)), id_reader(target.kind, session)
+        return (lambda: int(rng.random() * hot)), workload.store.id_reader(session)
 
     result = run_paced_clients(clients=args.clients, rate_per_client=args.rate, duration_s=duration_s,
                                connect=lambda i: target.connect(), make_operation=make)

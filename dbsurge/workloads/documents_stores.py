@@ -8,6 +8,7 @@ scan hands each batch's arrival time (measured by `dbsurge.measure.timing.Laps`,
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +20,13 @@ from dbsurge.workloads.base import LOAD_CHUNK, pg_executor
 from dbsurge.workloads.documents import COLUMNS, MATCH, TABLE, BatchCallback, make_docs, make_rows
 from dbsurge.workloads.loading import mongo_count_present, mongo_load, pg_count_present, pg_execute, pg_load
 from dbsurge.workloads.stores import register_store
+
+PG_SELECT = f"select id, category, payload from {TABLE} where id = %s"
+PG_STATIO = (
+    "select coalesce(sum(heap_blks_read), 0) + coalesce(sum(idx_blks_read), 0), "
+    "coalesce(sum(heap_blks_hit), 0) + coalesce(sum(idx_blks_hit), 0) "
+    f"from pg_statio_user_tables where relname = '{TABLE}'"
+)
 
 
 class DocumentsStore(ABC):
@@ -39,9 +47,27 @@ class DocumentsStore(ABC):
     def load(self, session: Any, *, progress: Any) -> int:
         """Insert the missing documents ``0..documents-1``; returns how many were written."""
 
-    @abstractmethod
     def reader(self, session: Any, draw: Callable[[], float], span: int) -> Callable[[], object]:
-        """``read_by_id()``: read the document ``int(draw() * span)``; `LookupError` when it is missing."""
+        """The workload's ``read_by_id``: an id drawn inside the operation, read with `id_reader`."""
+        read = self.id_reader(session)
+
+        def read_by_id() -> object:
+            return read(int(draw() * span))
+
+        return read_by_id
+
+    @abstractmethod
+    def id_reader(self, session: Any) -> Callable[[int], object]:
+        """``read(doc_id)``: one complete read of a document by an id the caller chose; `LookupError` if missing
+        (the workload draws the id, `reader`; the cache scenarios choose it: the same ids warm and cold, a trace)."""
+
+    def publish_counters(self, session: Any) -> None:
+        """Make what this session did visible in the server's cache counters now (nothing where it already is)."""
+
+    @abstractmethod
+    def cache_counters(self, session: Any) -> dict | None:
+        """``{"read": pages or blocks read into the cache, "hit": found there}`` for the documents, from the
+        server's own counters; None where the server gives none (Aurora DSQL, secantusdb)."""
 
     @abstractmethod
     def scan_batches(self, session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
@@ -63,18 +89,27 @@ class PostgresDocuments(DocumentsStore):
         return pg_load(session, label=workload.name, seed=workload.options["seed"], table=TABLE, columns=COLUMNS,
                        make=make_rows, start=0, stop=workload.documents, statement_rows=LOAD_CHUNK, progress=progress)
 
-    def reader(self, session: Any, draw: Callable[[], float], span: int) -> Callable[[], object]:
-        sql = f"select id, category, payload from {TABLE} where id = %s"
+    def id_reader(self, session: Any) -> Callable[[int], object]:
         execute = pg_executor(session)
 
-        def read_by_id() -> object:
-            doc_id = int(draw() * span)
-            row = execute(sql, (doc_id,), prepare=True).fetchone()
+        def read(doc_id: int) -> object:
+            row = execute(PG_SELECT, (doc_id,), prepare=True).fetchone()
             if row is None:
                 raise LookupError(f"documents: no row with id {doc_id}")
             return row
 
-        return read_by_id
+        return read
+
+    def publish_counters(self, session: Any) -> None:
+        # PostgreSQL 15+ hands a backend's counters over when it goes idle, at most once a second: now, so that
+        # another connection sees them (older servers, DSQL: the counters are then a little late or absent)
+        with contextlib.suppress(Exception):
+            session.conn.execute("select pg_stat_force_next_flush()")
+
+    def cache_counters(self, session: Any) -> dict | None:
+        """``pg_statio_user_tables`` for the documents table: heap and index blocks hit in shared buffers or read."""
+        row = session.conn.execute(PG_STATIO).fetchone()
+        return {"read": int(row[0]), "hit": int(row[1])}
 
     def scan_batches(self, session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
         # A named (server-side) cursor lives in a transaction; each fetchmany is one FETCH round trip.
@@ -115,17 +150,25 @@ class MongoDocuments(DocumentsStore):
         return mongo_load(session.db[TABLE], label=workload.name, seed=workload.options["seed"], make=make_docs,
                           start=0, stop=workload.documents, batch_size=LOAD_CHUNK, progress=progress)
 
-    def reader(self, session: Any, draw: Callable[[], float], span: int) -> Callable[[], object]:
+    def id_reader(self, session: Any) -> Callable[[int], object]:
         find_one = session.db[TABLE].find_one
 
-        def read_by_id() -> object:
-            doc_id = int(draw() * span)
+        def read(doc_id: int) -> object:
             doc = find_one({"_id": doc_id})
             if doc is None:
                 raise LookupError(f"documents: no document with _id {doc_id}")
             return doc
 
-        return read_by_id
+        return read
+
+    def cache_counters(self, session: Any) -> dict | None:
+        """``serverStatus().wiredTiger.cache``: pages requested from the cache, pages read into it."""
+        cache = session.client.admin.command("serverStatus").get("wiredTiger", {}).get("cache", {})
+        read = cache.get("pages read into cache")
+        requested = cache.get("pages requested from the cache")
+        if read is None or requested is None:
+            return None
+        return {"read": int(read), "hit": max(0, int(requested) - int(read))}
 
     def scan_batches(self, session: Any, batch_size: int, on_batch: BatchCallback | None) -> int:
         total = 0
