@@ -84,6 +84,21 @@ def test_spike_prints_the_study_table_from_stages_csv(tmp_path, pg_uri):
     assert "a2/writer ACU 21" in again.stdout and (run / "summary.md").read_text().count("max capacity") == 1
 
 
+def test_idle_on_the_mongodb_wire_pings_at_connect_and_reads_documents(tmp_path, mongo_uri):
+    """The binding's own connect timeout and first contact (pymongo connects lazily: a ping), not a branch on
+    the database: the connect step is a round trip, the lookups are the documents workload's reads."""
+    proc = dbsurge("scenario", "idle", "--quick", "--target", mongo_uri, "--idle", "1s", "--repeat", "1",
+                   "--connect-timeout", "7s", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    probes = read_csv(run / "probes.csv")
+    assert [p["step"] for p in probes] == ["connect", "first_query"] + ["lookup"] * 20 and all(p["ok"] == "1" for p in probes)
+    assert float(probes[0]["latency_ms"]) > 0
+    meta = read_json(run / "run.json")
+    assert meta["workload"] == "documents" and meta["operation"] == "read_by_id"
+    assert meta["target"]["connect_timeout_ms"] == 7000 and meta["target"]["server_selection_timeout_ms"] == 7000
+
+
 def test_idle_quick_times_connection_first_query_and_twenty_more(tmp_path, pg_uri):
     # the embedded server trusts 127.0.0.1, so a password in the URI is ignored by it: it must not be written
     with_password = pg_uri.replace("postgres@", "postgres:s3cret-pw@")

@@ -11,7 +11,6 @@ bulk load leaves behind before anything is measured.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -46,24 +45,9 @@ def start_own_embedded(kind: str, settings: dict[str, str]) -> Any:
 
 
 def settle_after_load(workload: Any, tables: tuple[str, ...]) -> None:
-    """After a fresh load into PostgreSQL: VACUUM ANALYZE the tables and CHECKPOINT (when allowed).
-
-    A bulk load leaves work behind that would land on the first measurements: hint bits set (and
-    pages dirtied) by the first reads, autovacuum and the checkpointer writing the new pages. The
-    study's clusters had long settled before its snapshots; so should ours.
-    """
-    if workload.kind != "postgres":
-        return
-    session = workload.target.connect()
-    try:
-        # DSQL has no VACUUM or CHECKPOINT, and a user may lack the right: measure anyway
-        for table in tables:
-            with contextlib.suppress(Exception):
-                session.conn.execute(f"vacuum analyze {table}")
-        with contextlib.suppress(Exception):
-            session.conn.execute("checkpoint")
-    finally:
-        session.close()
+    """After a fresh load: the database finishes what the load left behind (`Target.settle`: on PostgreSQL,
+    VACUUM ANALYZE and a CHECKPOINT) before the first measurement, as the study's long-settled clusters had."""
+    workload.target.settle(tables)
 
 
 def restart_target(run: Any, command: str | None, timeout_s: float = 180.0,

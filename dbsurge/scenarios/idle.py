@@ -81,7 +81,7 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
     args, wopts = setup.args, setup.workload_options
     timeout_s = setup.settings["connect_timeout_s"]
     run.connect_target(setup.target_options)
-    target = run.target = run.reopen_target(_with_timeout(run.target.kind, setup.target_options, timeout_s))
+    target = run.target = run.reopen_target(run.target.with_connect_timeout(setup.target_options, timeout_s))
     name = args.workload or ("orders" if target.kind == "postgres" else "documents")
     if args.quick and name in DEFAULT_DATA:
         key, size = DEFAULT_DATA[name]
@@ -105,17 +105,6 @@ def phases(run: ScenarioRun, setup: Setup) -> None:
         say(f"run {i}/{args.repeat}: {_result(rows)}")
 
 
-def _with_timeout(kind: str, options: dict[str, str], timeout_s: float) -> dict[str, str]:
-    """The binding options with the connection timeout set (unless the user set it)."""
-    out = dict(options)
-    if kind == "postgres":
-        out.setdefault("connect_timeout", f"{timeout_s:g}")
-    else:
-        out.setdefault("connect_timeout_ms", str(int(timeout_s * 1000)))
-        out.setdefault("server_selection_timeout_ms", str(int(timeout_s * 1000)))
-    return out
-
-
 def probe(target: Any, workload: Any, operation: str, run_number: int, lookups: int, connect_timeout_s: float,
           query_timeout_s: float, seed: int) -> list[dict]:
     """One idle probe: connect, first query, ``lookups`` more; stops at the first failure.
@@ -129,11 +118,11 @@ def probe(target: Any, workload: Any, operation: str, run_number: int, lookups: 
     sessions: list[Any] = []
 
     def connect() -> Any:
-        """The connect step: a new session (and, on MongoDB, its first ping); returns the lookup."""
+        """The connect step: a new session that has talked to the server (`Target.first_contact`: MongoDB's
+        driver connects lazily, so a ping); returns the lookup."""
         session = target.connect()
         sessions.append(session)
-        if target.kind == "mongo":
-            session.client.admin.command("ping")
+        target.first_contact(session)
         return workload.new_client(session, seed + run_number)[operation]
 
     def work() -> None:

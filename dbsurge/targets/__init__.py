@@ -104,6 +104,20 @@ class Target(ABC):
         """(the most connections the server takes, how many are open now); None where it cannot be read."""
         return None, None
 
+    @classmethod
+    def with_connect_timeout(cls, options: dict[str, str], timeout_s: float) -> dict[str, str]:
+        """``options`` with this binding's connection timeout set to ``timeout_s`` unless the user set it (the idle
+        scenario bounds a connect by it); unchanged where the binding has no such option."""
+        return dict(options)
+
+    def first_contact(self, session: Session) -> None:
+        """Make sure ``session`` has talked to the server (a driver that connects lazily sends a ping); nothing
+        where `connect` already did."""
+
+    def settle(self, tables: tuple[str, ...]) -> None:
+        """After a fresh bulk load into ``tables``: let the database finish what the load left behind before
+        anything is measured; nothing where it has nothing to finish. Never fails: measuring goes on."""
+
     #: Seconds an operation may take before the driver gives up (set by every binding).
     op_timeout_s: float = DEFAULT_OP_TIMEOUT_S
 

@@ -240,6 +240,17 @@ class MongoTarget(Target):
     def _client(self, **overrides: Any) -> MongoClient[Any]:
         return MongoClient(self._uri, **{**self._client_kwargs, **overrides})
 
+    @classmethod
+    def with_connect_timeout(cls, options: dict[str, str], timeout_s: float) -> dict[str, str]:
+        out = dict(options)
+        out.setdefault("connect_timeout_ms", str(int(timeout_s * 1000)))
+        out.setdefault("server_selection_timeout_ms", str(int(timeout_s * 1000)))
+        return out
+
+    def first_contact(self, session: Session) -> None:
+        """pymongo connects lazily: a ping makes the connection (and server selection) happen now."""
+        session.client.admin.command("ping")
+
     def connect(self) -> MongoSession:
         """A new session with its own `MongoClient` for one Locust user."""
         try:

@@ -818,6 +818,30 @@ class PostgresTarget(Target):
         register_secret(token, transient=True)
         return token
 
+    @classmethod
+    def with_connect_timeout(cls, options: dict[str, str], timeout_s: float) -> dict[str, str]:
+        out = dict(options)
+        out.setdefault("connect_timeout", f"{timeout_s:g}")
+        return out
+
+    def settle(self, tables: tuple[str, ...]) -> None:
+        """VACUUM ANALYZE the tables and CHECKPOINT (when allowed).
+
+        A bulk load leaves work behind that would land on the first measurements: hint bits set (and
+        pages dirtied) by the first reads, autovacuum and the checkpointer writing the new pages. The
+        study's clusters had long settled before its snapshots; so should ours.
+        """
+        session = self.connect()
+        try:
+            # DSQL has no VACUUM or CHECKPOINT, and a user may lack the right: measure anyway
+            for table in tables:
+                with contextlib.suppress(Exception):
+                    session.conn.execute(f"vacuum analyze {table}")
+            with contextlib.suppress(Exception):
+                session.conn.execute("checkpoint")
+        finally:
+            session.close()
+
     def connect(self) -> PostgresSession:
         """A new session (one connection) for one Locust user."""
         return PostgresSession(self)
