@@ -262,12 +262,14 @@ def test_the_renewal_that_ends_a_lapse_says_so_even_when_nothing_saw_it_begin(ca
         renewal(clock.now)  # starved from 1.25 s to 3 s
     assert [r.levelname for r in caplog.records] == ["ERROR"]
     assert "lease lapsed for 1.8 s" in caplog.text and "not sent (worker_lost)" in caplog.text
+    assert "the master renewed this worker's lease" in caplog.text  # what the fault tests read in the run's events
     caplog.clear()
     clock.now += LEASE_NS + int(0.3e9)
     with caplog.at_level("WARNING", logger="dbsurge"):
         renewal(clock.now)  # a short lapse: nothing written off, only late
         renewal(clock.now + 1)  # and a renewal that ends none says nothing
     assert [r.levelname for r in caplog.records] == ["WARNING"] and "lease lapsed for 0.3 s" in caplog.text
+    assert "the master renewed this worker's lease" in caplog.text
 
 
 def test_the_lease_ends_strictly_before_the_master_gives_up():

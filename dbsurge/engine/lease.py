@@ -117,9 +117,9 @@ def on_lease(environment, msg, **_kw) -> None:
     # Said here, not only by `renew_loop`: a starved process may run this renewal before the loop
     # ever saw the lapse, and the arrivals written off must not go unexplained in the run's events.
     if lapse_s > LAPSE_CATCH_UP_S:
-        log.error("dbsurge: this worker's lease lapsed for %.1f s and the master renewed it: sending again; "
-                  "the arrivals due in the lapse but its last %.1f s are booked not sent (worker_lost), "
-                  "not sent late", lapse_s, LAPSE_CATCH_UP_S)
+        log.error("dbsurge: this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
+                  "sending again; the arrivals due in the lapse but its last %.1f s are booked not sent "
+                  "(worker_lost), not sent late", lapse_s, LAPSE_CATCH_UP_S)
     else:
-        log.warning("dbsurge: this worker's lease lapsed for %.1f s and the master renewed it: sending again, "
-                    "late (the lag says by how much)", lapse_s)
+        log.warning("dbsurge: this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
+                    "sending again, late (the lag says by how much)", lapse_s)
