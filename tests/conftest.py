@@ -238,7 +238,7 @@ CPU_BOUND = {
     "test_cql_hosts": "*",
 }
 #: tests/suite.py: a file that appears when the rest of the suite has ended (unset: no such ordering, no waiting)
-_REST_DONE = os.environ.get("DBSURGE_SUITE_REST_DONE")
+_REST_DONE = os.environ.get("DBSURGE_TEST_SUITE_REST_DONE")
 
 
 def _cpu_bound(item: pytest.Item) -> bool:
@@ -257,9 +257,10 @@ def _wait_for_the_rest(item: pytest.Item) -> None:
 
 
 #: tests/suite.py's CPU accounting of the timing tests: the control group they run in (cgroup v1 ``cpuacct.usage``
-#: in ns, or v2 ``cpu.stat``'s ``usage_usec``) and the file each test's CPU and wall seconds are appended to.
-_CPU_GROUP = os.environ.get("DBSURGE_SUITE_CPU_GROUP")
-_CPU_LOG = os.environ.get("DBSURGE_SUITE_CPU_LOG")
+#: in ns, or v2 ``cpu.stat``'s ``usage_usec``) and the file each test's CPU and wall seconds are appended to
+#: (named DBSURGE_TEST_*: the runs the tests start inherit them, and dbsurge warns of any other unknown DBSURGE_*).
+_CPU_GROUP = os.environ.get("DBSURGE_TEST_SUITE_CPU_GROUP")
+_CPU_LOG = os.environ.get("DBSURGE_TEST_SUITE_CPU_LOG")
 
 
 def _group_cpu_s(group: Path) -> float:

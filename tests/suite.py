@@ -148,7 +148,7 @@ def sequential(extra: list[str]) -> int:
     cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
     env = dict(os.environ)
     if accounting is not None:
-        env.update(DBSURGE_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_SUITE_CPU_LOG=str(cpu_log))
+        env.update(DBSURGE_TEST_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_TEST_SUITE_CPU_LOG=str(cpu_log))
     try:
         timing = subprocess.call(pytest(TIMING + extra), env=env,
                                  preexec_fn=accounting.enter if accounting is not None else None)
@@ -165,9 +165,9 @@ def side_by_side(group: IdleGroup, extra: list[str]) -> int:
     accounting = AccountingGroup.make()
     cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
     rest_done = cpu_log.with_suffix(".rest-done")
-    env = dict(os.environ, DBSURGE_SUITE_REST_DONE=str(rest_done))
+    env = dict(os.environ, DBSURGE_TEST_SUITE_REST_DONE=str(rest_done))
     if accounting is not None:
-        env.update(DBSURGE_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_SUITE_CPU_LOG=str(cpu_log))
+        env.update(DBSURGE_TEST_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_TEST_SUITE_CPU_LOG=str(cpu_log))
     with tempfile.NamedTemporaryFile("w+", prefix="dbsurge-suite-rest-", suffix=".log", delete=False) as log:
         print(f"suite: the timing tests run alone on the CPU; the rest run beside them at idle CPU priority "
               f"({group.path}), their output in {log.name}, printed after", flush=True)
