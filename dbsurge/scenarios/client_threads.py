@@ -8,6 +8,11 @@ failed to), and the clients go. A client that cannot connect is counted in
 A signal (Ctrl-C, SIGTERM) sets ``Start.stop``: the clients notice it between two calls, and
 `run_client_threads` waits for them (at most `STOP_WAIT_S`) before it lets the signal go on.
 
+It waits on an event each client sets as it ends, never on ``Thread.join``: a join that a signal
+interrupts marks a thread that is still running as ended (CPython 3.11, the bpo-45274 clean-up
+releases the lock the live thread holds), so a second join returns at once. A killed ycsb-load then
+built its table while one client was still handing over its last 162 rows.
+
 Threads, not greenlets: the scenarios run in the ``dbsurge`` process, which does not monkey-patch,
 and the drivers release the GIL while they wait on the network.
 """
@@ -53,8 +58,15 @@ def run_client_threads(clients: int, connect: Callable[[int], tuple[Any, Any]],
     ready = threading.Barrier(clients + 1, timeout=CONNECT_TIMEOUT_S)
     go = threading.Event()
     lock = threading.Lock()
+    ended = [threading.Event() for _ in range(clients)]
 
     def client(i: int) -> None:
+        try:
+            run_one(i)
+        finally:
+            ended[i].set()
+
+    def run_one(i: int) -> None:
         try:
             session, state = connect(i)
         except Exception as e:  # noqa: BLE001 - a client that cannot connect sends nothing; the others go on
@@ -86,14 +98,14 @@ def run_client_threads(clients: int, connect: Callable[[int], tuple[Any, Any]],
         raise
     go.set()
     try:
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.5)
+        for done in ended:
+            while not done.wait(timeout=0.5):
+                pass
     except BaseException:  # Ctrl-C, SIGTERM: the clients stop after the call in hand, and what they did is written
         start.stop.set()
         deadline = time.monotonic() + STOP_WAIT_S
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for done in ended:
+            done.wait(timeout=max(0.0, deadline - time.monotonic()))
         raise
     return start
 
