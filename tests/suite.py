@@ -142,44 +142,42 @@ def pytest(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", *args]
 
 
-def sequential(extra: list[str]) -> int:
-    """The timing tests alone, then the rest; the timing tests' CPU table when a control group can count it."""
+def run_timing(extra: list[str], env: dict[str, str] | None = None) -> int:
+    """The timing tests, in a group that counts their CPU when one can be made; then the table of what each used."""
+    env = dict(os.environ if env is None else env)
     accounting = AccountingGroup.make()
     cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
-    env = dict(os.environ)
     if accounting is not None:
         env.update(DBSURGE_TEST_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_TEST_SUITE_CPU_LOG=str(cpu_log))
     try:
-        timing = subprocess.call(pytest(TIMING + extra), env=env,
-                                 preexec_fn=accounting.enter if accounting is not None else None)
+        code = subprocess.call(pytest(TIMING + extra), env=env,
+                               preexec_fn=accounting.enter if accounting is not None else None)
         _print_cpu(cpu_log)
+        return code
     finally:
         if accounting is not None:
             accounting.remove()
         cpu_log.unlink(missing_ok=True)
+
+
+def sequential(extra: list[str]) -> int:
+    """The timing tests alone, then the rest."""
+    timing = run_timing(extra)
     rest = subprocess.call(pytest(REST + extra))
     return timing or rest
 
 
 def side_by_side(group: IdleGroup, extra: list[str]) -> int:
-    accounting = AccountingGroup.make()
-    cpu_log = Path(tempfile.mkstemp(prefix="dbsurge-suite-cpu-", suffix=".tsv")[1])
-    rest_done = cpu_log.with_suffix(".rest-done")
-    env = dict(os.environ, DBSURGE_TEST_SUITE_REST_DONE=str(rest_done))
-    if accounting is not None:
-        env.update(DBSURGE_TEST_SUITE_CPU_GROUP=str(accounting.path), DBSURGE_TEST_SUITE_CPU_LOG=str(cpu_log))
     with tempfile.NamedTemporaryFile("w+", prefix="dbsurge-suite-rest-", suffix=".log", delete=False) as log:
+        rest_done = Path(log.name + ".done")  # the CPU-bound timing tests wait for this file (conftest.py, CPU_BOUND)
         print(f"suite: the timing tests run alone on the CPU; the rest run beside them at idle CPU priority "
               f"({group.path}), their output in {log.name}, printed after", flush=True)
         started = time.monotonic()
         rest = subprocess.Popen(pytest(REST + extra), stdout=log, stderr=subprocess.STDOUT, preexec_fn=group.enter)
-        # the CPU-bound timing tests wait for this file (conftest.py, CPU_BOUND)
         threading.Thread(target=lambda: (rest.wait(), rest_done.touch()), daemon=True).start()
         try:
-            timing = subprocess.call(pytest(TIMING + extra), env=env,
-                                     preexec_fn=accounting.enter if accounting is not None else None)
+            timing = run_timing(extra, dict(os.environ, DBSURGE_TEST_SUITE_REST_DONE=str(rest_done)))
             print(f"suite: the timing tests ended after {time.monotonic() - started:.0f} s", flush=True)
-            _print_cpu(cpu_log)
             code = rest.wait()
         except BaseException:
             rest.terminate()
@@ -187,9 +185,6 @@ def side_by_side(group: IdleGroup, extra: list[str]) -> int:
             raise
         finally:
             group.remove()
-            if accounting is not None:
-                accounting.remove()
-            cpu_log.unlink(missing_ok=True)
             rest_done.unlink(missing_ok=True)
         print(f"suite: the rest ended after {time.monotonic() - started:.0f} s; their output:", flush=True)
         log.seek(0)
