@@ -47,6 +47,7 @@ from dbsurge.engine.roles import new_run
 from dbsurge.engine.run_state import DbSurgeRun, dbsurge_user_classes
 from dbsurge.engine.spot_notices import add_spot_options
 from dbsurge.engine.validate import check_master_bind, check_web_exposure
+from dbsurge.load.user import end_the_last_tests_users
 from dbsurge.measure import latency_buckets
 from dbsurge.scenarios import SCENARIO_REPORTS
 from dbsurge.ui.web import install_web_controls
@@ -188,6 +189,7 @@ def _on_test_start(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
     if run is None:
         return
+    end_the_last_tests_users(environment.runner)  # before Locust counts the users it has (see there)
     run.begin_test()
 
 

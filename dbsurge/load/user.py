@@ -72,6 +72,23 @@ class DbUser(User):
         _operation_loop(self, run)
 
 
+def end_the_last_tests_users(runner) -> int:
+    """At a test's start (Locust's ``test_start``): end the users the last test asked to stop that have not ended
+    yet; how many.
+
+    `DbUser.stop` lets a user finish its slot, so a Stop leaves users alive for up to half a second (the sleep
+    of a user with no slot). Locust sizes the next test's spawn by the users alive when it starts
+    (``LocalRunner._start``, ``WorkerRunner.start_worker``): a leftover counted as one of the new pool, then
+    ended, and a web UI Start right after a Stop got fewer users than it asked for, or none (the second test
+    sent nothing for 20 s). The last test's plan is closed by now, its slots booked: ending them loses nothing.
+    """
+    leftovers = [g for g in list(runner.user_greenlets)
+                 if g.args and getattr(g.args[0], "_state", None) == LOCUST_STATE_STOPPING]
+    for g in leftovers:
+        g.args[0].group.killone(g, block=True)
+    return len(leftovers)
+
+
 #: How far past the target's op_timeout_s the user's own bound fires (the driver should fail first).
 TIMEOUT_MARGIN_S = 1.0
 #: Reconnect backoff: doubling from the first to the longest wait, with jitter. The longest wait is
