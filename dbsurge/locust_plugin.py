@@ -245,13 +245,15 @@ def _on_test_stop(environment, **_kw):
     if environment.parsed_options.headless or run.ending.finished:
         return  # headless, Locust quits next: `_on_quitting` writes the tables
     if run.ending.closing is None:
-        # the web UI's Stop: Locust has stopped the users; an interruption, like a signal, with its own code
+        # the web UI's Stop: Locust has asked the users to stop; an interruption, like a signal, with its own code
         run.ending.interrupted = ("web UI Stop", run.elapsed_s() or 0.0)
         run.ending.exit_code_override = EXIT_STOPPED
-        log.warning("dbsurge: the web UI's Stop: stopping the run (exit %d once the process ends)", EXIT_STOPPED)
+        drain_s = float(run.options.drain)  # as a signal: the users finish the slot they are on (DbUser.stop)
+        log.warning("dbsurge: the web UI's Stop: stopping the run (in-flight operations get up to %g s; exit %d once "
+                    "the process ends)", drain_s, EXIT_STOPPED)
 
         def stop_from_ui():
-            stopping.close_run(run, "interrupted", in_flight_reason="interrupted")
+            stopping.close_run(run, "interrupted", drain_s=drain_s, in_flight_reason="interrupted")
             finish.finish_run(run)
 
         gevent.spawn(stop_from_ui)

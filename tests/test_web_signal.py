@@ -154,6 +154,7 @@ def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):
     run = only_run_dir(results)
     total = ledger(run)
     assert total["not_sent_interrupted"] > 300 and total["not_sent_unaccounted"] == 0, total
+    assert total["unknown"] == 0, total  # the slot a user was on when Stop came finished (--drain, as for a signal)
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 4 and meta["complete"] is False and meta["interrupted"]["by"] == "web UI Stop"
     _no_temp_files(run)

@@ -159,7 +159,8 @@ def add_options(parser, group=None) -> None:
                         "timeout; the target option op_timeout overrides it per target")
     g = section("plan")
     g.add_argument("--drain", env_var="DBSURGE_DRAIN", type=ascii_float, default=DEFAULTS["drain"], include_in_web_ui=False,
-                   help="seconds to let in-flight operations finish after the plan ends (default 2)")
+                   help="seconds to let in-flight operations finish after the plan ends, a signal or the web UI's "
+                        "Stop (default 2)")
     g.add_argument("--start-delay", env_var="DBSURGE_START_DELAY", type=ascii_float, default=DEFAULTS["start_delay"],
                    include_in_web_ui=False, help="seconds between test start and the plan's time zero (default 1)")
     g.add_argument("--align-start", env_var="DBSURGE_ALIGN_START", type=ascii_float, default=None, include_in_web_ui=False,
