@@ -38,7 +38,7 @@ from dbsurge.collectors.scenario_hooks import install as install_scenario_report
 from dbsurge.config.option_types import strict_numbers
 from dbsurge.config.options import add_options, locust_help_groups
 from dbsurge.config.size_limits import check_processes
-from dbsurge.engine import console, finish, locust_child, membership, stopping
+from dbsurge.engine import console, finish, lifecycle, locust_child, membership, stopping
 from dbsurge.engine.collector_hooks import install as install_collectors
 from dbsurge.engine.lease import HEARTBEAT_S
 from dbsurge.engine.membership import run_token
@@ -189,7 +189,8 @@ def _on_test_start(environment, **_kw):
     run: DbSurgeRun | None = getattr(environment, "dbsurge", None)
     if run is None:
         return
-    end_the_last_tests_users(environment.runner)  # before Locust counts the users it has (see there)
+    lifecycle.after_the_last_test(run)  # a Start right after the web UI's Stop: that test's files first
+    end_the_last_tests_users(environment.runner)  # then its users still on their way out, before Locust counts them
     run.begin_test()
 
 

@@ -218,7 +218,7 @@ SERIAL_TESTS = {
         "test_connect_failures_are_connect_and_bounded", "test_paused_postgres_under_gevent_fast_path",
         "test_paused_mongo_times_out_then_recovers", "test_killed_mongo_is_connect_or_disconnect",
     },
-    "test_web_signal": {  # a 4 s plan at 20 TPS, all ok; each of two tests reaching 15 of its 20 TPS within 20 s
+    "test_web_signal": {  # a 4 s plan at 20 TPS, all ok; each of three tests reaching 15 of its 20 TPS within 20 s
         "test_a_web_ui_run_ends_by_itself_at_the_plans_end", "test_a_second_start_from_the_web_ui_is_a_run_of_its_own",
     },
     "test_web_ui": {  # Chromium on two cores, 20-45 s waits for a live panel (the endpoints' test: no browser, no run)

@@ -1,4 +1,4 @@
-"""The roles (`dbsurge.engine.roles`): chosen once by the runner, each with its own fields; a test's end is a new object."""
+"""The roles (`dbsurge.engine.roles`): chosen once by the runner, each with its own fields; each test a new object."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ print(local.writes_results, master.writes_results, worker.writes_results)
 print(local.has_workers, master.has_workers, worker.has_workers, local.measures_here, master.measures_here)
 print(hasattr(local, "last_seen"), hasattr(worker, "last_seen"), hasattr(master, "leave_until"),
       hasattr(worker, "leave_until"), dict(local.shares), master.membership)
-first_ending, first_offers = master.ending, master.offers
+first_test, first_ending, first_offers = master.test, master.ending, master.offers
 first_ending.closing, first_ending.lost_workers = "interrupted", ["w1"]
 master.capped_stages.add(2)
 master.problems["writing event x: OSError"] = 3
@@ -45,6 +45,8 @@ master.new_test()
 print(master.ending is not first_ending, master.offers is not first_offers, master.ending.closing,
       master.ending.lost_workers, first_ending.closing)
 print(master.capped_stages, master.problems, master.exit_code, master.side.greenlets)
+print(master.test is not first_test, type(master.test).__name__, first_test.rundir, master.rundir, master.aggregator,
+      master.start_epoch_ns, type(local.test).__name__)
 """
 
 
@@ -59,6 +61,7 @@ def test_the_role_is_chosen_once_by_the_runner_and_a_new_test_gets_a_new_ending(
         "False False False True {} None",
         "True True None [] interrupted",
         "set() {} None []",
+        "True MasterLoadTest the first test's run directory None None None LoadTest",
     ]
 
 

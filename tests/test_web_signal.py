@@ -161,38 +161,51 @@ def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):
 
 
 def test_a_second_start_from_the_web_ui_is_a_run_of_its_own(tmp_path, pg_uri):
-    """Stop, then Start again: the second test has its own run directory and its own ending (nothing of the
-    first's stop carries over: not its interruption, its close, its signals); a signal then ends the process
-    with the second test's code."""
+    """Stop, then Start again: each test has its own run directory and its own ending (nothing of the last one's
+    stop carries over: not its interruption, its close, its signals, its users); a signal then ends the process
+    with the last test's code. The third Start comes right after the second's Stop, while that test still writes
+    its results: it waits for them, and neither test's files take anything of the other's."""
     proc, base, results = _web_run(tmp_path, pg_uri, 30)
 
     def plan() -> dict:
         return _get(base + "/dbsurge/plan") or {}
 
-    def stopped_at_15_tps() -> dict:
+    def at_15_tps() -> None:
         _wait_for(lambda: plan().get("achieved_tps", 0) >= 15, 20, "15 TPS")
-        _post(base, "/stop")
-        return _wait_for(lambda: (plan().get("results") or {}).get("state") == "done" and plan()["results"], 60,
-                         "the results")
+
+    def new_test_running() -> None:
+        _wait_for(lambda: plan().get("results") is None and plan().get("closing") is None, 20, "the next test")
 
     with _ended(proc):
-        first = stopped_at_15_tps()
+        at_15_tps()
+        _post(base, "/stop")
+        first = _wait_for(lambda: (plan().get("results") or {}).get("state") == "done" and plan()["results"], 60,
+                          "the results")
         _post(base, "/swarm", b"user_count=1&spawn_rate=1")
-        _wait_for(lambda: plan().get("results") is None and plan().get("closing") is None, 20, "the second test")
-        second = stopped_at_15_tps()
-        assert first["exit_code"] == second["exit_code"] == 4, (first, second)
+        new_test_running()
+        at_15_tps()
+        _post(base, "/stop")
+        _post(base, "/swarm", b"user_count=1&spawn_rate=1")  # at once: the second test is still writing its files
+        new_test_running()
+        at_15_tps()
+        _post(base, "/stop")
+        third = _wait_for(lambda: (plan().get("results") or {}).get("state") == "done" and plan()["results"], 60,
+                          "the results")
+        assert first["exit_code"] == third["exit_code"] == 4, (first, third)
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 4 and "Traceback" not in out, out[-3000:]
     runs = sorted(p for p in results.iterdir() if p.is_dir())
-    assert len(runs) == 2, runs
+    assert len(runs) == 3, runs
     for run in runs:
         total = ledger(run)
-        assert total["ok"] > 0 and total["not_sent_unaccounted"] == 0, (run.name, total)
+        assert total["ok"] > 0 and total["not_sent_unaccounted"] == 0 and total["unknown"] == 0, (run.name, total)
+        assert total["planned"] == total["ok"] + total["not_sent"], (run.name, total)
         meta = read_json(run / "run.json")
         assert meta["exit_code"] == 4 and meta["interrupted"]["by"] == "web UI Stop", (run.name, meta["interrupted"])
         assert meta["interrupted"]["at_s"] < 15, meta["interrupted"]  # each test's own moment, from its own start
+        assert meta["ended_utc"] and (run / "summary.md").is_file(), run.name
         _no_temp_files(run)
 
 

@@ -38,14 +38,13 @@ def begin_run(run: DbSurgeRun) -> None:
     """Master or local: time zero, run directory, aggregator, and the plan sent to every worker."""
     opts = run.options
     env = run.environment
-    run.new_test()  # a second test from the web UI starts afresh: its own ending, rate changes, arrivals
+    again = run.rundir is not None  # the web UI's second Start (or later): a directory of its own, even with --run-id
+    run.new_test()  # a new `Test`: nothing of the last one carries over
     stopping.install_signal_handlers(run)
     run.admit_workers()  # before time zero: a worker still saying hello (or proving the token) costs no plan time
     start_s = _time_zero(run)
     names = sorted({u.workload for u in dbsurge_user_classes(env)})
-    run_id = opts.run_id or new_run_id("-".join(names))
-    if run.rundir is not None:  # a second test from the web UI gets its own directory
-        run_id = new_run_id("-".join(names))
+    run_id = new_run_id("-".join(names)) if again or not opts.run_id else opts.run_id
     run.rundir = RunDirectory(opts.results_dir, run_id)
     note_run_dir(run.rundir.path)  # `dbsurge run` finalises it should this process die
     run.rundir.keep_reserve()
@@ -81,6 +80,28 @@ def begin_run(run: DbSurgeRun) -> None:
                          if opts.headless and console.mode() != "quiet" else None)
     run.side.greenlets += collectors().start(run)
     run.settle()
+
+
+#: The longest a new test waits for the last one's close and files (`after_the_last_test`).
+LAST_TEST_WAIT_S = 120.0
+
+
+def after_the_last_test(run: DbSurgeRun) -> None:
+    """At a test's start: wait until the last test's close and files are done, at most `LAST_TEST_WAIT_S`.
+
+    The web UI's Stop closes the ledger and writes the tables in a greenlet of its own (`locust_plugin`), which
+    reads the run's current test (``run.ending``, ``run.aggregator``, ``run.rundir``); a Start clicked meanwhile
+    would swap in the new test under it. A worker or a first test has nothing to wait for.
+    """
+    if not run.writes_results or run.rundir is None or run.ending.finish_state == "done":
+        return
+    log.info("the last test is still writing its results: this one starts once they are written")
+    deadline = time.monotonic() + LAST_TEST_WAIT_S
+    while run.ending.finish_state != "done" and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    if run.ending.finish_state != "done":
+        log.warning("the last test's results were not written within %.0f s: this test starts anyway",
+                    LAST_TEST_WAIT_S)
 
 
 def _time_zero(run: DbSurgeRun) -> float:

@@ -29,7 +29,14 @@ from dbsurge.engine.admission import admit_only_members
 from dbsurge.engine.lease import renew_loop
 from dbsurge.engine.lifecycle import begin_run
 from dbsurge.engine.membership import Membership
-from dbsurge.engine.run_state import DbSurgeRun, ShipToMaster, freeze_what_lives_for_the_run, pre_drain_loop
+from dbsurge.engine.run_state import (
+    DbSurgeRun,
+    LoadTest,
+    OfTheTest,
+    ShipToMaster,
+    freeze_what_lives_for_the_run,
+    pre_drain_loop,
+)
 from dbsurge.engine.spot_notices import start_spot_watcher
 
 
@@ -72,6 +79,14 @@ class JoinOffers:
         self.offered_to: dict[str, int] = {}
 
 
+class MasterLoadTest(LoadTest):
+    """A master's test: a `LoadTest` and its join offers."""
+
+    def __init__(self, problems: dict[str, int] | None = None) -> None:
+        super().__init__(problems)
+        self.offers = JoinOffers()
+
+
 class WorkerBook:
     """The master's record of each worker by id: its last sign of life, its lease renewals, its shares over
     time, where a lost worker's share was given away, and who left gracefully (`dbsurge.engine.protocol`, `dbsurge.engine.lease`)."""
@@ -90,6 +105,8 @@ class MasterRun(DbSurgeRun):
 
     role = "master"
     has_workers = True
+    test_class = MasterLoadTest
+    offers = OfTheTest()
 
     def __init__(self, environment, own_options=None):
         super().__init__(environment, own_options)
@@ -97,7 +114,6 @@ class MasterRun(DbSurgeRun):
         self.shares: dict[str, int] = {}
         self.workers = WorkerBook()
         self.join_proposals = 0
-        self.offers = JoinOffers()
         self.master_stall_max_s = 0.0  # the worst event-loop stall (`protocol.membership_loop`)
 
     def start(self, runner, *, forked: bool = False) -> None:
@@ -116,10 +132,6 @@ class MasterRun(DbSurgeRun):
 
     def begin_test(self) -> None:
         begin_run(self)
-
-    def new_test(self) -> None:
-        super().new_test()
-        self.offers = JoinOffers()
 
     def admit_workers(self) -> None:
         protocol.await_admissions(self)

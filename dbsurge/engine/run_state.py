@@ -3,8 +3,9 @@
 `DbSurgeRun` holds what every role needs (options, target, workloads, the recorder, the pacer on
 a worker or local run, the aggregator and run directory on a master or local run) and the few
 helpers that keep measurement going when something fails (`note_problem`, `safe_event`,
-`merge_payload`); each role is its subclass in `dbsurge.engine.roles`. A test's end is an `Ending`, new at
-each test's start. What the master tells each worker is `dbsurge.engine.wire.Setup`.
+`merge_payload`); each role is its subclass in `dbsurge.engine.roles`. What belongs to one test (its
+`Ending`, run directory, aggregator, schedule, rate changes...) is a `LoadTest`, ``run.test``, new at each
+test's start. What the master tells each worker is `dbsurge.engine.wire.Setup`.
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ RESULTS_WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno
 class Ending:
     """How one test ends: its ledger's close, the signals, the final files (`dbsurge.engine.stopping`, `dbsurge.engine.finish`).
 
-    Every role has one from the start; the master and a local run make a new one at each test's start
-    (`dbsurge.engine.lifecycle.begin_run`): the web UI's second Start begins with nothing of the first's end.
+    Part of the `LoadTest`: the web UI's second Start begins with nothing of the first's end.
     """
 
     def __init__(self) -> None:
@@ -85,6 +85,46 @@ class SideTasks:
         self.greenlets: list = []
         self.progress = None  # dbsurge.engine.console.Progress: the headless console's progress lines
         self.cloudwatch = None  # the CloudWatch side collector, when one runs
+
+
+class LoadTest:
+    """One test of the run: everything that belongs to it, in one object made new at each test's start.
+
+    A process lives through several tests when the web UI starts them one after another; its role object
+    (`dbsurge.engine.roles`) keeps what outlives a test (the members, their clocks, the target, the listeners
+    bound to it), and ``run.test`` is this: a Start makes a new one (`DbSurgeRun.new_test`), so nothing of the
+    last test's end, directory, measurements or rate changes can carry over, and nothing is reset by hand.
+    The run reads and sets these fields under their own names (``run.ending``, ``run.aggregator``:
+    `OfTheTest`).
+    """
+
+    def __init__(self, problems: dict[str, int] | None = None) -> None:
+        self.ending = Ending()
+        self.side = SideTasks()
+        # what went wrong while merging, writing or collecting (`DbSurgeRun.note_problem`): problem -> times
+        self.problems: dict[str, int] = {} if problems is None else problems
+        # stages in which the pool wanted more users than --max-users (`dbsurge.engine.arrival_shape`)
+        self.capped_stages: set[int] = set()
+        self.exit_code: int | None = None  # the verdict's, once the tables are written
+        self.changes: list = []  # the live rate changes, [at_s, rate_tps, scale]
+        self.sequence: ArrivalSequence | None = None  # the numbered arrivals (`DbSurgeRun.arrivals`)
+        self.rundir: RunDirectory | None = None
+        self.aggregator: Aggregator | None = None
+        self.schedule: Schedule | None = None  # the plan's rates in time, with the live changes
+        self.start_epoch_ns: int | None = None  # the plan's time zero
+
+
+class OfTheTest:
+    """A field of the run that belongs to its current test: ``run.aggregator`` is ``run.test.aggregator``."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run, owner=None):
+        return self if run is None else getattr(run.test, self.name)
+
+    def __set__(self, run, value) -> None:
+        setattr(run.test, self.name, value)
 
 
 class Drain:
@@ -138,16 +178,29 @@ class DbSurgeRun:
     master_stall_max_s: float | None = None
     #: Locust's tables fed from the recorder's drains (`dbsurge.load.locust_stats`), where users run.
     locust_stats: LocustStatsFeed | None = None
+    #: The kind of `LoadTest` this role makes at each test's start.
+    test_class: ClassVar[type[LoadTest]] = LoadTest
+    #: What belongs to the current test (`LoadTest`), under the names the code has always used.
+    ending = OfTheTest()
+    side = OfTheTest()
+    problems = OfTheTest()
+    capped_stages = OfTheTest()
+    exit_code = OfTheTest()
+    changes = OfTheTest()
+    sequence = OfTheTest()
+    rundir = OfTheTest()
+    aggregator = OfTheTest()
+    schedule = OfTheTest()
+    start_epoch_ns = OfTheTest()
 
     def __init__(self, environment, own_options=None):
         """``own_options``: this process's options as it was started (a worker's are overwritten by the master's)."""
         self.environment = environment
         self.options = environment.parsed_options
+        self.test = self.test_class()  # the first test's, from the start: what goes wrong at init belongs to it
         self.recorder = Recorder(raw_sink=_raw_samples_sink(), wall_ns=wall_ns)
         self.pacer: Pacer | None = None
-        self.schedule: Schedule | None = None
         self.plan: StagePlan | None = None
-        self.start_epoch_ns: int | None = None
         self.slot_lock = gevent.lock.Semaphore()
         # held by the once-a-second loop while a second's drain, merge, rows and files are under way (it
         # yields to the pacer between them): the end waits for it before stopping that loop
@@ -157,17 +210,8 @@ class DbSurgeRun:
         self.target = None
         self.config = LoadConfig(own_options or self.options)
         self.embedded_handle = None
-        self.rundir: RunDirectory | None = None
-        self.aggregator: Aggregator | None = None
-        self.changes: list = []
-        self.side = SideTasks()
-        self.exit_code: int | None = None
-        self.ending = Ending()
-        self.problems: dict[str, int] = {}
         self.probe_service_s: float | None = None  # measured before time zero (preflight.probe_service_time)
-        self.capped_stages: set[int] = set()
         self.prometheus = None  # dbsurge.ui.prometheus.PrometheusExporter with --prometheus-port
-        self.sequence = None  # the numbered arrivals (`arrivals`): reshare points, the end, the ledger
         self.clocks = ClockBook()  # each worker's clock offset (a master's; a local run's stays empty)
         self.hosts = WorkerHosts()  # each worker's host name and address (dbsurge.engine.hosts; a master's)
 
@@ -194,19 +238,11 @@ class DbSurgeRun:
         raise NotImplementedError
 
     def new_test(self) -> None:
-        """A test begins (`dbsurge.engine.lifecycle.begin_run`): new objects for everything one test owns, so the web
-        UI's second Start carries nothing of the first's: its ending, its side tasks, its problems and capped stages
-        (indices into the first test's plan: carried over, they named stages of the second that were never
-        capped), its exit code, no rate change yet, and the arrivals built anew (the arrival process may have
-        changed in the start form)."""
-        self.ending = Ending()
-        self.side = SideTasks()
-        if self.rundir is not None:  # what went wrong before the first test (at init) belongs to the first
-            self.problems = {}
-        self.capped_stages = set()
-        self.exit_code = None
-        self.changes = []
-        self.sequence = None
+        """A test begins (`dbsurge.engine.lifecycle.begin_run`): a new `LoadTest`, so the web UI's second Start
+        carries nothing of the first's (its ending, side tasks, run directory, aggregator, schedule, exit code,
+        problems, capped stages, rate changes and arrivals: the arrival process may have changed in the start form).
+        What went wrong before the first test (at init) is the first test's."""
+        self.test = self.test_class(problems=self.test.problems if self.test.rundir is None else None)
 
     def admit_workers(self) -> None:
         """Before time zero: decide who takes part (the master's workers)."""
@@ -292,7 +328,7 @@ class DbSurgeRun:
             self.note_problem(f"merging measurements from {source}", e)
 
     def arrivals(self) -> ArrivalSequence:
-        """The run's numbered arrivals (built on first use; `begin_run` resets it for a new test)."""
+        """The run's numbered arrivals (built on first use in each test)."""
         if self.sequence is None:
             self.sequence = ArrivalSequence(self.options.arrivals, self.options.seed)
         return self.sequence
