@@ -53,6 +53,8 @@ from dbsurge.rundir.reader import check_run_dirs, check_run_json, read_meta, rea
 from dbsurge.rundir.schema import CLOUDWATCH, CSV_SUFFIX, MERGED, METRICS, RUN_JSON, RUNS, STAGES, SUMMARY_CSV, TIMELINE
 from dbsurge.rundir.summaries import read_stage_rows, stage_values, summary_numbers
 from dbsurge.rundir.writer import write_text
+from dbsurge.workloads import WORKLOADS, parse_workload_options
+from dbsurge.workloads.base import resolve_options
 
 KINDS = ("engine", "cache", "ycsb", "scalability", "idle", "longscan", "rewarm", "ycsb-load", "consistency",
          "capacity")
@@ -212,9 +214,6 @@ def _workload_options(side: Side) -> dict[str, Any]:
     workload = m.get("workload")
     name = workload[0] if isinstance(workload, list) and workload else workload or "ycsb"
     try:
-        from dbsurge.workloads import WORKLOADS, parse_workload_options
-        from dbsurge.workloads.base import resolve_options
-
         parsed = parse_workload_options([f"{k}={v}" for k, v in given.items()])
         return resolve_options(str(name), WORKLOADS[str(name)].OPTIONS, parsed)
     except (UserError, KeyError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -300,3 +301,14 @@ def test_the_map_names_every_package_and_module():
     loose = sorted(p.name for p in (REPO / "dbsurge").glob("*.py") if p.stem != "__init__")
     assert loose == ["layout.py", "locust_plugin.py"]  # the root holds the map of the folders and the composition root
     assert all(name in rows for name in loose)
+
+
+def test_the_drivers_load_with_the_binding_that_uses_them():
+    """A Locust process imports the plugin, every workload and the targets' registry; no database driver comes with
+    them (a worker against MongoDB has no use for psycopg), nor with the command line's start."""
+    probe = ("import sys, dbsurge.locust_plugin, dbsurge.commands.cli; "
+             "print(sorted(m for m in ('psycopg', 'pymongo', 'cassandra', 'boto3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -81,6 +81,7 @@ from dbsurge.plan.stage_plan import StagePlan
 from dbsurge.rundir.schema import MERGED, REPORT_HTML, SUMMARY_MD, TIMELINE_PNG
 from dbsurge.scenarios import SCENARIO_REPORTS
 from dbsurge.targets import describe_failure, open_target
+from dbsurge.workloads import get_workload, parse_workload_options
 
 # What a dead Locust child left is finalised here (`run_child`): its report needs the collectors, and a
 # scenario's report its scenario (handed to collectors/ from here: they never import the layers above).
@@ -288,8 +289,6 @@ def load_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not args.target:
         raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
-    from dbsurge.workloads import get_workload, parse_workload_options
-
     locustfile_path(args.workload)
     wopts = parse_workload_options(args.workload_option or [])
     topts = parse_key_values(args.target_option, "--target-option")

@@ -35,6 +35,7 @@ from dbsurge.config.options import add_options, parse_key_values, parse_operatio
 from dbsurge.config.size_limits import check_processes, check_users
 from dbsurge.engine.membership import is_loopback
 from dbsurge.plan.stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
+from dbsurge.workloads import WORKLOADS, get_workload, parse_workload_options
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
 # Explicit ASCII classes, not \w, which takes any Unicode letter.
@@ -260,8 +261,6 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     """The checks that need no server, shared by `dbsurge run` (before its Locust child starts) and the
     plugin's preflight (what ``locust -f`` users hit): numbers, workload and target options,
     operations, checks, durations, and last the results directory. Returns the parsed pieces."""
-    from dbsurge.workloads import WORKLOADS, parse_workload_options
-
     validate_options(opts)
     workload_options = parse_workload_options(opts.workload_option or [])
     if workload is not None:
@@ -382,8 +381,6 @@ def check_workload_checks(workload: str, target: Any, opts: argparse.Namespace) 
 
     ``dbsurge run`` calls this before it starts Locust; the plugin checks the same in its preflight.
     """
-    from dbsurge.workloads import get_workload, parse_workload_options
-
     checks = parse_checks(getattr(opts, "check", None))
     if checks:
         wl = get_workload(workload, target, parse_workload_options(getattr(opts, "workload_option", None) or []))

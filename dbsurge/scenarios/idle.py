@@ -40,6 +40,7 @@ from dbsurge.scenarios.latency import ms, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
 from dbsurge.targets import one_line
+from dbsurge.workloads import get_workload
 
 NAME = "idle"
 STUDY = {"idle": "900s", "connect_timeout": "15s", "repeat": 2, "lookups": 20, "query_timeout": "60s"}
@@ -76,8 +77,6 @@ def check(setup: Setup) -> None:
 
 
 def phases(run: ScenarioRun, setup: Setup) -> None:
-    from dbsurge.workloads import get_workload
-
     args, wopts = setup.args, setup.workload_options
     timeout_s = setup.settings["connect_timeout_s"]
     run.connect_target(setup.target_options)

@@ -27,6 +27,7 @@ from dbsurge.scenarios.cold_start import settle_after_load
 from dbsurge.scenarios.files import epoch_of, opt_float, read_meta, read_rows
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun, ensure_loaded
+from dbsurge.workloads import get_workload
 
 NAME = "longscan"
 STUDY = {"documents": 5_000_000, "batch_size": 0, "segment": 10}
@@ -52,8 +53,6 @@ def check(setup: Setup) -> None:
 
 
 def phases(run: ScenarioRun, setup: Setup) -> dict:
-    from dbsurge.workloads import get_workload
-
     target = run.connect_target(setup.target_options)
     workload = get_workload("documents", target, setup.workload_options)
     run.begin(workload="documents", workload_options=workload.options)

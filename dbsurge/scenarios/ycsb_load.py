@@ -34,6 +34,8 @@ from dbsurge.scenarios.files import error_cell, is_ok, iter_rows, read_meta
 from dbsurge.scenarios.latency import ms, number, summarize_ms
 from dbsurge.scenarios.report import Report, Table, say
 from dbsurge.scenarios.scenario_run import ScenarioRun
+from dbsurge.workloads import get_workload
+from dbsurge.workloads.loading import block_rows, blocks
 
 NAME = "ycsb-load"
 STUDY = {"records": 1_000_000, "batch_size": 1, "clients": 16}
@@ -62,8 +64,6 @@ def check(setup: Setup) -> None:
 
 
 def phases(run: ScenarioRun, setup: Setup) -> None:
-    from dbsurge.workloads import get_workload
-
     args = setup.args
     target = run.connect_target(setup.target_options)
     workload = get_workload("ycsb", target, setup.workload_options)
@@ -99,8 +99,6 @@ def drop_table(workload: Any) -> None:
 
 def create_table(workload: Any) -> None:
     """The workload's own schema, without rows: its load with ``insertcount=0``."""
-    from dbsurge.workloads import get_workload
-
     empty = get_workload("ycsb", workload.target, {**_given(workload), "insertcount": "0"})
     empty.load(progress=False)
 
@@ -111,8 +109,6 @@ def _given(workload: Any) -> dict[str, str]:
 
 def record_batches(workload: Any, start: int, stop: int, batch_size: int) -> Iterator[tuple[int, list[tuple]]]:
     """``(first_record, rows)`` batches of records ``start..stop-1``, the same rows `Workload.load` inserts."""
-    from dbsurge.workloads.loading import block_rows, blocks
-
     seed = workload.options["seed"]
 
     def make(rng: Any, first: int, last: int) -> list[tuple]:

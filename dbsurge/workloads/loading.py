@@ -16,9 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
-import pymongo.errors
-
 from dbsurge.workloads.base import LOAD_CHUNK, LoadProgress, pg_executor
 
 # (block_random, first, stop) -> rows for record numbers first..stop-1, first key in each row.
@@ -77,6 +74,8 @@ def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, a
     Aurora DSQL answers 40001 to a statement as well as to a commit, for instance to the first
     statements on a table right after its CREATE ("schema has been updated by another transaction").
     """
+    import psycopg  # the drivers load with the binding that uses them, not with every workload
+
     for attempt in range(attempts):
         try:
             return pg_executor(session)(sql, params, prepare=params is not None)
@@ -89,6 +88,8 @@ def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, a
 
 def pg_table_has_rows(session: Any, table: str) -> bool:
     """True if ``table`` exists and has at least one row."""
+    import psycopg
+
     try:
         return pg_execute(session, f"select 1 from {table} limit 1").fetchone() is not None
     except psycopg.errors.UndefinedTable:
@@ -97,6 +98,8 @@ def pg_table_has_rows(session: Any, table: str) -> bool:
 
 def pg_count_present(session: Any, table: str, key_column: str, keys: Sequence[Any]) -> int:
     """How many of ``keys`` exist in ``table`` (0 if the table does not exist)."""
+    import psycopg
+
     try:
         cursor = pg_execute(session, f"select count(*) from {table} where {key_column} = any(%s)", (list(keys),))
         return int(cursor.fetchone()[0])
@@ -198,6 +201,8 @@ def _mongo_present(collection: Any, ids: list[Any]) -> set[Any]:
 
 
 def _mongo_insert(collection: Any, docs: list[dict[str, Any]]) -> int:
+    import pymongo.errors
+
     try:
         if len(docs) == 1:
             collection.insert_one(docs[0])
