@@ -39,7 +39,7 @@ def begin_run(run: DbSurgeRun) -> None:
     opts = run.options
     env = run.environment
     again = run.rundir is not None  # the web UI's second Start (or later): a directory of its own, even with --run-id
-    run.new_test()  # a new `Test`: nothing of the last one carries over
+    run.new_test()  # a new `LoadTest`: nothing of the last one carries over
     stopping.install_signal_handlers(run)
     run.admit_workers()  # before time zero: a worker still saying hello (or proving the token) costs no plan time
     start_s = _time_zero(run)
