@@ -312,3 +312,15 @@ def test_the_drivers_load_with_the_binding_that_uses_them():
                          check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_map_names_every_control_message():
+    """docs/architecture.md's table of messages names each message of the wire once, and nothing else."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("Every message there is"):doc.index("The close, followed")]
+    named = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    probe = "from dbsurge.engine import wire; print(' '.join(sorted(c.__name__ for c in wire.MESSAGES.values())))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert sorted(named) == out.stdout.split() and len(named) == len(set(named)), (named, out.stdout)
