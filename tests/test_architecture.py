@@ -318,7 +318,7 @@ def test_the_map_names_every_control_message():
     """docs/architecture.md's table of messages names each message of the wire once, and nothing else."""
     doc = (REPO / "docs" / "architecture.md").read_text()
     table = doc[doc.index("Every message there is"):doc.index("The close, followed")]
-    named = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    named = re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE)
     probe = "from dbsurge.engine import wire; print(' '.join(sorted(c.__name__ for c in wire.MESSAGES.values())))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60,
                          check=False)
