@@ -26,14 +26,13 @@ def wait_for(predicate, timeout_s: float = 10.0) -> None:
 def lookups(uri: str, seconds: float, rng: random.Random) -> None:
     """Random point reads (40 keys every 0.1 s) for ``seconds``, yielding to the sampler in between.
 
-    Each read needs the row's heap page (``pad`` is not in the index): ``count(*)`` became an index-only scan
-    once a vacuum had set the table's visibility map (autovacuum does, at its own time), the ~700 heap pages
-    were never read again, and a cold second showed 57 reads among 650 hits (two CI runs failed so).
-    A backend hands its block counts to pg_stat_database when it goes idle, at most once a
-    second, and skips the hand-over while the statistics lock is busy (for up to a minute): on a
-    loaded machine a cold second then showed 55 reads where an idle one shows 378 (a CI run
-    failed so). ``pg_stat_force_next_flush()`` makes every idle point hand them over, so each
-    sample sees the reads of its own second.
+    Each read needs the row's heap page (``pad`` is not in the index). With ``count(*)``, PostgreSQL answered
+    from the index alone once a vacuum had set the table's visibility map (autovacuum does so at its own
+    moment): the ~700 heap pages were never read again, and a cold second showed 57 reads among about 650
+    hits (two CI runs failed so; an earlier fix blamed the statistics' flush, which was not it).
+
+    ``pg_stat_force_next_flush()`` hands each query's block counts to pg_stat_database at once (a backend
+    otherwise does so when idle, at most once a second), so each sample counts the reads of its own second.
     """
     import psycopg
 
@@ -50,15 +49,15 @@ def test_pg_buffer_hit_ratio_falls_after_a_restart_and_climbs_as_the_cache_warms
     import psycopg
 
     rng = random.Random(0)
-    # a database of its own: pg_stat_database counts per database, and the session's server is shared with the
-    # other tests of this pytest worker (a run of theirs still connected would add its hits to these seconds)
+    # a database of its own: pg_stat_database counts per database, and this pytest worker's other tests share
+    # the session's server
     with psycopg.connect(pg_server.uri, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TABLE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TABLE}")
     uri = pg_server.uri.rsplit("/", 1)[0] + f"/{TABLE}"
     with psycopg.connect(uri, autocommit=True) as conn:
-        # ~700 pages of ~18 rows: random reads fault them in over a few seconds after a restart; no autovacuum,
-        # whose ANALYZE would read the whole table back into shared buffers if it came right after the restart
+        # ~700 pages of ~18 rows: random reads fault them in over a few seconds after a restart; no autovacuum:
+        # the table's visibility map and statistics are set once, here, not at autovacuum's moment
         conn.execute(f"CREATE TABLE {TABLE} WITH (autovacuum_enabled = off) AS "
                      f"SELECT g AS id, repeat('x', 400) AS pad FROM generate_series(1, {ROWS}) g")
         conn.execute(f"ALTER TABLE {TABLE} ADD PRIMARY KEY (id)")
