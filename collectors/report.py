@@ -169,6 +169,19 @@ def ledger_rows(data: ReportData) -> Table:
     return ledger_table(rows)
 
 
+def failure_rows(data: ReportData) -> list[str]:
+    """The failures by kind with the first message of each (run.json's results), as the console printed them."""
+    from dbsurge.measure.tables import failure_lines
+
+    results = data.run.meta.get("results") or {}
+    errors, first = results.get("errors"), results.get("first_errors")
+    return failure_lines(errors, first if isinstance(first, dict) else {}) if isinstance(errors, dict) else []
+
+
+#: Above the failure kinds (the console's title, `dbsurge.engine.finish.FAILURES_TITLE`).
+FAILURES_NOTE = "Each kind with its count and the first message of it; events.jsonl holds the first of each per worker."
+
+
 def thin_note(rows: list[dict], group: Callable[[dict], str] | None = None) -> str:
     """A sentence naming the rows whose p95, p99 or p99.9 rests on fewer than 100 / (100 - q) successful operations.
 
@@ -392,6 +405,10 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
     parts += _scenario_figures_html(data)
     parts += _section("Ledger", ledger_rows(data),
                       "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
+    failures = failure_rows(data)
+    if failures:
+        parts += ["<h2>Failures</h2>", f'<p class="note">{html.escape(FAILURES_NOTE)}</p>',
+                  '<ul class="notes">' + "".join(f"<li>{html.escape(f)}</li>" for f in failures) + "</ul>"]
     detail_headers, detail_rows = stage_operation_rows(data)
     if detail_rows:
         parts += ['<details id="stage-operations"><summary>Every stage and operation</summary>',
@@ -456,6 +473,9 @@ def render_markdown(data: ReportData, part: ScenarioPart | None = None) -> str:
         lines += _md_section("Rate overrides", override_rows(data), OVERRIDES_NOTE)
     lines += _md_section("Ledger", ledger_rows(data),
                          "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)")
+    failures = failure_rows(data)
+    if failures:
+        lines += ["## Failures", "", FAILURES_NOTE, "", *(f"- {f}" for f in failures), ""]
     if has_cost(data):
         (ih, ir), (sh, sr) = cost_tables(data.cost)
         lines += ["## Cost", "", markdown_table(ih, ir), "", markdown_table(sh, sr), "", "Prices: " + "; ".join(

@@ -172,3 +172,43 @@ def test_a_long_start_delay_says_when_the_load_begins(tmp_path, pg_uri):
     assert said[0] < stage  # before the wait, not when the load starts
     default = _constant(tmp_path / "n", pg_uri, "--quiet")  # the default 1 s: no line
     assert "load begins at" not in default.stderr
+
+
+def test_a_failure_kind_is_shown_with_its_first_message():
+    from dbsurge.engine.console import failure_line
+    from dbsurge.measure.tables import failure_lines
+
+    first = {"server:42P01": 'UndefinedTable: relation "orders" does not exist\nLINE 1: insert into orders ...',
+             "timeout": "TimeoutError: " + "x" * 500}
+    lines = failure_lines({"timeout": 3, "server:42P01": 30, "other": 0}, first)
+    assert lines[0] == ('server:42P01: 30 failed; first: UndefinedTable: relation "orders" does not exist '
+                        'LINE 1: insert into orders ...')
+    assert lines[1].startswith("timeout: 3 failed; first: TimeoutError: xxx") and len(lines[1]) < 260
+    assert len(lines) == 2  # a kind that never failed has no line
+    assert failure_line("server:42P01", first["server:42P01"], "w1 (10.0.0.2)").startswith(
+        'first failure server:42P01 from w1 (10.0.0.2): UndefinedTable: relation "orders" does not exist LINE 1')
+
+
+def test_a_second_in_which_everything_failed_has_no_p99():
+    progress = Progress(START, ["20tps"], every_s=3600)
+    rows = [{**_row(0, "20tps", 0, 20, 0.0, failures=20), "count": 20},
+            {**_row(1, "20tps", 0, 20, 0.0, failures=20), "count": 20}]
+    [line] = progress.finish(rows)
+    assert ", p99 -, " in line, line
+
+
+def test_failures_name_their_first_message_live_at_the_end_and_in_the_files(tmp_path, pg_uri):
+    """A table that does not exist: the console says why the operations fail, not only ``server:42P01=40``."""
+    proc = dbsurge("run", "--workload", "ycsb", "--target", pg_uri, "--no-load", "--workload-option",
+                   "table=no_such_table_h5", "--shape", "constant", "--rate", "20", "--duration", "2s",
+                   "--no-db-sampler", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, explain(proc)
+    why = 'UndefinedTable: relation "no_such_table_h5" does not exist'
+    # live, once: the first failure of its kind, as pgbench prints the SQL error
+    assert proc.stderr.count(f"first failure server:42P01: {why}") == 1, explain(proc)
+    # at the end: the kind, its count and its first message
+    assert re.search(rf"^  server:42P01: \d+ failed; first: {re.escape(why)}", proc.stdout, re.MULTILINE), proc.stdout
+    run = only_run_dir(tmp_path / "results")
+    assert re.search(rf"^- server:42P01: \d+ failed; first: {re.escape(why)}",
+                     (run / "summary.md").read_text(), re.MULTILINE)
+    assert why.replace('"', "&quot;") in (run / "report.html").read_text()

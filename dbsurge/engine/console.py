@@ -131,6 +131,30 @@ def start_line(start_epoch_s: float, now_s: float, *, align_s: float | None = No
     return f"load begins at {time.strftime('%H:%M:%SZ', time.gmtime(start_epoch_s))}, in {_seconds(wait)} ({why})"
 
 
+def failure_line(kind: str, message: str, where: str = "") -> str:
+    """The line a failure kind gets the first time it happens, with its message (pgbench prints the SQL error).
+
+        >>> failure_line("server:42P01", 'UndefinedTable: relation "orders" does not exist')
+        'first failure server:42P01: UndefinedTable: relation "orders" does not exist (the next ones are counted)'
+    """
+    text = " ".join(str(message or "").split())
+    if len(text) > FAILURE_LINE_LIMIT:
+        text = text[: FAILURE_LINE_LIMIT - 1] + "…"
+    on = f" from {where}" if where else ""
+    return f"first failure {kind}{on}: {text or '(no message)'} (the next ones are counted)"
+
+
+def say_failures(run, failures: list[tuple[str, str, str]]) -> None:
+    """Log `failure_line` for each (kind, message, worker) a flush saw for the first time (`Aggregator.flush`)."""
+    for kind, message, worker in failures:
+        where = run.hosts.name(worker) if run.has_workers else ""
+        log.warning(failure_line(kind, message, where))
+
+
+#: A failure's message on the console: the error and the start of the statement, not a page of it.
+FAILURE_LINE_LIMIT = 200
+
+
 def _override_in_force(changes: list, t: float) -> int:
     """The number (1, 2, ...) of the last override made at or before ``t`` seconds; 0 for none."""
     return sum(1 for at_s, _rate, _scale in changes if at_s <= t + 1e-9)
@@ -229,7 +253,8 @@ class Progress:
         failed = sum(int(_num(r.get("failures"))) for r in rows)
         dropped = sum(int(_num(r.get("dropped"))) for r in rows)
         self.failed_so_far += failed
-        p99 = max((_num(r.get("p99_ms"), math.nan) for r in rows), default=math.nan, key=_nan_low)
+        # the percentiles are of successes: seconds in which every operation failed have none (not 0.000 ms)
+        p99 = max((_num(r.get("p99_ms"), math.nan) for r in rows if _succeeded(r)), default=math.nan, key=_nan_low)
         lag = max((_num(r.get("lag_p99_ms"), math.nan) for r in rows), default=math.nan, key=_nan_low)
         elapsed = _elapsed(last.get("time_utc"), self.start_epoch_s)
         rate = f"{achieved:.1f}/{sum(targets) / len(targets):.1f} TPS" if targets else f"{achieved:.1f} ops/s"
@@ -267,6 +292,13 @@ def _num(value, default: float = 0.0) -> float:
     except (TypeError, ValueError):
         return default
     return x if math.isfinite(x) else default
+
+
+def _succeeded(row: dict) -> bool:
+    """Whether an operation of the timeline row succeeded (a row without counts: assume so)."""
+    if row.get("count") in (None, ""):
+        return True
+    return _num(row.get("count")) - _num(row.get("failures")) > 0
 
 
 def _nan_low(x: float) -> float:

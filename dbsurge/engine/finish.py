@@ -31,7 +31,15 @@ from dbsurge.load.pacer import TARGET_SILENT_S
 from dbsurge.measure.aggregator import ALL
 from dbsurge.measure.cells import NOT_SENT_REASONS
 from dbsurge.measure.ledger import balance, planned_counts, share_counts
-from dbsurge.measure.tables import ledger_table, markdown, operation_table, render, segment_table, stage_table
+from dbsurge.measure.tables import (
+    failure_lines,
+    ledger_table,
+    markdown,
+    operation_table,
+    render,
+    segment_table,
+    stage_table,
+)
 from dbsurge.plan.segments import segment_rows
 from dbsurge.plan.stage_plan import parse_duration
 from dbsurge.rundir import SEGMENT_COLUMNS, utc_iso
@@ -220,6 +228,7 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
         run.rundir.write_flush(flush)
         for line in run.side.progress.finish(flush.rows) if run.side.progress is not None else []:
             log.info(line)  # the last stage's seconds come in this flush: they get their line too
+        console.say_failures(run, flush.failures)
     except Exception as e:
         ok = False
         run.note_problem("writing the timeline", e)
@@ -473,6 +482,10 @@ SEGMENTS_TITLE = (f"Rate overrides: a row per stage and per override in force ({
                   "each in the row in force at its start; the ledger stays per stage)")
 
 
+#: Above the failure kinds: each with its count and the first message of it (events.jsonl has them all).
+FAILURES_TITLE = f"Failures by kind (the first message of each; {EVENTS} holds the first of each kind per worker)"
+
+
 def _check_lines(results) -> list[str]:
     lines = []
     for c, ok, v in results:
@@ -503,6 +516,9 @@ def summary_text(run, stages, summary, findings, results, verdict: str = "") -> 
     h, rows = ledger_table(stages if run.plan else summary)
     parts.append(render(h, rows, "Ledger (planned = ok + failed + dropped + unknown + not sent)" if run.plan
                         else "Ledger (closed model: no plan)"))
+    failures = failure_lines(run.aggregator.errors, run.aggregator.first_errors)
+    if failures:
+        parts.append("\n".join([FAILURES_TITLE, ""] + ["  " + line for line in failures]))
     if findings:
         parts.append("\n".join("WARNING: " + f for f in findings))
     elif run.plan:
@@ -526,6 +542,9 @@ def summary_markdown(run, stages, summary, findings, results, verdict: str = "")
     h, rows = ledger_table(stages if run.plan else summary)
     out += ["## Ledger", "", "planned = ok + failed (by kind) + dropped + unknown + not sent (by reason)", "",
             markdown(h, rows), ""]
+    failures = failure_lines(run.aggregator.errors, run.aggregator.first_errors)
+    if failures:
+        out += ["## Failures", "", FAILURES_TITLE, ""] + [f"- {line}" for line in failures] + [""]
     out += ["## Generator", ""]
     out += [f"- {f}" for f in findings] or ["- kept to the plan: no stage lagged or dropped slots"]
     if results:

@@ -233,3 +233,4 @@ def _master_loop(run: DbSurgeRun) -> None:
                 continue
         for line in run.side.progress.add(flush.rows) if run.side.progress is not None else []:
             log.info(line)
+        console.say_failures(run, flush.failures)

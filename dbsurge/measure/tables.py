@@ -117,6 +117,30 @@ def ledger_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return headers, out
 
 
+#: A failure's first message as the summary prints it: long enough for the error and the statement's start.
+FIRST_MESSAGE_LIMIT = 200
+
+
+def failure_lines(errors: dict, first_errors: dict) -> list[str]:
+    """One line per failure kind, commonest first, with the first message the run saw of it.
+
+    ``server:42P01: 60 failed; first: UndefinedTable: relation "orders" does not exist ...``: the ledger's
+    codes alone leave the reason in events.jsonl; pgbench prints the SQL error itself.
+
+        >>> failure_lines({"timeout": 2, "server:42P01": 60}, {"server:42P01": 'UndefinedTable: relation "x"'})
+        ['server:42P01: 60 failed; first: UndefinedTable: relation "x"', 'timeout: 2 failed']
+    """
+    out = []
+    for kind, n in sorted(errors.items(), key=lambda item: (-int(item[1]), item[0])):
+        if not int(n):
+            continue
+        first = " ".join(str(first_errors.get(kind) or "").split())
+        if len(first) > FIRST_MESSAGE_LIMIT:
+            first = first[: FIRST_MESSAGE_LIMIT - 1] + "…"
+        out.append(f"{kind}: {int(n):,} failed" + (f"; first: {first}" if first else ""))
+    return out
+
+
 def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """One line per stage, as the 001 study's spike table: arrival rate, successful TPS, p95/p99 per
     operation, failure rate, lag and drops; a capacity column when a collector supplied one."""
