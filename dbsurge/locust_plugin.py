@@ -250,7 +250,7 @@ def _on_test_stop(environment, **_kw):
         run.ending.interrupted = ("web UI Stop", run.elapsed_s() or 0.0)
         run.ending.exit_code_override = EXIT_STOPPED
         drain_s = float(run.options.drain)  # as a signal: the users finish the slot they are on (DbUser.stop)
-        log.warning("dbsurge: the web UI's Stop: stopping the run (in-flight operations get up to %g s; exit %d once "
+        log.warning("the web UI's Stop: stopping the run (in-flight operations get up to %g s; exit %d once "
                     "the process ends)", drain_s, EXIT_STOPPED)
 
         def stop_from_ui():

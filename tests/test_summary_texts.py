@@ -46,3 +46,25 @@ def test_the_generator_is_not_blamed_when_the_target_was_failing():
     # the same stall with the operations succeeding: the generator's evidence, and the generator is named
     healthy = _stage(lag=900.0, p99=950.0, loop=800.0, achieved=63.5, target=200.0)
     assert lag_findings([healthy], 5.0)[0].cause == "generator"
+
+
+def test_no_log_line_names_dbsurge_twice():
+    """The formatters print the logger's name (``ERROR dbsurge: ...``): a message that starts with it again
+    read ``ERROR dbsurge: dbsurge: this worker's lease lapsed ...``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    doubled = []
+    for path in [*(root / "dbsurge").rglob("*.py"), *(root / "collectors").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                    and node.func.attr in ("debug", "info", "warning", "error", "exception", "critical")):
+                continue
+            first = node.args[0]
+            text = first.value if isinstance(first, ast.Constant) else (
+                first.values[0].value if isinstance(first, ast.JoinedStr) and first.values
+                and isinstance(first.values[0], ast.Constant) else None)
+            if isinstance(text, str) and text.startswith("dbsurge: "):
+                doubled.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not doubled, doubled

@@ -363,7 +363,7 @@ def configure_worker(run: Any, s: Any) -> None:
         uri, problem = s.target_uri, str(exc)
     run.configure_target(uri, s.target_options, s.workload_options, s.operations, s.op_timeout_s)
     if problem is not None:
-        log.error("dbsurge: %s", problem)
+        log.error("%s", problem)
         run.target = NoCredentialsTarget(run.target, f"target {run.target.display}: {problem}")
 
 

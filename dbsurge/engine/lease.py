@@ -76,7 +76,7 @@ def renew_loop(run) -> None:
         if not pacer.leased() and not lapsed and pacer.lease_until_ns:
             lapsed = True
             over_s = (pacer.clock_ns() - pacer.lease_until_ns) / 1e9
-            log.error("dbsurge: this worker's lease lapsed %.1f s ago (no renewal from the master): it stopped "
+            log.error("this worker's lease lapsed %.1f s ago (no renewal from the master): it stopped "
                       "sending load at once and asks for its share again", over_s)
         elif pacer.leased():
             lapsed = False
@@ -117,9 +117,9 @@ def on_lease(environment, msg, **_kw) -> None:
     # Said here, not only by `renew_loop`: a starved process may run this renewal before the loop
     # ever saw the lapse, and the arrivals written off must not go unexplained in the run's events.
     if lapse_s > LAPSE_CATCH_UP_S:
-        log.error("dbsurge: this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
+        log.error("this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
                   "sending again; the arrivals due in the lapse but its last %.1f s are booked not sent "
                   "(worker_lost), not sent late", lapse_s, LAPSE_CATCH_UP_S)
     else:
-        log.warning("dbsurge: this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
+        log.warning("this worker's lease lapsed for %.1f s, then the master renewed this worker's lease: "
                     "sending again, late (the lag says by how much)", lapse_s)

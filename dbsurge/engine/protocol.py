@@ -159,7 +159,7 @@ def _note_master_stall(run: DbSurgeRun, stall_s: float) -> None:
         return
     run.master_stall_max_s = stall_s
     if stall_s > MASTER_STALL_WARN_S:
-        log.warning("dbsurge: the master's event loop stalled %.2f s (its workers' lease renewals wait as long; "
+        log.warning("the master's event loop stalled %.2f s (its workers' lease renewals wait as long; "
                     "a lease lapses after %.2f s)", stall_s, LEASE_S)
 
 
@@ -552,7 +552,7 @@ def _take_setup(run: DbSurgeRun, s: Setup, join: tuple[int, int, int] | None = N
     try:
         credentials.configure_worker(run, s)  # the password from this worker's own sources
     except UserError as e:
-        log.error("dbsurge: %s", e)
+        log.error("%s", e)
         return
     run.changes = list(s.changes)
     run.make_pacer(s)
@@ -579,7 +579,7 @@ def _on_share_message(environment, msg, **_kw):
     elif run.pacer.paused or share.lost:  # given up, or it gave up: write off what it could not send
         n = run.pacer.rejoin(share.index, share.count, share.from_number, share.write_off_until)
         if n:
-            log.warning("dbsurge: back in touch with the master: %d slots due meanwhile are booked as not sent "
+            log.warning("back in touch with the master: %d slots due meanwhile are booked as not sent "
                         "(worker_lost)", n)
     else:
         run.pacer.reshare(share.index, share.count, share.from_number)

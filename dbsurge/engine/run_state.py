@@ -281,7 +281,7 @@ class DbSurgeRun:
         first = key not in self.problems
         self.problems[key] = self.problems.get(key, 0) + 1
         if first:
-            log.warning("dbsurge: %s failed (%s: %s); measurement goes on", where, type(exc).__name__,
+            log.warning("%s failed (%s: %s); measurement goes on", where, type(exc).__name__,
                         redact_text(str(exc).splitlines()[0] if str(exc) else ""))
             self.safe_event("error", where=where, error=f"{type(exc).__name__}: {redact_text(str(exc))[:300]}")
 

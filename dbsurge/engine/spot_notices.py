@@ -178,7 +178,7 @@ def start_spot_watcher(endpoint: str | None, on_notice: Callable[[SpotNotice], A
                     failing = True
                     notices = []
                 for notice in notices:
-                    log.warning("dbsurge: %s", notice.reason)
+                    log.warning("%s", notice.reason)
                     try:
                         on_notice(notice)
                     except Exception:

@@ -171,7 +171,7 @@ def master_watchdog(run) -> None:
         silent = time.time() - last
         if silent > MASTER_GONE_S:
             pacer.close("worker_lost")
-            log.error("dbsurge: no heartbeat from the master for %.1f s: this worker stops and exits", silent)
+            log.error("no heartbeat from the master for %.1f s: this worker stops and exits", silent)
             gevent.sleep(0.3)
             run.environment.process_exit_code = EXIT_INCOMPLETE
             runner.quit()
@@ -366,7 +366,7 @@ def leave(run, why: str) -> None:
             run.environment.runner.quit()
         return
     run.leaving = why
-    log.warning("dbsurge: %s: leaving the run (in-flight operations get %g s)", why, float(run.options.drain))
+    log.warning("%s: leaving the run (in-flight operations get %g s)", why, float(run.options.drain))
     run.leave_until = None
     send(run.environment.runner, Leave(why=why))
     deadline = time.monotonic() + 3.0
