@@ -417,13 +417,23 @@ def render_html(data: ReportData, images: dict[str, bytes], part: ScenarioPart |
     # the engine's once-a-minute `resources` samples are a scenario's table (longrun), not 720 rows of events
     shown = [e for e in data.events if e.get("kind") not in ("stage", "resources")]
     if shown:
-        rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")),
-                 ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time_utc", "kind"))] for e in shown]
+        rows = [[str(e.get("time_utc", "")), str(e.get("kind", "")), event_details(e)] for e in shown]
         parts += ["<h2>Events</h2>", html_table(["Time (UTC)", "Kind", "Details"], rows)]
     files = [f"{MERGED} (one row per second)", COST, *([TIMELINE_PNG] if figures else []), SUMMARY_MD,
              f"{METRICS}/", *(raw_files(data.run.path) if part is not None else [])]
     parts.append(f'<p class="note">Files: {html.escape(", ".join(files))}.</p></body></html>')
     return "\n".join(parts)
+
+
+def event_details(event: dict) -> str:
+    """An event's fields as a person reads them: ``at_s=35.668, rate_tps=80``; a field that is None is left out
+    (it printed ``at_s=35.667605632000004, rate_tps=None``)."""
+    def shown(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}".rstrip("0").rstrip(".") if math.isfinite(v) else str(v)
+        return str(v)
+
+    return ", ".join(f"{k}={shown(v)}" for k, v in event.items() if k not in ("time_utc", "kind") and v is not None)
 
 
 def _scenario_figures_html(data: ReportData) -> list[str]:

@@ -68,3 +68,60 @@ def test_no_log_line_names_dbsurge_twice():
             if isinstance(text, str) and text.startswith("dbsurge: "):
                 doubled.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not doubled, doubled
+
+
+def test_the_idle_table_names_the_idle_window_with_its_unit(tmp_path):
+    import json
+
+    from dbsurge.scenarios.idle import report
+
+    (tmp_path / "run.json").write_text(json.dumps({"scenario": "idle", "settings": {"idle": "5", "lookups": 20,
+                                                                                    "connect_timeout_s": 15}}))
+    (tmp_path / "probes.csv").write_text("run,phase,ms,result\n")
+    title = report(tmp_path).tables[0].title
+    assert title.startswith("First request after 5 s idle (connect timeout 15 s"), title
+
+
+def test_a_stage_never_reached_has_no_failure_rate_and_rates_keep_one_precision():
+    from dbsurge.measure.tables import stage_table
+    from dbsurge.scenarios.spike import spike_rows
+
+    def row(stage, target, count):
+        return {"stage": stage, "operation": "ALL", "target_tps": target, "achieved_tps": "20" if count else "0",
+                "count": str(count), "failures": "0", "failure_rate": "0", "p95_ms": "1", "p99_ms": "1",
+                "service_p99_ms": "1", "lag_p99_ms": "1", "dropped": "0", "ok": str(count)}
+
+    rows = [row("20%", "20", 200), row("ramp", "244.86", 2400), row("5%", "2.5", 0)]
+    _h, lines = stage_table(rows)
+    assert [line[1] for line in lines] == ["20", "245", "2.5"]  # not "244.86" beside "20"
+    assert lines[0][-3] == "0.000%" and lines[2][-3] == "-", lines  # a stage a SIGINT never reached
+    spike = spike_rows(rows, {})
+    assert spike[0]["failure_rate"] == 0.0 and spike[2]["failure_rate"] is None
+
+
+def test_the_spike_table_shows_a_stage_never_reached_without_a_failure_rate(tmp_path):
+    import csv
+    import json
+
+    from dbsurge.rundir.schema import STAGES
+    from dbsurge.scenarios.spike import report
+
+    fields = ["stage", "operation", "target_tps", "achieved_tps", "count", "failures", "failure_rate", "p95_ms",
+              "p99_ms"]
+    with open(tmp_path / STAGES, "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        w.writerow(dict(zip(fields, ["20%", "ALL", "20", "20", "200", "0", "0", "1", "1"])))
+        w.writerow(dict(zip(fields, ["200%", "ALL", "200", "0", "0", "0", "0", "", ""])))
+    (tmp_path / "run.json").write_text(json.dumps({"scenario": "spike", "plan": {"text": "x", "baseline_tps": 100}}))
+    table = report(tmp_path).tables[0]
+    rate = table.headers.index("failure rate")
+    assert [r[rate] for r in table.rows] == ["0.000%", "-"], table.rows
+
+
+def test_the_reports_events_show_rounded_times_and_no_none():
+    from dbsurge.collectors.report import event_details
+
+    event = {"time_utc": "2026-01-01T00:00:35.667Z", "kind": "rate_change", "at_s": 35.667605632000004,
+             "rate_tps": None, "scale": 2.0, "override": 1, "label": "override 1: plan x2"}
+    assert event_details(event) == "at_s=35.668, scale=2, override=1, label=override 1: plan x2"

@@ -41,11 +41,12 @@ def fmt_num(v, digits: int = 1) -> str:
 
 
 def fmt_rate(v) -> str:
-    """A planned rate: whole TPS as such, a fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals."""
+    """A planned rate: whole TPS from 10 on (``245``, not ``244.86`` beside ``20``: a ramp's or an override's
+    mean), a small fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals."""
     if v in ("", None):
         return "-"
     f = float(v)
-    return f"{f:,.0f}" if f == round(f) else f"{f:,.2f}".rstrip("0")
+    return f"{f:,.0f}" if f == round(f) or abs(f) >= 10 else f"{f:,.2f}".rstrip("0")
 
 
 def fmt_pct(v) -> str:
@@ -168,7 +169,8 @@ def stage_table(stage_rows: list[dict], capacity: dict[str, str] | None = None) 
             row.append(f"{fmt_ms(r['p95_ms'])} / {fmt_ms(r['p99_ms'])}" if r and _succeeded(r) else "-")
         # a stage nothing ran in (never reached: a Stop, a signal) has no latency, not a latency of 0
         measured = _measured(total)
-        row += [fmt_ms(total.get("service_p99_ms")) if _succeeded(total) else "-", fmt_pct(total.get("failure_rate")),
+        row += [fmt_ms(total.get("service_p99_ms")) if _succeeded(total) else "-",
+                fmt_pct(total.get("failure_rate")) if measured else "-",
                 fmt_ms(total.get("lag_p99_ms")) if measured else "-", fmt_num(total.get("dropped"), 0)]
         if capacity is not None:
             row.append(capacity.get(st, ""))

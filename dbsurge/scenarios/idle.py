@@ -214,6 +214,23 @@ def _connection_cell(row: dict) -> str:
     return ms(row["first_connection_ms"])
 
 
+def idle_words(idle: Any) -> str:
+    """The idle window with its unit: ``--idle 5`` is ``5 s``, ``900s`` is ``15 min`` (the title said "after 5 idle").
+
+        >>> idle_words("5"), idle_words("900s"), idle_words("90m"), idle_words(None)
+        ('5 s', '15 min', '1.5 h', '?')
+    """
+    try:
+        s = seconds(idle, "--idle")
+    except (UserError, TypeError, ValueError):
+        return "?" if idle in (None, "") else str(idle)
+    if s >= 3600 and s % 1800 == 0:
+        return f"{s / 3600:g} h"
+    if s >= 60 and s % 30 == 0:
+        return f"{s / 60:g} min"
+    return f"{s:g} s"
+
+
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     rows = idle_rows(read_rows(run_dir, PROBES))
@@ -221,7 +238,7 @@ def report(run_dir: Path) -> Report:
     lookups = settings.get("lookups", 20)
     display = [[str(r["run"]), _connection_cell(r), ms(r["first_query_ms"]), ms(r["next_p50_ms"]),
                 "success" if r["result"] == "success" else r["result"]] for r in rows]
-    table = Table(title=f"First request after {settings.get('idle', '?')} idle (connect timeout "
+    table = Table(title=f"First request after {idle_words(settings.get('idle'))} idle (connect timeout "
                         f"{opt_float(settings.get('connect_timeout_s')) or 0:g} s; times in ms)",
                   headers=["run", "first connection", "first query", f"p50 of next {lookups}", "result"],
                   rows=display, csv_name=scenario_table(NAME), csv_columns=TABLE_COLUMNS, csv_rows=rows)

@@ -108,7 +108,9 @@ def spike_rows(stage_rows: list[dict], capacity: dict[str, str]) -> list[dict]:
         total = by_op.get("ALL", {})
         row = {"stage": stage, "arrival_rate_tps": opt_float(total.get("target_tps")),
                "successful_tps": opt_float(total.get("achieved_tps")),
-               "failures": int(total.get("failures") or 0), "failure_rate": opt_float(total.get("failure_rate")),
+               "failures": int(total.get("failures") or 0),
+               # a stage nothing was sent in (a signal came first) has no failure rate, not one of 0%
+               "failure_rate": opt_float(total.get("failure_rate")) if _sent(total) else None,
                "max_capacity": capacity.get(stage, "")}
         for op, _ in OPERATIONS:
             r = by_op.get(op, {})
@@ -118,6 +120,12 @@ def spike_rows(stage_rows: list[dict], capacity: dict[str, str]) -> list[dict]:
     return out
 
 
+def _sent(total: dict) -> bool:
+    """Whether any of the stage's operations completed (ok or failed); an old stages.csv without counts: yes."""
+    count = total.get("count")
+    return count in (None, "") or float(count) > 0
+
+
 def report(run_dir: Path) -> Report:
     meta = read_meta(run_dir)
     rows = spike_rows(read_rows(run_dir, STAGES), stage_capacity_text(run_dir))
@@ -125,7 +133,7 @@ def report(run_dir: Path) -> Report:
     for r in rows:
         line = [r["stage"], number(r["arrival_rate_tps"], 0), number(r["successful_tps"], 1)]
         line += [f"{ms(r[f'{op}_p95_ms'])} / {ms(r[f'{op}_p99_ms'])}" for op, _ in OPERATIONS]
-        line += [f"{(r['failure_rate'] or 0) * 100:.4f}%", r["max_capacity"]]
+        line += ["-" if r["failure_rate"] is None else f"{r['failure_rate'] * 100:.3f}%", r["max_capacity"]]
         display.append(line)
     headers = ["stage", "arrival rate", "successful TPS"] + [f"{label} p95 / p99 ms" for _, label in OPERATIONS]
     headers += ["failure rate", "max capacity"]
