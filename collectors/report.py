@@ -45,6 +45,7 @@ from dbsurge.rundir import STAGE_COLUMNS
 from dbsurge.rundir.reader import read_rows
 from dbsurge.rundir.schema import (
     COST,
+    EVENTS,
     MERGED,
     METRICS,
     REPORT_HTML,
@@ -179,7 +180,7 @@ def failure_rows(data: ReportData) -> list[str]:
 
 
 #: Above the failure kinds (the console's title, `dbsurge.engine.finish.FAILURES_TITLE`).
-FAILURES_NOTE = "Each kind with its count and the first message of it; events.jsonl holds the first of each per worker."
+FAILURES_NOTE = f"Each kind with its count and the first message of it; {EVENTS} holds the first of each per worker."
 
 
 def thin_note(rows: list[dict], group: Callable[[dict], str] | None = None) -> str:

@@ -90,8 +90,11 @@ def test_docdb_defaults(tmp_path):
 @pytest.mark.parametrize(
     ("uri", "options", "expected"),
     [
-        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, dsql://, mongodb://, "
-                    "dynamodb://, alternator:// or cql://"),
+        ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, postgres://, dsql://, mongodb://, "
+                    "mongodb+srv://, dynamodb://, alternator://, cql:// or scylla://"),
+        ("postgressql://h/db", None, "(did you mean postgresql://?)"),
+        ("embedded-postgress", None, "or the target one of embedded-postgres, embedded-mongo, embedded-dynamodb, "
+                                     "embedded-cassandra (did you mean embedded-postgres?)"),
         ("not a uri", None, "scheme must be"),
         ("embedded-postgres", None, "embedded targets"),
         ("", None, "no target given"),
@@ -526,3 +529,21 @@ def test_gevent_connect_timeout_against_a_paused_server(pg_server):
     assert "timeout" in fields["line"], fields["line"]
     assert float(fields["elapsed"]) < 3.5, fields["line"]
     assert int(fields["ticks"]) >= 20, fields["line"]  # ~2 s of 50 ms ticks: the wait did not block the hub
+
+
+def test_every_registered_scheme_and_embedded_target_is_in_the_help():
+    """`dbsurge run --help` listed postgresql://, dsql://, mongodb:// and two embedded targets while the code took
+    dynamodb, alternator, cql, scylla, embedded-dynamodb and embedded-cassandra too."""
+    import inspect
+
+    from dbsurge.config.options import EMBEDDED_TARGETS, TARGET_HELP, TARGET_SCHEMES
+    from dbsurge.embedded import servers
+    from dbsurge.targets import _load_builtins, _schemes
+
+    _load_builtins()
+    assert set(_schemes) == set(TARGET_SCHEMES)
+    for name in EMBEDDED_TARGETS:
+        assert f'"{name}"' in inspect.getsource(servers.resolve_embedded), name
+        assert name in TARGET_HELP.replace("- ", "-")
+    for scheme in set(TARGET_SCHEMES) - {"postgres", "mongodb+srv"}:
+        assert f"{scheme}://" in TARGET_HELP, scheme

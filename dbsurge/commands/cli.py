@@ -53,7 +53,7 @@ from dbsurge.config.credentials import for_master
 from dbsurge.config.help_examples import epilog
 from dbsurge.config.option_names import OneLineParser
 from dbsurge.config.option_types import ascii_int
-from dbsurge.config.options import GROUPS, add_options, parse_key_values
+from dbsurge.config.options import EMBEDDED_TEXT, GROUPS, NO_TARGET, SCHEMES_TEXT, add_options, parse_key_values
 from dbsurge.config.size_limits import check_plan_size
 from dbsurge.embedded.servers import free_port, resolve_embedded
 from dbsurge.engine import locust_child
@@ -194,8 +194,7 @@ def run_main(argv: list[str]) -> int:  # noqa: C901 - builds the Locust child's 
     if args.shape:
         files += "," + shape_path(args.shape)
     if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
-                        "or put `target = URI` in a config file")
+        raise UserError(f"{NO_TARGET} or put `target = URI` in a config file")
     validate_run_args(args.users, args.duration, args.processes)
     _preflight(args, ns)
     uri, handle = resolve_embedded(args.target)
@@ -278,8 +277,7 @@ def load_main(argv: list[str]) -> int:
                       epilog=epilog("load"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI or embedded-postgres / embedded-mongo / embedded-dynamodb / embedded-cassandra "
-                        "(default: $DBSURGE_TARGET)")
+                   help=f"database URI ({SCHEMES_TEXT}) or {EMBEDDED_TEXT} (default: $DBSURGE_TARGET)")
     p.add_argument("--target-secret", default=os.environ.get("DBSURGE_TARGET_SECRET"), metavar="ARN",
                    help="AWS Secrets Manager secret with the password (RDS format)")
     p.add_argument("--target-secret-endpoint-url", default=os.environ.get("DBSURGE_TARGET_SECRET_ENDPOINT_URL"))
@@ -288,7 +286,7 @@ def load_main(argv: list[str]) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
     if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
+        raise UserError(NO_TARGET)
     locustfile_path(args.workload)
     wopts = parse_workload_options(args.workload_option or [])
     topts = parse_key_values(args.target_option, "--target-option")

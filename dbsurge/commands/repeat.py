@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbsurge.base.errors import UserError
+from dbsurge.config.options import NO_TARGET
 from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.engine.run_command import take_option
 from dbsurge.engine.validate import check_results_dir, results_dir_option, validate_run_id
@@ -75,8 +76,7 @@ def repeat_main(argv: list[str], run: RunCommand) -> int:
     results_dir = results_dir_option(results_dir if results_dir is not None else getattr(ns, "results_dir", None))
     args.target = args.target or ns.target
     if not args.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), set DBSURGE_TARGET "
-                        "or put `target = URI` in a config file")
+        raise UserError(f"{NO_TARGET} or put `target = URI` in a config file")
     validate_run_id(run_id, results_dir)  # "" is refused, not replaced
     run_id = run_id or new_run_id(f"{args.workload}-x{count}")
     validate_run_id(run_id, results_dir)

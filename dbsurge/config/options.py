@@ -15,6 +15,19 @@ from collections.abc import Iterable
 from dbsurge.base.errors import UserError, clip
 from dbsurge.config.option_types import ascii_float, ascii_int
 
+#: The URI schemes a target may have (`dbsurge.targets` registers them; a test keeps the two equal), and the
+#: embedded servers dbsurge starts by name (`dbsurge.embedded.servers.resolve_embedded`): every help text and
+#: error that lists targets says them from here, so none lists fewer than the code takes.
+TARGET_SCHEMES = ("postgresql", "postgres", "dsql", "mongodb", "mongodb+srv", "dynamodb", "alternator", "cql",
+                  "scylla")
+EMBEDDED_TARGETS = ("embedded-postgres", "embedded-mongo", "embedded-dynamodb", "embedded-cassandra")
+#: ``postgresql://, dsql://, ...`` (the aliases postgres:// and mongodb+srv:// left out of the help's list)
+SCHEMES_TEXT = ", ".join(f"{s}://" for s in TARGET_SCHEMES if s not in ("postgres", "mongodb+srv"))
+EMBEDDED_TEXT = " / ".join(EMBEDDED_TARGETS)
+TARGET_HELP = f"database URI ({SCHEMES_TEXT}) or {EMBEDDED_TEXT} (started and stopped for the run)"
+#: What a command without a target says.
+NO_TARGET = f"no target: pass --target URI (or {EMBEDDED_TEXT}), or set DBSURGE_TARGET"
+
 # ASCII digits only: float() alone also takes "nan", "inf", "1_0" and Arabic-Indic or fullwidth digits.
 _WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
@@ -91,7 +104,7 @@ def add_options(parser, group=None) -> None:
 
     g = section("target")
     g.add_argument("--target", env_var="DBSURGE_TARGET", default=None, is_secret=True,
-                   help="database URI (postgresql://, dsql://, mongodb://) or embedded-postgres / embedded-mongo")
+                   help=TARGET_HELP)
     g.add_argument("--target-secret", env_var="DBSURGE_TARGET_SECRET", default=None, include_in_web_ui=False,
                    metavar="ARN", help="AWS Secrets Manager secret with the target's password (RDS format: username, "
                                        "password); read on the master and on every worker, never sent")

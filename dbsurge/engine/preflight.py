@@ -15,6 +15,7 @@ from dbsurge.base.errors import UserError
 from dbsurge.base.redact import redact_text
 from dbsurge.config import credentials
 from dbsurge.config.checks import check_operations
+from dbsurge.config.options import NO_TARGET
 from dbsurge.config.size_limits import check_connections, check_plan_size
 from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.engine.arrival_shape import ArrivalRateShape
@@ -72,7 +73,7 @@ def preflight(run: DbSurgeRun) -> None:
     workload_options, target_options = parsed["workload_options"], parsed["target_options"]
     requested_ops, checks = parsed["operations"], parsed["checks"]
     if not opts.target:
-        raise UserError("no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET")
+        raise UserError(NO_TARGET)
     uri, handle = resolve_embedded(opts.target)
     run.embedded_handle = handle
     uri = credentials.for_master(uri, opts.target_secret, opts.target_secret_endpoint_url)

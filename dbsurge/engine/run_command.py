@@ -14,7 +14,7 @@ from dbsurge.base.errors import UserError, clip
 from dbsurge.config.config_files import check_config_files
 from dbsurge.config.option_names import known_env, refuse_unknown, warn_unknown_env
 from dbsurge.config.option_types import ascii_int, strict_numbers
-from dbsurge.config.options import add_options
+from dbsurge.config.options import TARGET_HELP, add_options
 from dbsurge.engine.validate import _PlainParser
 
 SHAPES = ("spike", "stages", "constant")
@@ -25,9 +25,7 @@ WORKLOADS = ("orders", "documents", "ycsb")
 #: group, flags, add_argument keywords.
 RUN_OPTIONS: list[tuple[str, tuple[str, ...], dict]] = [
     ("target", ("--target",), dict(default=None, env_var="DBSURGE_TARGET",
-                                   help="database URI (postgresql://, dsql://, mongodb://, dynamodb://, "
-                                        "alternator://, cql://) or embedded-postgres / embedded-mongo / embedded-dynamodb / "
-                                        "embedded-cassandra (started and stopped for the run)")),
+                                   help=TARGET_HELP)),
     ("workload", ("--workload",), dict(default=None, env_var="DBSURGE_WORKLOAD",
                                        help=f"the workload: one of {', '.join(WORKLOADS)} (required)")),
     ("plan", ("--shape",), dict(default=None, env_var="DBSURGE_SHAPE",

@@ -14,13 +14,11 @@ from typing import Any
 
 from dbsurge.base.errors import UserError
 from dbsurge.config.option_names import OneLineParser
-from dbsurge.config.options import parse_key_values
+from dbsurge.config.options import EMBEDDED_TEXT, NO_TARGET, SCHEMES_TEXT, parse_key_values
 from dbsurge.plan.stage_plan import parse_duration
 
 __all__ = ["NO_TARGET", "ScenarioParser", "apply_defaults", "cloudwatch_flags", "parse_key_values", "positive",
            "require_target", "scenario_parser", "seconds"]
-
-NO_TARGET = "no target: pass --target URI (or embedded-postgres / embedded-mongo), or set DBSURGE_TARGET"
 
 
 class ScenarioParser(OneLineParser):
@@ -31,8 +29,7 @@ def scenario_parser(name: str, description: str, *, cloudwatch: bool = False) ->
     """A parser with the options every scenario takes."""
     p = ScenarioParser(prog=f"dbsurge scenario {name}", description=description)
     p.add_argument("--target", default=os.environ.get("DBSURGE_TARGET"),
-                   help="database URI, or embedded-postgres / embedded-mongo / embedded-dynamodb / embedded-cassandra "
-                        "(default: $DBSURGE_TARGET)")
+                   help=f"database URI ({SCHEMES_TEXT}) or {EMBEDDED_TEXT} (default: $DBSURGE_TARGET)")
     p.add_argument("--target-option", action="append", default=None, metavar="KEY=VALUE",
                    help="binding option, e.g. connect_timeout=15, isolation=serializable, w=1 (repeatable)")
     p.add_argument("--workload-option", action="append", default=None, metavar="KEY=VALUE",

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from dbsurge.base.errors import ConnectError, TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
+from dbsurge.config.options import EMBEDDED_TARGETS, TARGET_SCHEMES
 
 __all__ = [
     "FAILURE_KINDS",
@@ -220,8 +221,18 @@ def get_binding(name: str) -> type[Target]:
 
 
 def _scheme_list() -> str:
-    schemes = [f"{s}://" for s in ("postgresql", "dsql", "mongodb", "dynamodb", "alternator", "cql") if s in _schemes]
+    """Every registered scheme, in the help's order (`TARGET_SCHEMES`), then any a plugin binding added."""
+    order = [s for s in TARGET_SCHEMES if s in _schemes] + sorted(set(_schemes) - set(TARGET_SCHEMES))
+    schemes = [f"{s}://" for s in order]
     return ", ".join(schemes[:-1]) + f" or {schemes[-1]}" if len(schemes) > 1 else "".join(schemes)
+
+
+def _did_you_mean(word: str, known: list[str]) -> str:
+    """`` (did you mean embedded-postgres?)`` for a near miss (difflib), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.85)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def open_target(
@@ -244,13 +255,17 @@ def open_target(
     register_uri_secrets(uri)  # before any message names the URI: masked in drivers' messages and logs too
     scheme, sep, _rest = uri.partition("://")
     if not sep:
-        hint = ""
-        if uri.startswith("embedded-"):
+        if uri.lower() in EMBEDDED_TARGETS:
             hint = " (embedded targets are started by `dbsurge run`/`dbsurge embedded start`)"
-        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}{hint}")
+        else:
+            hint = _did_you_mean(uri, list(EMBEDDED_TARGETS))
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}, or the target "
+                          f"one of {', '.join(EMBEDDED_TARGETS)}{hint}")
     name = _schemes.get(scheme.lower())
     if name is None:
-        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}")
+        hint = _did_you_mean(scheme, list(_schemes))
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}"
+                          + (hint.replace("?)", "://?)") if hint else ""))
     if not op_timeout_s or op_timeout_s <= 0:
         raise ValueError(f"op_timeout_s must be positive, not {op_timeout_s!r}")
     return _bindings[name](uri, dict(options or {}), op_timeout_s=float(op_timeout_s), **binding_kwargs)
