@@ -586,3 +586,18 @@ def test_wrong_database_name_is_one_clear_line(tmp_path, pg_uri, command):
     assert_one_line(proc, f"database 'nosuchdb' does not exist on {where}: create it (createdb nosuchdb)",
                     tmp_path / "results")
     assert "Sekret0Pw" not in proc.stderr + proc.stdout and "OperationalError" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--check", "order_creat.p99<50ms"], "no operation 'order_creat' in this workload"),
+    (["--operation", "order_creat"], "unknown operation 'order_creat' for workload orders"),
+    ([], "did you mean embedded-postgres?"),
+])
+def test_a_typo_is_refused_before_an_embedded_server_starts(tmp_path, args, words):
+    """`--check order_creat.p99<50ms` started the embedded PostgreSQL (seconds, a server process) and only then said
+    the operation does not exist; now the line comes before: no "starting embedded" line, no run directory."""
+    target = "embedded-postgress" if not args else "embedded-postgres"
+    proc = dbsurge("run", "--workload", "orders", "--target", target, "--shape", "constant", "--rate", "5",
+                   "--duration", "1s", *args, cwd=tmp_path, timeout=60)
+    assert "starting embedded" not in proc.stderr, proc.stderr
+    assert_one_line(proc, words, tmp_path / "results")

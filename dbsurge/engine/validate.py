@@ -263,11 +263,18 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
     operations, checks, durations, and last the results directory. Returns the parsed pieces."""
     validate_options(opts)
     workload_options = parse_workload_options(opts.workload_option or [])
-    if workload is not None:
-        WORKLOADS[workload].resolve(workload_options)
     parsed = {"workload_options": workload_options,
               "target_options": parse_key_values(opts.target_option, "--target-option"),
               "operations": parse_operation_weights(opts.operation), "checks": parse_checks(opts.check)}
+    if workload is not None:
+        values = WORKLOADS[workload].resolve(workload_options)
+        # a typo in --operation or --check (order_creat) is refused here, before an embedded server starts
+        known = WORKLOADS[workload].operation_names(values)
+        unknown = [k for k in parsed["operations"] if k not in known]
+        if unknown:
+            raise UserError(f"unknown operation '{clip(unknown[0], 40)}' for workload {workload} "
+                            f"(known: {', '.join(known)})")
+        check_operations(parsed["checks"], known)
     for flag, value in (("--max-lag", opts.max_lag), ("--lag-warn", opts.lag_warn)):
         if value:
             parse_duration(value)

@@ -219,6 +219,16 @@ class Workload:
         """Operation name -> relative weight, for the engine's operation mix."""
         raise NotImplementedError
 
+    @classmethod
+    def operation_names(cls, values: Mapping[str, Any]) -> list[str]:
+        """The operations of this workload with these resolved options (`resolve`), with no target: what
+        ``dbsurge run`` checks --operation and --check against before it starts a server.
+
+        `default_weights` reads the options alone; the instance made here has nothing else."""
+        probe = cls.__new__(cls)
+        probe.options = dict(values)
+        return list(probe.default_weights())
+
     def has_data(self) -> bool:
         """True when `load` has already put this workload's data in the target."""
         raise NotImplementedError
