@@ -125,3 +125,18 @@ def test_the_reports_events_show_rounded_times_and_no_none():
     event = {"time_utc": "2026-01-01T00:00:35.667Z", "kind": "rate_change", "at_s": 35.667605632000004,
              "rate_tps": None, "scale": 2.0, "override": 1, "label": "override 1: plan x2"}
     assert event_details(event) == "at_s=35.668, scale=2, override=1, label=override 1: plan x2"
+
+
+def test_every_scenarios_quick_run_takes_seconds():
+    """The README: `--quick` defaults for the embedded servers run in seconds; longrun's held its rate 3 minutes."""
+    import importlib
+
+    from dbsurge.scenarios import SCENARIOS
+    from dbsurge.scenarios.arguments import seconds
+
+    for name, (module, _line) in SCENARIOS.items():
+        scenario = importlib.import_module(module).SCENARIO
+        for key in ("duration", "warm_duration", "idle", "step_seconds", "stage_seconds"):
+            if key in scenario.quick:
+                assert seconds(scenario.quick[key], key) <= 60, (name, key, scenario.quick[key])
+
