@@ -140,3 +140,19 @@ def test_every_scenarios_quick_run_takes_seconds():
             if key in scenario.quick:
                 assert seconds(scenario.quick[key], key) <= 60, (name, key, scenario.quick[key])
 
+
+def test_the_cache_headline_says_when_nothing_made_the_cold_snapshot_cold():
+    """After 1 s idle with restart=False the headline read "COLD was slower than WARM at every percentile"."""
+    from dbsurge.scenarios.cache import cache_rows, verdict
+
+    warm, cold = [0.5] * 100, [0.6] * 100
+    same_cache = cache_rows(warm, cold, 0, 0, {"warm": {"hit_pct": "100.0"}, "cold": {"hit_pct": "99.9"}})
+    text = verdict(same_cache, {"idle_s": 1.0, "restart": False})
+    assert text.startswith("NOT A COLD START: nothing emptied the cache between the snapshots (1 s idle, no restart; "
+                           "the server's cache hit ratio stayed 100.0% -> 99.9%)"), text
+    assert "Measured: COLD was slower than WARM at every percentile: P50 0.500 -> 0.600 ms" in text
+    assert "--restart-target" in text
+    # a restart, or the server's own counters showing the cache emptied: a cold start, as before
+    assert verdict(same_cache, {"idle_s": 0, "restart": True}).startswith("COLD was slower than WARM at every")
+    emptied = cache_rows(warm, cold, 0, 0, {"warm": {"hit_pct": "100.0"}, "cold": {"hit_pct": "60.0"}})
+    assert verdict(emptied, {"idle_s": 1200, "restart": False}).startswith("COLD was slower than WARM at every")

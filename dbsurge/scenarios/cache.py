@@ -219,8 +219,41 @@ def _row(label: str, warm: float | None, cold: float | None) -> dict:
             "ratio": None if r is None else round(r, 4)}
 
 
-def verdict(rows: list[dict]) -> str:
-    """One plain sentence: where COLD was slower than WARM and where it was not, with the numbers."""
+#: The server's cache hit ratio fell by at least this many points in the COLD snapshot: its cache was emptied.
+HIT_DROP_PTS = 5.0
+
+
+def not_cold(rows: list[dict], cold: dict | None) -> str | None:
+    """Why the COLD snapshot is not shown to be cold (nothing emptied the cache), or None when something did:
+    a restart (``cold``: run.json's ``cold_start``), or the server's own cache hit ratio falling."""
+    if cold is None or cold.get("restart"):
+        return None
+    hit = next((r for r in rows if r["metric"] == "server cache hit %"), {})
+    hw, hc = hit.get("warm"), hit.get("cold")
+    if hw is not None and hc is not None and hc <= hw - HIT_DROP_PTS:
+        return None
+    seen = (f"; the server's cache hit ratio stayed {hw:.1f}% -> {hc:.1f}%" if hw is not None and hc is not None
+            else "; the server gives no cache counters to show it")
+    return f"nothing emptied the cache between the snapshots ({float(cold.get('idle_s') or 0):g} s idle, no restart{seen})"
+
+
+def verdict(rows: list[dict], cold: dict | None = None) -> str:
+    """One plain sentence: where COLD was slower than WARM and where it was not, with the numbers.
+
+    With ``cold`` (run.json's ``cold_start``) and nothing that emptied the cache (`not_cold`), the sentence
+    says so first: after 1 s idle and no restart the "COLD" snapshot re-reads a warm cache, and "COLD was
+    slower than WARM at every percentile" would be read as a cold start that did not happen.
+    """
+    compared = _compared(rows)
+    why = not_cold(rows, cold)
+    if why is None:
+        return compared
+    return (f"NOT A COLD START: {why}, so COLD re-read a warm cache and its difference from WARM is not a cache "
+            f"effect. Measured: {compared} For a cold cache pass --restart-target (embedded targets) or "
+            "--restart-command, or an --idle long enough for the database to drop its cache.")
+
+
+def _compared(rows: list[dict]) -> str:
     by = {r["metric"]: r for r in rows}
     slower, not_slower = [], []
     for label in ("P50", "P95", "P99", "MAX"):
@@ -280,8 +313,8 @@ def _cloudwatch_cells(run_dir: Path, meta: dict) -> dict[str, dict[str, str]] | 
 
 
 def _notes(meta: dict, run_dir: Path, rows: list[dict]) -> list[str]:
-    notes = [verdict(rows)]
     cold = meta.get("cold_start") or {}
+    notes = [verdict(rows, cold)]
     if cold.get("restart"):
         how = f"`{cold['restart_command']}`" if cold.get("restart_command") else "restarting the embedded server"
         text = f"COLD: after {cold.get('idle_s', 0):g} s idle and {how} (back in {cold.get('restart_s')} s)"
