@@ -35,6 +35,7 @@ import base64
 import html
 import io
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -238,7 +239,30 @@ def differences(sides: Sequence[Side]) -> tuple[list[str], list[str]]:
     reps = [len(s.runs) for s in sides]
     if len(set(reps)) > 1:
         notes.append("repetitions differ: " + ", ".join(f"{s.label} {n}" for s, n in zip(sides, reps)))
-    return blocking, notes + what_differed(sides)
+    return blocking, run_warnings(sides) + notes + what_differed(sides)
+
+
+def run_warnings(sides: Sequence[Side]) -> list[str]:
+    """The warnings each run printed at its end (run.json's ``behind_plan``), one line each, named by side.
+
+    A ratio of p99s means the databases' difference only when neither run's response times hold the tool's lag
+    or a queue: Cassandra's read p99 read "2.98x" while its run's lag p99 was 103 ms against 22 ms, and the
+    warning that run printed was nowhere in the comparison.
+    """
+    out = []
+    for s in sides:
+        for i, d in enumerate(s.runs):
+            findings = ((_meta(d).get("results") or {}).get("behind_plan") or []) if (d / RUN_JSON).is_file() else []
+            where = f"{s.label}, repetition {i + 1}" if s.repeated else s.label
+            out += [f"WARNING ({where}): {f}" for f in findings if isinstance(f, str)]
+    return out
+
+
+def lagged_stages(sides: Sequence[Side]) -> set[str]:
+    """The stages a run's warning names (``... in stage 200% ...``): their latency ratios are marked."""
+    stages = {str(r.get("stage")) for s in sides for d in s.runs[:1] for r in _stage_csv(d)} if sides else set()
+    text = " ".join(run_warnings(sides))
+    return {st for st in stages if re.search(rf"in stage {re.escape(st)}(?=[:;,() ]|$)", text)}
 
 
 #: run.json options that differ between any two runs by design (names, ports, paths) or are secret-free noise.
@@ -561,12 +585,16 @@ def table(sides: Sequence[Side], rows: Sequence[Row]) -> tuple[list[str], list[l
         if spread:
             headers.append("beyond spread?")
     out, within, beyond, thin = [], [], [], []
+    lagged = lagged_stages(sides) if first.kind == "engine" else set()
     for r in rows:
         line = [r.stage, r.figure] + [_cell(r, c, s.repeated) for c, s in zip(r.cells, sides)]
         if r.too_few():
             thin.append(f"{r.stage} {r.figure}")
         for c, s in zip(r.cells[1:], sides[1:]):
-            line.append("not enough operations" if r.too_few() else _ratio(r, r.cells[0], c))
+            ratio = "not enough operations" if r.too_few() else _ratio(r, r.cells[0], c)
+            if ratio and r.unit == "ms" and r.stage in lagged:
+                ratio += " (a run warned: see WARNING)"
+            line.append(ratio)
             ci = _interval(r, first, s) if intervals and not r.too_few() else None
             if intervals:
                 line.append("" if ci is None else f"{ci[0]:+.3g} [{ci[1]:+.3g}, {ci[2]:+.3g}]")

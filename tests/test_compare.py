@@ -299,3 +299,30 @@ def test_compare_sizes_below_linear_and_bad_sizes(tmp_path: Path, capsys) -> Non
                          ("3,0", "sizes must be above 0"), ("3,nan", "sizes must be above 0")):
         with pytest.raises(UserError, match=re.escape(message)):
             compare_main([*map(str, runs), "--sizes", bad])
+
+
+def test_a_ratio_of_latencies_carries_the_warning_a_run_printed(tmp_path: Path, capsys) -> None:
+    """Cassandra's read p99 read "2.98x" while its run's lag p99 was 103 ms against 22 ms, and the warning that run
+    printed at its end was nowhere in the comparison: now it is, and the stage's latency ratios point at it."""
+    import json
+    import shutil
+
+    from dbsurge.collectors.compare import compare_main
+
+    fixture = Path(__file__).parent / "fixtures" / "run_spike"
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(fixture, a)
+    shutil.copytree(fixture, b)
+    warning = ("the target kept every user busy in stage 200% (service p99 25.0 ms); lag p99 103.0 ms")
+    meta = read_json(b / "run.json")
+    meta.setdefault("results", {})["behind_plan"] = [warning]
+    (b / "run.json").write_text(json.dumps(meta))
+    assert compare_main([str(a), str(b), "--labels", "A,B", "--html", str(tmp_path / "c.html")]) == 0
+    out = capsys.readouterr().out
+    assert f"WARNING (B): {warning}" in out, out
+    p99_lines = [line for line in out.splitlines() if line.strip().startswith("200% ") and " p99 ms" in line
+                 and "lag" not in line]
+    assert p99_lines and all("(a run warned: see WARNING)" in line for line in p99_lines), out
+    others = [line for line in out.splitlines() if line.strip().startswith("20% ") and " p99 ms" in line]
+    assert others and not any("warned" in line for line in others), out
+    assert f"WARNING (B): {warning}" in (tmp_path / "c.html").read_text()
