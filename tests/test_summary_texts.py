@@ -156,3 +156,21 @@ def test_the_cache_headline_says_when_nothing_made_the_cold_snapshot_cold():
     assert verdict(same_cache, {"idle_s": 0, "restart": True}).startswith("COLD was slower than WARM at every")
     emptied = cache_rows(warm, cold, 0, 0, {"warm": {"hit_pct": "100.0"}, "cold": {"hit_pct": "60.0"}})
     assert verdict(emptied, {"idle_s": 1200, "restart": False}).startswith("COLD was slower than WARM at every")
+
+
+def test_the_demo_says_which_step_failed_what_it_means_and_what_to_do():
+    """`make demo` ended `make: *** [Makefile:21: demo] Error 3` after an INCOMPLETE first run, with nothing saying
+    the demo had failed or why."""
+    from dbsurge.commands.demo import outcome_lines
+
+    lines = outcome_lines([("orders spike on PostgreSQL", "results/demo-orders-x", 3),
+                           ("documents reads on MongoDB-wire", "results/demo-documents-x", 0),
+                           ("YCSB load on DynamoDB-API", None, 0)])
+    text = "\n".join(lines)
+    assert "  orders spike on PostgreSQL: exit 3 (INCOMPLETE), results/demo-orders-x" in lines
+    assert "  documents reads on MongoDB-wire: exit 0 (ok)" in lines
+    assert "demo FAILED: 1 of 3 steps did not exit 0 (the demo exits 3):" in lines
+    failed = next(line for line in lines if line.startswith("  orders spike on PostgreSQL: INCOMPLETE"))
+    assert "too busy" in failed and "run `make demo` again" in failed and "results/demo-orders-x/summary.md" in failed
+    assert "demo OK" not in text
+    assert outcome_lines([("a", None, 0)])[-1] == "demo OK: every step exited 0"

@@ -14,7 +14,9 @@ Starts an embedded PostgreSQL, an embedded MongoDB-wire server and an embedded D
    GiB on a small machine) and after a warm-up run on that plan, and `dbsurge compare` of the MongoDB-wire
    run against it.
 
-Each prints its tables and run directory; the servers stop at the end.
+Each prints its tables and run directory; the servers stop at the end. The last lines say how each step
+ended (`outcome_lines`): a step that did not exit 0 is named with its run directory, what its exit code
+means for the demo and what to do; ``make demo`` alone would end in ``make: *** [Makefile:21: demo] Error 3``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,45 @@ def _dbsurge(*args: str) -> int:
     return subprocess.call(cmd)
 
 
+#: What a step's exit code means for the demo, and what to do about it (README, "Exit codes").
+_MEANING = {
+    1: ("FAILED: operations failed, a check failed or the server could not take the plan",
+        "read the WARNING and failure lines above the verdict, and the run's summary.md"),
+    2: ("REFUSED: bad input, nothing was sent", ("the line above says what was refused: a bug of the demo's, "
+                                                  "please report it")),
+    3: (("INCOMPLETE: the tool lost arrivals (not sent, dropped while the generator fell behind) or results were "
+         "not written"),
+        ("on a demo this almost always means this machine was too busy to keep the plan (a starved worker's lease "
+         "lapsed, its arrivals were booked not sent): the servers were not at fault; run `make demo` again when "
+         "the machine is quieter, and see the run's summary.md for what was lost")),
+    130: ("INTERRUPTED (SIGINT)", "run `make demo` again"),
+    143: ("INTERRUPTED (SIGTERM)", "run `make demo` again"),
+}
+
+
+def outcome_lines(steps: list[tuple[str, str | None, int]]) -> list[str]:
+    """The demo's last lines: how each (step, run directory, exit code) ended and, when one did not exit 0, what
+    that means for the demo and what to do.
+
+        >>> outcome_lines([("orders spike on PostgreSQL", "results/demo-orders", 0)])[-1]
+        'demo OK: every step exited 0'
+    """
+    lines = ["", "demo steps:"]
+    for name, run_dir, code in steps:
+        head = "ok" if code == 0 else _MEANING.get(code, (f"exit {code}", ""))[0].split(":")[0]
+        lines.append(f"  {name}: exit {code} ({head})" + (f", {run_dir}" if run_dir and code else ""))
+    failed = [(name, run_dir, code) for name, run_dir, code in steps if code]
+    if not failed:
+        return [*lines, "demo OK: every step exited 0"]
+    lines.append(f"demo FAILED: {len(failed)} of {len(steps)} steps did not exit 0 (the demo exits "
+                 f"{max(c for _, _, c in failed)}):")
+    for name, run_dir, code in failed:
+        meaning, todo = _MEANING.get(code, (f"exit {code}", "see the step's output above"))
+        where = f" ({run_dir}/summary.md)" if run_dir else ""
+        lines.append(f"  {name}: {meaning}; {todo}{where}")
+    return lines
+
+
 def _cassandra_missing() -> str | None:
     """Why the demo cannot run Cassandra here (no Java 17, or no Maven before the jars are cached), else None."""
     try:
@@ -50,7 +91,7 @@ def _cassandra_missing() -> str | None:
     return None
 
 
-def _cassandra_part(tmp: str, mongo_run_id: str, stamp: str) -> list[int]:
+def _cassandra_part(tmp: str, mongo_run_id: str, stamp: str) -> list[tuple[str, str | None, int]]:
     """YCSB-A on embedded Cassandra after a load in UNLOGGED batches of 20, then the comparison with MongoDB-wire."""
     why = _cassandra_missing()
     if why is not None:
@@ -61,19 +102,23 @@ def _cassandra_part(tmp: str, mongo_run_id: str, stamp: str) -> list[int]:
     try:
         cassandra.start()
         run_id = f"demo-ycsb-cassandra-{stamp}"
-        codes = [_dbsurge("load", "--workload", "ycsb", "--target", cassandra.uri, "--workload-option",
-                          "recordcount=2000", "--workload-option", "batchsize=20", "--quiet")]
+        steps = [("YCSB load on Cassandra", None,
+                  _dbsurge("load", "--workload", "ycsb", "--target", cassandra.uri, "--workload-option",
+                           "recordcount=2000", "--workload-option", "batchsize=20", "--quiet"))]
         # A JVM seconds old spends its first seconds compiling, on the generator's cores: a first run measured
         # that (p99 400 ms against 23 on the MongoDB-wire server). The warm-up run is not compared.
         print("\nwarming Cassandra's JVM up with the same plan (not compared) ...", flush=True)
-        codes.append(_dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN,
-                              "--run-id", f"demo-ycsb-cassandra-warmup-{stamp}"))
-        codes.append(_dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN, "--run-id", run_id))
+        warm_id = f"demo-ycsb-cassandra-warmup-{stamp}"
+        steps.append(("YCSB-A warm-up on Cassandra", f"results/{warm_id}",
+                      _dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN, "--run-id", warm_id)))
+        steps.append(("YCSB-A on Cassandra", f"results/{run_id}",
+                      _dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN, "--run-id", run_id)))
     finally:
         cassandra.stop()
-    codes.append(_dbsurge("compare", f"results/{mongo_run_id}", f"results/{run_id}",
-                          "--labels", "MongoDB-wire,Cassandra"))
-    return codes
+    steps.append(("compare MongoDB-wire with Cassandra", None,
+                  _dbsurge("compare", f"results/{mongo_run_id}", f"results/{run_id}", "--labels",
+                           "MongoDB-wire,Cassandra")))
+    return steps
 
 
 def main() -> int:
@@ -90,24 +135,32 @@ def main() -> int:
         dynamo.start()
         try:
             runs = [
-                ("run", "--workload", "orders", "--target", pg.uri, "--shape", "spike", "--baseline-tps", "100",
-                 "--stage-seconds", "5", "--processes", "2", "--quiet", "--workload-option", "products=2000"),
-                ("run", "--workload", "documents", "--target", mongo.uri, "--users", "4", "--duration", "5s",
-                 "--quiet", "--workload-option", "documents=5000", "--operation", "read_by_id"),
-                ("run", "--workload", "ycsb", "--target", mongo.uri, *YCSB_PLAN, "--run-id", mongo_run_id),
-                ("load", "--workload", "ycsb", "--target", dynamo.uri, "--workload-option", "recordcount=1000",
-                 "--workload-option", "batchsize=25"),
-                ("run", "--workload", "ycsb", "--target", dynamo.uri, "--shape", "constant", "--rate", "100",
-                 "--duration", "5s", "--quiet", "--workload-option", "recordcount=1000"),
+                ("orders spike on PostgreSQL", f"demo-orders-{stamp}",
+                 ("run", "--workload", "orders", "--target", pg.uri, "--shape", "spike", "--baseline-tps", "100",
+                  "--stage-seconds", "5", "--processes", "2", "--quiet", "--workload-option", "products=2000")),
+                ("documents reads on MongoDB-wire", f"demo-documents-{stamp}",
+                 ("run", "--workload", "documents", "--target", mongo.uri, "--users", "4", "--duration", "5s",
+                  "--quiet", "--workload-option", "documents=5000", "--operation", "read_by_id")),
+                ("YCSB-A on MongoDB-wire", mongo_run_id,
+                 ("run", "--workload", "ycsb", "--target", mongo.uri, *YCSB_PLAN)),
+                ("YCSB load on DynamoDB-API", None,
+                 ("load", "--workload", "ycsb", "--target", dynamo.uri, "--workload-option", "recordcount=1000",
+                  "--workload-option", "batchsize=25")),
+                ("YCSB-A on DynamoDB-API", f"demo-ycsb-dynamodb-{stamp}",
+                 ("run", "--workload", "ycsb", "--target", dynamo.uri, "--shape", "constant", "--rate", "100",
+                  "--duration", "5s", "--quiet", "--workload-option", "recordcount=1000")),
             ]
-            codes = [_dbsurge(*r) for r in runs]
+            steps = [(name, f"results/{run_id}" if run_id else None,
+                      _dbsurge(*args, *(("--run-id", run_id) if run_id else ())))
+                     for name, run_id, args in runs]
         finally:
             pg.stop()
             mongo.stop()
             dynamo.stop()
-        codes += _cassandra_part(tmp, mongo_run_id, stamp)
+        steps += _cassandra_part(tmp, mongo_run_id, stamp)
     print(f"\ndemo finished in {time.monotonic() - t0:.0f} s; run directories are under results/", flush=True)
-    return max(codes)
+    print("\n".join(outcome_lines(steps)), flush=True)
+    return max(code for _, _, code in steps)
 
 
 if __name__ == "__main__":
