@@ -523,7 +523,8 @@ def _generator_lines(results: dict) -> list[str]:
         lines.append(f"- planned {planned}, sent {results.get('operations')}, dropped {results.get('dropped')}, "
                      f"{unknown}not sent {results.get('not_sent')}")
     behind = results.get("behind_plan") or []
-    lines += [f"- {b}" for b in behind] or ["- kept to the plan: no stage lagged or dropped slots"]
+    kept = "- kept to the plan: no slot dropped, no stage short of its rate or late enough to change a figure"
+    lines += [f"- {b}" for b in behind] or [kept]
     checks = results.get("checks") or []
     if checks:
         lines += ["", "## Checks", ""]

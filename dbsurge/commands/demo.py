@@ -110,7 +110,8 @@ def _cassandra_part(tmp: str, mongo_run_id: str, stamp: str) -> list[tuple[str, 
         print("\nwarming Cassandra's JVM up with the same plan (not compared) ...", flush=True)
         warm_id = f"demo-ycsb-cassandra-warmup-{stamp}"
         steps.append(("YCSB-A warm-up on Cassandra", f"results/{warm_id}",
-                      _dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN, "--run-id", warm_id)))
+                      _dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN,
+                               "--run-id", warm_id)))
         steps.append(("YCSB-A on Cassandra", f"results/{run_id}",
                       _dbsurge("run", "--workload", "ycsb", "--target", cassandra.uri, *YCSB_PLAN, "--run-id", run_id)))
     finally:

@@ -234,7 +234,8 @@ def not_cold(rows: list[dict], cold: dict | None) -> str | None:
         return None
     seen = (f"; the server's cache hit ratio stayed {hw:.1f}% -> {hc:.1f}%" if hw is not None and hc is not None
             else "; the server gives no cache counters to show it")
-    return f"nothing emptied the cache between the snapshots ({float(cold.get('idle_s') or 0):g} s idle, no restart{seen})"
+    idle = float(cold.get("idle_s") or 0)
+    return f"nothing emptied the cache between the snapshots ({idle:g} s idle, no restart{seen})"
 
 
 def verdict(rows: list[dict], cold: dict | None = None) -> str:
