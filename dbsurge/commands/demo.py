@@ -30,6 +30,7 @@ from pathlib import Path
 from dbsurge.base.errors import UserError
 from dbsurge.embedded import cassandra_jvm
 from dbsurge.embedded.servers import EmbeddedCassandra, EmbeddedDynamo, EmbeddedMongo, EmbeddedPostgres
+from dbsurge.rundir.schema import SUMMARY_MD
 
 #: YCSB-A's plan, the same on the MongoDB-wire server and on Cassandra, so that `dbsurge compare` compares them.
 YCSB_PLAN = ("--shape", "constant", "--rate", "300", "--duration", "8s", "--quiet",
@@ -45,14 +46,14 @@ def _dbsurge(*args: str) -> int:
 #: What a step's exit code means for the demo, and what to do about it (README, "Exit codes").
 _MEANING = {
     1: ("FAILED: operations failed, a check failed or the server could not take the plan",
-        "read the WARNING and failure lines above the verdict, and the run's summary.md"),
+        f"read the WARNING and failure lines above the verdict, and the run's {SUMMARY_MD}"),
     2: ("REFUSED: bad input, nothing was sent", ("the line above says what was refused: a bug of the demo's, "
                                                   "please report it")),
     3: (("INCOMPLETE: the tool lost arrivals (not sent, dropped while the generator fell behind) or results were "
          "not written"),
         ("on a demo this almost always means this machine was too busy to keep the plan (a starved worker's lease "
          "lapsed, its arrivals were booked not sent): the servers were not at fault; run `make demo` again when "
-         "the machine is quieter, and see the run's summary.md for what was lost")),
+         f"the machine is quieter, and see the run's {SUMMARY_MD} for what was lost")),
     130: ("INTERRUPTED (SIGINT)", "run `make demo` again"),
     143: ("INTERRUPTED (SIGTERM)", "run `make demo` again"),
 }
@@ -76,7 +77,7 @@ def outcome_lines(steps: list[tuple[str, str | None, int]]) -> list[str]:
                  f"{max(c for _, _, c in failed)}):")
     for name, run_dir, code in failed:
         meaning, todo = _MEANING.get(code, (f"exit {code}", "see the step's output above"))
-        where = f" ({run_dir}/summary.md)" if run_dir else ""
+        where = f" ({run_dir}/{SUMMARY_MD})" if run_dir else ""
         lines.append(f"  {name}: {meaning}; {todo}{where}")
     return lines
 
