@@ -601,3 +601,14 @@ def test_a_typo_is_refused_before_an_embedded_server_starts(tmp_path, args, word
                    "--duration", "1s", *args, cwd=tmp_path, timeout=60)
     assert "starting embedded" not in proc.stderr, proc.stderr
     assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("scenario, check, words", [
+    ("spike", "order_creat.p99<50ms", "no operation 'order_creat' in this workload"),
+    ("ycsb-run", "reed.p99<50ms", "no operation 'reed' in this workload"),
+])
+def test_a_scenarios_check_typo_is_refused_before_its_embedded_server_starts(tmp_path, scenario, check, words):
+    proc = dbsurge("scenario", scenario, "--quick", "--target", "embedded-postgres", "--check", check,
+                   cwd=tmp_path, timeout=60)
+    assert "starting embedded" not in proc.stderr, proc.stderr
+    assert_one_line(proc, words, tmp_path / "results")

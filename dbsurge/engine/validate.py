@@ -267,14 +267,7 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
               "target_options": parse_key_values(opts.target_option, "--target-option"),
               "operations": parse_operation_weights(opts.operation), "checks": parse_checks(opts.check)}
     if workload is not None:
-        values = WORKLOADS[workload].resolve(workload_options)
-        # a typo in --operation or --check (order_creat) is refused here, before an embedded server starts
-        known = WORKLOADS[workload].operation_names(values)
-        unknown = [k for k in parsed["operations"] if k not in known]
-        if unknown:
-            raise UserError(f"unknown operation '{clip(unknown[0], 40)}' for workload {workload} "
-                            f"(known: {', '.join(known)})")
-        check_operations(parsed["checks"], known)
+        check_operation_names(workload, workload_options, parsed["operations"], parsed["checks"])
     for flag, value in (("--max-lag", opts.max_lag), ("--lag-warn", opts.lag_warn)):
         if value:
             parse_duration(value)
@@ -285,6 +278,17 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
         raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': expected a positive duration such as 30s")
     check_output(opts)  # last: the others need no file system
     return parsed
+
+
+def check_operation_names(workload: str, workload_options: dict, operations: dict, checks: list) -> None:
+    """A typo in --operation or --check (``order_creat``) refused with no target, before an embedded server
+    starts: the names against the workload's operations for these options (`Workload.operation_names`)."""
+    values = WORKLOADS[workload].resolve(workload_options)
+    known = WORKLOADS[workload].operation_names(values)
+    unknown = [k for k in operations if k not in known]
+    if unknown:
+        raise UserError(f"unknown operation '{clip(unknown[0], 40)}' for workload {workload} (known: {', '.join(known)})")
+    check_operations(checks, known)
 
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:

@@ -31,16 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from dbsurge.base.errors import EXIT_SIGNAL, UserError
+from dbsurge.config.checks import parse_checks
 from dbsurge.config.help_examples import epilog
 from dbsurge.config.option_names import long_options
 from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.engine.run_command import locust_namespace, run_parser
+from dbsurge.engine.validate import check_operation_names
 from dbsurge.rundir import new_run_id
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
 from dbsurge.scenarios.files import read_meta
 from dbsurge.scenarios.report import Report, say, show_report
 from dbsurge.scenarios.scenario_run import ScenarioRun
+from dbsurge.workloads import WORKLOADS, parse_workload_options
 
 
 @dataclass
@@ -82,6 +85,9 @@ class Scenario:
     launch: Callable[[Setup, str, str], int] | None = None
     after: Callable[[Setup, str, int], int] | None = None
     cloudwatch: bool = False
+    #: The workload of the engine runs when the scenario has no --workload of its own (spike: orders), so that a
+    #: typo in a --check passed on (order_creat) is refused before the embedded server starts.
+    engine_workload: str | None = None
 
     def parser(self) -> argparse.ArgumentParser:
         p = scenario_parser(self.name, self.description, cloudwatch=self.cloudwatch)
@@ -108,10 +114,15 @@ class Scenario:
         if args.from_run:
             print_from(args.from_run, self.report, self.name)
             return None
+        passed = None
         if self.launch is not None:  # its steps are dbsurge runs: they would read the same config files too
-            check_passed_options(self.name, p, rest)
+            passed = check_passed_options(self.name, p, rest)
         given = frozenset(k for k in self.study if getattr(args, k, None) is not None)
         settings = apply_defaults(args, self.study, self.quick)
+        workload = getattr(args, "workload", None) or self.engine_workload
+        if passed is not None and workload in WORKLOADS and getattr(passed, "check", None):
+            check_operation_names(workload, parse_workload_options(args.workload_option or []), {},
+                                  parse_checks(passed.check))
         setup = Setup(args, settings, parse_key_values(args.target_option, "--target-option"),
                       parse_key_values(args.workload_option, "--workload-option"), given, rest=rest)
         self.check(setup)
@@ -165,7 +176,7 @@ class Scenario:
         return show_report(run_dir, self.report(run_dir), self.name)
 
 
-def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[str]) -> None:
+def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[str]) -> argparse.Namespace:
     """The options an engine scenario passes on to ``dbsurge run``: every name must be one it knows.
 
     Otherwise every step of the scenario would fail on it (``no results (exit 2)``) and the scenario
@@ -173,7 +184,7 @@ def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[
     the scenario or of ``dbsurge run``, before any server starts.
     """
     _own, more = run_parser().parse_known_args(rest)
-    locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
+    return locust_namespace(more, help_hint=f"dbsurge scenario {name} --help", extra=long_options(parser))
 
 
 def print_from(run_dir: str, report_of_run: Callable[[Path], Report], scenario: str) -> int:

@@ -157,7 +157,8 @@ def report(run_dir: Path) -> Report:
 
 
 SCENARIO = Scenario(NAME, "Study 001: the 20%->200%->100%->5% spike on the orders workload.", STUDY, QUICK,
-                    report=report, options=add_options, check=check, launch=launch, after=after, cloudwatch=True)
+                    report=report, options=add_options, check=check, launch=launch, after=after, cloudwatch=True,
+                    engine_workload="orders")
 
 
 def main(argv: list[str]) -> int:

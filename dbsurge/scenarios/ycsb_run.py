@@ -293,7 +293,8 @@ def _pct(v: float | None) -> str:
 
 
 SCENARIO = Scenario(NAME, "Study 002: YCSB workload A at a target rate or flat out, and its scalability.", STUDY,
-                    QUICK, report=report, options=add_options, check=check, launch=launch, after=after)
+                    QUICK, report=report, options=add_options, check=check, launch=launch, after=after,
+                    engine_workload="ycsb")
 
 
 def main(argv: list[str]) -> int:
