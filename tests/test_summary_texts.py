@@ -174,3 +174,13 @@ def test_the_demo_says_which_step_failed_what_it_means_and_what_to_do():
     assert "too busy" in failed and "run `make demo` again" in failed and "results/demo-orders-x/summary.md" in failed
     assert "demo OK" not in text
     assert outcome_lines([("a", None, 0)])[-1] == "demo OK: every step exited 0"
+
+
+def test_the_generator_is_not_blamed_when_the_target_held_users_longer_than_its_stall():
+    # a 30 ms stall, but every user waited 120 ms on the database at p99: the queue was the database's
+    busy = _stage(lag=80.0, p99=200.0, loop=30.0, service_p99=120.0, achieved=300.0)
+    [finding] = lag_findings([busy], 5.0)
+    assert finding.cause == "target" and finding.text.startswith("the target kept every user busy"), finding
+    # a 1.4 s stall against 130 ms of service: the generator's
+    stalled = _stage(lag=1800.0, p99=1830.0, loop=1423.0, service_p99=130.0, achieved=300.0)
+    assert lag_findings([stalled], 5.0)[0].cause == "generator"

@@ -64,8 +64,10 @@ class LagFinding(NamedTuple):
     `--fail-on-lag` and the exit code still see them all.
 
     The generator is blamed only on its own evidence (its event loop stalled) and not when the stage's
-    operations were failing or timing out: a target that stopped answering keeps users waiting and the
-    driver's reconnects busy, and the lag and the short rate are then the target's.
+    operations were failing or timing out (a target that stopped answering keeps users waiting and the
+    driver's reconnects busy) or the target was busy (its service p99 at least the lag p99 and twice the
+    worst stall: users waited on the database longer than the stall could explain); the lag and a short
+    rate are then the target's.
     """
 
     cause: str
@@ -104,18 +106,19 @@ def _lag_finding(r: dict, lag_p99: float, dropped: int, lag_warn_ms: float, capp
     short = target > 0 and achieved < RATE_SHORT * target
     numbers = f"lag p99 {lag_p99:.1f} ms" + (f", {dropped} slots dropped" if dropped else "")
     numbers += f", {achieved:.1f} of {target:.1f} TPS achieved" if short else ""
-    loop = float(r.get("loop_lag_max_ms") or 0)
+    loop, service_p99 = float(r.get("loop_lag_max_ms") or 0), float(r.get("service_p99_ms") or 0)
+    # the database held users longer than the slots waited and than twice the worst stall: the queue was its
+    busy = service_p99 >= lag_p99 and service_p99 >= 2 * loop
     failing = _failing(r)
     if failing:
         cause, text = "target", f"the target failed {failing} in stage {stage}; {numbers}"
-    elif loop >= max(lag_warn_ms, 0.5 * lag_p99):
+    elif loop >= max(lag_warn_ms, 0.5 * lag_p99) and not busy:
         cause = "generator"
         text = (f"the generator fell behind the plan in stage {stage}: its event loop stalled up to {loop:.0f} ms "
                 f"(CPU or blocking code on the load host); {numbers}")
     elif capped and stage in capped:
         cause, text = "cap", f"the user pool was capped by --max-users {max_users} in stage {stage}; {numbers}"
     else:
-        service_p99 = float(r.get("service_p99_ms") or 0)
         cause = "target"
         text = f"the target kept every user busy in stage {stage} (service p99 {service_p99:.1f} ms); {numbers}"
     p99 = float(r.get("p99_ms") or 0)
