@@ -41,7 +41,8 @@ def test_the_generator_is_not_blamed_when_the_target_was_failing():
     [finding] = lag_findings([row], 5.0)
     assert finding.cause == "target" and finding.material, finding
     assert "generator" not in finding.text and "distorts" not in finding.text, finding.text
-    assert finding.text.startswith("the target failed 4200 of 6000 operations (timeout 200, connect 4000) in stage")
+    assert finding.text.startswith("the target kept every user busy in stage 200%: it failed 4200 of 6000 "
+                                   "operations (timeout 200, connect 4000)"), finding.text
     assert "63.5 of 200.0 TPS achieved" in finding.text
     # the same stall with the operations succeeding: the generator's evidence, and the generator is named
     healthy = _stage(lag=900.0, p99=950.0, loop=800.0, achieved=63.5, target=200.0)

@@ -111,7 +111,7 @@ def _lag_finding(r: dict, lag_p99: float, dropped: int, lag_warn_ms: float, capp
     busy = service_p99 >= lag_p99 and service_p99 >= 2 * loop
     failing = _failing(r)
     if failing:
-        cause, text = "target", f"the target failed {failing} in stage {stage}; {numbers}"
+        cause, text = "target", f"the target kept every user busy in stage {stage}: it failed {failing}; {numbers}"
     elif loop >= max(lag_warn_ms, 0.5 * lag_p99) and not busy:
         cause = "generator"
         text = (f"the generator fell behind the plan in stage {stage}: its event loop stalled up to {loop:.0f} ms "
