@@ -102,6 +102,8 @@ def lost_to_the_tool(a: Account) -> bool:
 @example(clean(open_model=False, ok=11275, lost_workers=1))
 @example(clean(open_model=False, ok=11275))
 @example(clean(planned=0, ok=0))
+# a closed run whose two workers went missing in Locust's eyes before they sent anything (a starved host)
+@example(clean(open_model=False, ok=0))
 @example(clean(failed=3, planned=153, checks=(True,)))
 @example(clean(failed=3, planned=153, exit_code_on_error=0))
 def test_the_verdicts_first_words_and_exit_code_follow_the_ledger(a: Account) -> None:
@@ -154,6 +156,8 @@ def test_the_reasons_are_named():
     closed = decide(clean(open_model=False, ok=11275))
     assert closed.code == 0 and closed.head == ("OK: 11275 operations, none failed, every worker accounted for "
                                                 "(closed model: no plan to deliver)"), closed.head
+    idle = decide(clean(open_model=False, ok=0))
+    assert idle.code == 3 and idle.head == "INCOMPLETE: nothing was sent", idle.head
 
 
 def _stop_a_worker_mid_run(master: subprocess.Popen, results, seconds_in: float) -> int:
