@@ -33,6 +33,7 @@ import locust.stats
 from locust import events
 
 from dbsurge.base.errors import EXIT_SIGNAL, EXIT_STOPPED, UserError, clip
+from dbsurge.base.redact import redact_text
 from dbsurge.collectors.hooks import COLLECTOR_HOOKS
 from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
 from dbsurge.config.option_types import strict_numbers
@@ -191,7 +192,14 @@ def _on_test_start(environment, **_kw):
         return
     lifecycle.after_the_last_test(run)  # a Start right after the web UI's Stop: that test's files first
     end_the_last_tests_users(environment.runner)  # then its users still on their way out, before Locust counts them
-    run.begin_test()
+    try:
+        run.begin_test()
+    except Exception as e:
+        # Locust logs the traceback and goes on; the test's verdict must not read OK (nothing was handed out)
+        if run.writes_results and run.aggregator is not None and not run.ending.finished:
+            run.ending.start_failed = clip(redact_text(f"{type(e).__name__}: {e}"), 200)
+            run.safe_event("test_start_failed", error=run.ending.start_failed)
+        raise
 
 
 # -- once-a-second reports and heartbeats (registered per environment at init) ----------------------------

@@ -39,7 +39,9 @@ def ledger(run_dir: Path) -> dict:
         assert sum(_i(r.get(col)) for r in stage_all) == _i(total.get(col)), col
         per_op = [r for r in summary if r["operation"] != "ALL"]
         assert sum(_i(r.get(col)) for r in per_op) == _i(total.get(col)), col
-    results = read_json(run_dir / "run.json")["results"]
+    meta = read_json(run_dir / "run.json")
+    results = meta["results"]
+    assert_verdict_follows_the_ledger(meta)
     assert results["planned_operations"] == (_i(total["planned"]) if total["planned"] != "" else None)
     assert results["operations"] == _i(total["count"])
     assert results["not_sent"] == _i(total["not_sent"])
@@ -47,6 +49,30 @@ def ledger(run_dir: Path) -> dict:
                               *FAILED, *NOT_SENT) else v) for k, v in total.items()}
     out.setdefault("unknown", 0)
     return out
+
+
+def assert_verdict_follows_the_ledger(meta: dict) -> None:
+    """The verdict's first words and the exit code agree with the ledger of run.json, in every run a test reads.
+
+    OK (exit 0) only of a whole ledger: operations sent and every one ok, nothing dropped, unknown or not sent,
+    no worker lost, planned known under a plan (and equal to what was sent), every check passed; DELIVERED WITH
+    FAILURES (exit 0) the same but for failures; exit 0 reads one of the two (tests/test_verdict.py: the rules).
+    """
+    results, code = meta["results"], meta.get("exit_code")
+    verdict = results.get("verdict") or ""
+    whole = (results["operations"] > 0 and results["dropped"] == 0 and results.get("unknown", 0) == 0
+             and results["not_sent"] == 0 and results.get("over_plan", 0) == 0 and not results.get("lost_workers")
+             and all(c["passed"] for c in results.get("checks", [])))
+    if meta.get("plan") is not None:
+        whole = whole and results["planned_operations"] is not None \
+            and results["planned_operations"] == results["operations"]
+    if verdict.startswith("OK"):
+        assert code == 0 and whole and results["failures"] == 0, (verdict, code, results)
+        assert meta.get("plan") is not None or "closed model" in verdict, verdict
+    if verdict.startswith("DELIVERED WITH FAILURES"):
+        assert code == 0 and whole and results["failures"] > 0, (verdict, code, results)
+    if code == 0:
+        assert verdict.startswith(("OK", "DELIVERED WITH FAILURES")), (verdict, results)
 
 
 def timeline_seconds(run_dir: Path) -> list[str]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from runs import dbsurge
 
 cassandra = pytest.importorskip("cassandra", reason="scylla-driver is not installed (pip install 'dbsurge[cql]')")
 
@@ -29,7 +30,7 @@ from cassandra.protocol import ColumnMetadata, OverloadedErrorMessage  # noqa: E
 from cassandra.query import BatchType, PreparedStatement  # noqa: E402
 from cassandra.shard_info import _ShardingInfo  # noqa: E402
 
-from dbsurge.base.errors import TargetError  # noqa: E402
+from dbsurge.base.errors import TargetError, UserError  # noqa: E402
 from dbsurge.targets import open_target  # noqa: E402
 from dbsurge.workloads import get_workload  # noqa: E402
 from dbsurge.workloads.ycsb_cql import CQL_KEY, insert_batch, statements  # noqa: E402
@@ -130,6 +131,54 @@ def test_bad_uris_and_options_fail_in_one_line(uri: str, options: dict | None, e
     with pytest.raises(TargetError) as err:
         open_target(uri, options)
     assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("uri", "options"), [
+    ("cql://127.0.0.1/bad;DROP", None),
+    ("cql://127.0.0.1/ks%3BDROP%20TABLE%20x", None),  # the same, percent-encoded
+    ("cql://127.0.0.1/1ks", None),
+    ("cql://127.0.0.1/_ks", None),
+    ("cql://127.0.0.1/a/b", None),
+    ("cql://127.0.0.1/" + "k" * 49, None),  # Cassandra's limit is 48 characters
+    ("cql://127.0.0.1", {"keyspace": "x y"}),
+])
+def test_a_keyspace_that_is_not_a_cql_name_is_refused_at_parse_time(uri: str, options: dict | None) -> None:
+    """The URI's keyspace reaches the server inside statements (CREATE KEYSPACE ...): only a CQL name passes."""
+    with pytest.raises(TargetError) as err:
+        open_target(uri, options)
+    message = str(err.value)
+    assert "is not a CQL name" in message and "\n" not in message, message
+
+
+def test_the_uris_keyspace_is_the_one_the_workload_uses() -> None:
+    """``cql://host/KS``: the schema, the load and every operation are in KS (case folded as the server folds it);
+    the workload option keyspace applies when the URI names none, and the two naming different ones is refused."""
+    target = open_target("cql://127.0.0.1:9042/NoSuchKs")
+    assert target.keyspace == "nosuchks" and target.describe()["keyspace"] == "nosuchks"
+    cql = statements(get_workload("ycsb", target, {"fieldcount": "1"}))
+    assert cql.create_keyspace().startswith("CREATE KEYSPACE IF NOT EXISTS nosuchks WITH")
+    assert cql.read() == "SELECT y_id, field0 FROM nosuchks.usertable WHERE y_id = ?"
+    assert cql.insert().startswith("INSERT INTO nosuchks.usertable")
+    assert statements(get_workload("ycsb", target, {"keyspace": "NOSUCHKS"})).keyspace == "nosuchks"
+    assert statements(get_workload("ycsb", open_target("cql://127.0.0.1", {"keyspace": "ks2"}))).keyspace == "ks2"
+    assert statements(get_workload("ycsb", open_target("cql://127.0.0.1/"))).keyspace == "ycsb"
+    with pytest.raises(UserError) as err:
+        get_workload("ycsb", target, {"keyspace": "other"})
+    assert "names keyspace nosuchks and --workload-option keyspace=other" in str(err.value)
+    with pytest.raises(TargetError, match="name it once"):
+        open_target("cql://127.0.0.1/ks1", {"keyspace": "ks2"})
+
+
+def test_a_bad_keyspace_on_the_command_line_is_one_line_and_exit_2(tmp_path) -> None:
+    """``dbsurge run --target 'cql://.../bad;DROP'``: one line, exit 2, before any connection (port 1 listens to
+    nothing: a connection attempt would say so instead)."""
+    proc = dbsurge("run", "--workload", "ycsb", "--target", "cql://127.0.0.1:1/bad;DROP", "--shape", "constant",
+                   "--rate", "10", "--duration", "2s", "--results-dir", str(tmp_path / "results"), cwd=tmp_path,
+                   timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "keyspace 'bad;DROP' is not a CQL name" in lines[0], proc.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
 
 
 def test_under_gevent_the_asyncore_reactor_is_chosen() -> None:

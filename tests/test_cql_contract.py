@@ -297,6 +297,49 @@ def test_two_processes_each_with_its_own_driver_session(target: str, tmp_path: P
     assert len(per_worker) == 2 and all(n > 0 for n in per_worker.values()), per_worker
 
 
+def _in_keyspace(cql_uri: str, keyspace: str) -> str:
+    """The module's server URI naming ``keyspace`` as its path (``cql://host:port/KEYSPACE``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(cql_uri)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{keyspace}", parts.query, ""))
+
+
+def test_the_uris_keyspace_is_the_one_the_run_uses(cql_uri: str, tmp_path: Path) -> None:
+    """``cql://host/KEYSPACE``: with --no-load and no such keyspace, one line and exit 2 before any load (it ran 150
+    operations against ycsb.usertable and exit 0, naming the other keyspace in run.json); without --no-load, the load
+    creates the URI's keyspace and the run reads and updates the rows there."""
+    missing = dbsurge("run", "--workload", "ycsb", "--target", _in_keyspace(cql_uri, "dbsurge_nosuchks"), "--shape",
+                      "constant", "--rate", "50", "--duration", "3s", "--workload-option", "recordcount=200",
+                      "--no-load", "--results-dir", str(tmp_path / "missing"), cwd=tmp_path, timeout=300)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, explain(missing)
+    lines = missing.stderr.strip().splitlines()
+    assert len(lines) == 1 and "keyspace dbsurge_nosuchks does not exist" in lines[0], explain(missing)
+    assert not run_files(tmp_path / "missing", "run.json"), "a run directory before any load"
+    target = _in_keyspace(cql_uri, "dbsurge_uri_ks")
+    proc = dbsurge("run", "--workload", "ycsb", "--target", target, "--shape", "constant", "--rate", "50",
+                   "--duration", "3s", "--workload-option", "recordcount=200", "--workload-option", "batchsize=20",
+                   "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    run = only_run_dir(tmp_path / "results")
+    total = ledger(run)
+    assert total["planned"] == 150 == total["ok"], total
+    meta = read_json(run / "run.json")
+    assert meta["target"]["keyspace"] == "dbsurge_uri_ks"
+    started_us = int(datetime.fromisoformat(meta["started_utc"].replace("Z", "+00:00")).timestamp() * 1e6)
+    updates = int(next(r for r in read_csv(run / "summary.csv") if r["operation"] == "update")["ok"])
+    fields = [f"field{i}" for i in range(10)]
+    cluster, session = _session(cql_uri)
+    try:  # the load's rows are in the URI's keyspace, and so are the run's updates
+        assert session.execute("SELECT count(*) FROM dbsurge_uri_ks.usertable").one()[0] == 200
+        written = sum(1 for row in session.execute(
+            f"SELECT {', '.join(f'writetime({f})' for f in fields)} FROM dbsurge_uri_ks.usertable")
+            for stamp in row if stamp is not None and stamp >= started_us)
+        assert updates > 0 and 0.3 * updates <= written <= updates, (written, updates)
+    finally:
+        cluster.shutdown()
+
+
 # --- the server frozen and killed under load (a kept server: these act on the session's JVM; the kill is last) ---
 
 def _counts(total: dict) -> dict:

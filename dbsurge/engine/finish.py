@@ -4,11 +4,13 @@ The ledger comes first (`dbsurge.ledger`): what the plan called for, per stage a
 against ok, failed by kind, dropped and not sent by reason; whatever no worker reported is booked
 (``worker_lost`` or, a bug of dbsurge's, ``unaccounted``), so the ledger balances in every run.
 
-The verdict tells the truth (README, "Exit codes"): 0 only when the plan was delivered and
-accounted for and every check passed; 1 when a check failed or slots were dropped because the
-target kept every user busy; 3 when arrivals were lost to the tool (not sent: worker lost,
-could not connect, users exhausted, in flight at the end, unaccounted) or results could not be
-written; 130/143 when SIGINT/SIGTERM stopped it. Checks on an incomplete ledger fail.
+The verdict tells the truth (README, "Exit codes"): `judge` gathers what the ledger and the run's end say into a
+`dbsurge.engine.verdict.Account`, and `dbsurge.engine.verdict.decide` alone turns it into the exit code and the
+sentence a person reads: 0 only when the plan was delivered and accounted for (a closed-model run: operations
+sent, every worker's final account in) and every check passed; 1 when a check failed or the target could not
+take the plan; 3 when the measurement is incomplete (arrivals lost to the tool, a final account missing, the
+plan's arrivals not counted, the test's start failed, nothing sent, results not written); 130/143/4 when a
+signal or the web UI's Stop ended it. Checks on an incomplete ledger fail.
 
 Lag names its cause per stage: the generator (its event loop stalled), the pool (capped by
 ``--max-users``) or the target (every user busy waiting for the database).
@@ -23,10 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dbsurge.base.errors import EXIT_CHECKS, EXIT_INCOMPLETE, EXIT_STOPPED
+from dbsurge.base.errors import EXIT_CHECKS, EXIT_INCOMPLETE
 from dbsurge.config.checks import evaluate_checks, parse_checks
 from dbsurge.engine import console
 from dbsurge.engine.collector_hooks import collectors
+from dbsurge.engine.verdict import Account, Decision, decide
 from dbsurge.load.pacer import TARGET_SILENT_S
 from dbsurge.measure.aggregator import ALL
 from dbsurge.measure.cells import NOT_SENT_REASONS
@@ -47,10 +50,6 @@ from dbsurge.rundir.schema import EVENTS, REPORT_HTML, RUN_JSON, SEGMENTS, STAGE
 from dbsurge.rundir.writer import remove_temp_files
 
 log = logging.getLogger("dbsurge")
-
-#: Not-sent reasons that mean the tool lost arrivals (exit 3); ``interrupted`` is the user's doing.
-TOOL_REASONS = ("worker_lost", "no_connect", "users_exhausted", "in_flight", "unaccounted")
-
 
 class LagFinding(NamedTuple):
     """A stage in which slots went late or were dropped: who caused it, the sentence, and whether it is material.
@@ -270,50 +269,40 @@ def segments(run) -> list[dict]:
 
 
 def judge(run, stages: list[dict], summary: list[dict], total: dict, write_failed: bool) -> Verdict:
-    """The findings, the checks on the ledger, and the exit code (see the module docstring)."""
+    """The findings, the checks on the ledger, and the exit code: the run's `verdict.Account`, `verdict.decide`d."""
     opts = run.options
     capped = {run.aggregator.stage_names[i] for i in run.capped_stages}
     lag = lag_findings(stages, parse_duration(opts.lag_warn) * 1000.0, capped, opts.max_users) if run.plan else []
     not_sent = {r: int(total.get(f"not_sent_{r}") or 0) for r in NOT_SENT_REASONS}
-    target_stuck = ((lag and all(f.cause == "target" for f in lag)) or int(total.get("failed_timeout") or 0)
-                    or not_sent["target_silent"])
-    # every user busy on the database until the end, or operations timing out: the target could not
-    # take the plan (exit 1); the measurement itself is whole
-    tool_reasons = [r for r in TOOL_REASONS if not (target_stuck and r in ("users_exhausted", "in_flight"))]
-    # sent and still out past the drain: the target's when it was stuck, else the tool lost their outcome
-    stuck_unknown = run.aggregator.unknown_at_end["in_flight"] if target_stuck else 0
-    lost = (sum(not_sent[r] for r in tool_reasons) + int(total.get("over_plan") or 0)
-            + int(total.get("unknown") or 0) - stuck_unknown)
     findings = [f.text for f in lag if f.material] + _ledger_findings(run, total, not_sent) + _failing_workers(run)
     not_reached = stages_not_reached(run)
     if not_reached:
         findings.append(f"stages not reached (the run stopped before they began): {', '.join(not_reached)}; "
                         f"their planned arrivals are not sent (interrupted)")
-    # a worker that never sent its final account took its last operations with it, plan or not
-    incomplete = bool(lost) or bool(run.ending.lost_workers) or write_failed or run.ending.stop_reason is not None
     results = evaluate_checks(parse_checks(opts.check), summary)
-    if incomplete:  # a threshold measured on an incomplete ledger proves nothing
-        results = [(c, False, v) for c, ok, v in results]
-    dropped = int(total.get("dropped") or 0)
-    tool_behind = any(f.cause in ("generator", "cap") for f in lag)  # the tool as configured
-    target_short = target_stuck and (not_sent["users_exhausted"] or not_sent["in_flight"] or not_sent["target_silent"]
-                                     or stuck_unknown)
-    code = 0
-    if any(not ok for _, ok, _ in results) or (dropped and not tool_behind) or (opts.fail_on_lag and lag) \
-            or target_short:
-        code = EXIT_CHECKS  # the database missed its SLO, or could not take the plan
-    failures_only = False  # the code comes from the failures alone (the verdict says so, not "a check failed")
-    if code == 0 and int(total.get("failures") or 0) and not opts.check:
-        # Locust's convention: any failure sets --exit-code-on-error (default 1), unless --check thresholds
-        # judged the failures and passed. A database that died mid-run must not exit 0.
-        code, failures_only = failure_exit_code(opts), True
-    if incomplete or (dropped and tool_behind):
-        code = EXIT_INCOMPLETE  # the measurement is incomplete: the tool lost arrivals
-    if run.ending.exit_code_override is not None:
-        code = run.ending.exit_code_override
-    verdict = Verdict(findings, results, code, incomplete, not_sent, sorted({f.cause for f in lag}))
-    verdict.text = _verdict(run, code, total, incomplete, failures_only)
+    decision = decide(account_of(run, total, not_sent, [f.cause for f in lag], [ok for _, ok, _ in results],
+                                 write_failed))
+    results = [(c, ok, v) for (c, _, v), ok in zip(results, decision.checks)]  # all failed when incomplete
+    verdict = Verdict(findings, results, decision.code, decision.incomplete, not_sent, sorted({f.cause for f in lag}))
+    verdict.text = _verdict_text(decision, total)
     return verdict
+
+
+def account_of(run, total: dict, not_sent: dict[str, int], lag_causes: list[str], checks: list[bool],
+               write_failed: bool) -> Account:
+    """What the verdict is decided from (`verdict.Account`): the run's ledger totals and how it ended."""
+    planned = total.get("planned")
+    return Account(
+        open_model=run.plan is not None, planned=None if planned in ("", None) else int(planned),
+        ok=int(total.get("ok") or 0), failed=int(total.get("failures") or 0),
+        failed_timeout=int(total.get("failed_timeout") or 0), dropped=int(total.get("dropped") or 0),
+        unknown=int(total.get("unknown") or 0), unknown_in_flight=int(run.aggregator.unknown_at_end["in_flight"]),
+        not_sent=dict(not_sent), over_plan=int(total.get("over_plan") or 0),
+        # a worker that never sent its final account took its last operations with it, plan or not
+        lost_workers=len(set(run.ending.lost_workers)), lag_causes=tuple(lag_causes), checks=tuple(checks),
+        fail_on_lag=bool(run.options.fail_on_lag), exit_code_on_error=failure_exit_code(run.options),
+        write_failed=write_failed, start_failed=run.ending.start_failed, stop_reason=run.ending.stop_reason,
+        interrupted=run.ending.interrupted, exit_code_override=run.ending.exit_code_override)
 
 
 def failure_exit_code(opts) -> int:
@@ -467,31 +456,15 @@ _UNKNOWN_TEXT = {
 }
 
 
-def _verdict(run, code: int, total: dict, incomplete: bool, failures_only: bool = False) -> str:
+def _verdict_text(decision: Decision, total: dict) -> str:
+    """The verdict's line: `verdict.decide`'s sentence, the exit code, and the ledger's equation when planned is known."""
     planned = total.get("planned")
-    head = {0: "OK: the plan was delivered and accounted for, every check passed",
-            1: "FAILED: a check failed or the target could not take the plan",
-            3: "INCOMPLETE: the tool lost arrivals (not sent, or dropped while the generator fell behind) "
-               "or results were not written",
-            130: "INTERRUPTED (SIGINT)", 143: "INTERRUPTED (SIGTERM)", EXIT_STOPPED: "INTERRUPTED (web UI Stop)",
-            }.get(code, f"exit {code}")
-    if run.ending.interrupted is not None and code == run.ending.exit_code_override:
-        head = f"INTERRUPTED ({run.ending.interrupted[0]}) at t = {run.ending.interrupted[1]:.1f} s"
-    failures = int(total.get("failures") or 0)
-    if failures and code == 0:
-        judged = "every --check passed" if run.options.check else "--exit-code-on-error 0"
-        head = (f"DELIVERED WITH FAILURES: every arrival accounted for, {failures} operations failed "
-                f"({judged})")
-    elif failures_only and not incomplete and code == failure_exit_code(run.options):
-        head = (f"FAILED: every arrival accounted for, {failures} operations failed and no --check allowed them "
-                f"(--exit-code-on-error {code})")
-    if run.ending.stop_reason:
-        head = f"STOPPED: {run.ending.stop_reason}"
     if planned in ("", None):
-        return f"{head} (exit {code})"
-    return (f"{head} (exit {code}): planned {planned} = ok {total.get('ok')} + failed {total.get('failures')} "
-            f"+ dropped {total.get('dropped')}" + (f" + unknown {total['unknown']}" if int(total.get("unknown") or 0)
-                                                    else "") + f" + not sent {total.get('not_sent')}")
+        return f"{decision.head} (exit {decision.code})"
+    return (f"{decision.head} (exit {decision.code}): planned {planned} = ok {total.get('ok')} + failed "
+            f"{total.get('failures')} + dropped {total.get('dropped')}"
+            + (f" + unknown {total['unknown']}" if int(total.get("unknown") or 0) else "")
+            + f" + not sent {total.get('not_sent')}")
 
 
 SEGMENTS_TITLE = (f"Rate overrides: a row per stage and per override in force ({SEGMENTS}: {TIMELINE}'s seconds, "

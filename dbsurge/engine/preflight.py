@@ -92,8 +92,10 @@ def preflight(run: DbSurgeRun) -> None:
         limit, in_use = run.target.connection_limit()
         check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)
     collectors().preflight(run)
-    if not opts.no_load:
-        for name in names:
+    for name in names:
+        if opts.no_load:
+            _check_no_load(run, name)
+        else:
             _load_default_data(run, name)
     if run.plan is not None:
         run.probe_service_s = probe_service_time(run)
@@ -113,6 +115,17 @@ def check_shape_options(run: DbSurgeRun) -> None:
         return
     for warning in check_plan_choice(shape, run.options, stage_seconds=False):
         log.warning(warning)
+
+
+def _check_no_load(run: DbSurgeRun, name: str) -> None:
+    """--no-load: what no operation of workload `name` can run without is there (`Workload.check_no_load`)."""
+    wl = run.workload(name)
+    try:
+        wl.check_no_load()
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the check's own query failed: one line, before any load
+        raise UserError(f"looking for the {name} schema on {run.target.display} failed: {_first_line(e)}") from None
 
 
 def _load_default_data(run: DbSurgeRun, name: str) -> None:

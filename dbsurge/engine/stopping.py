@@ -98,7 +98,8 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
         if run.schedule is not None and run.has_workers:
             run.ending.lease_end.setdefault(cid, lease_end_number(run, cid))  # what it may have issued: `unknown`
         run.safe_event("worker_silent", worker=cid, note="no final account before the deadline")
-        log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost", cid)
+        log.warning("worker %s sent no final account: its unreported arrivals are booked as worker_lost (unless "
+                    "the account comes before the tables are written)", cid)
         run.ending.lost_workers.append(cid)
         run.ending.silent_at_close.add(cid)
     run.ending.awaiting_final = set()
@@ -126,6 +127,7 @@ def on_final_message(environment, msg, **_kw) -> None:
         if msg.node_id not in run.ending.lost_workers:
             run.ending.lease_end.pop(msg.node_id, None)
         run.safe_event("worker_final_late", worker=msg.node_id)
+        log.warning("worker %s sent its final account late, before the tables: it is counted, not lost", msg.node_id)
     gevent.sleep(0)
 
 

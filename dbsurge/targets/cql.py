@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import ssl
 import sys
 import threading
@@ -55,6 +56,20 @@ CONSISTENCY_NAMES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORU
 SERIAL_NAMES = ("SERIAL", "LOCAL_SERIAL")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 REACTORS = ("auto", "asyncore", "asyncio", "libev")
+#: A keyspace name as CQL takes it unquoted: a letter, then letters, digits or underscores, 48 characters at most
+#: (Cassandra's limit). Unquoted names are case-insensitive: the server folds them to lower case, and so does dbsurge.
+KEYSPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+
+
+def check_keyspace(name: str, where: str) -> str:
+    """``name`` as the server will know it (lower case), or a one-line `TargetError` naming ``where`` it came from.
+
+    Anything else would reach the server inside a statement (``CREATE KEYSPACE bad;DROP ...``): refused here.
+    """
+    if not KEYSPACE_NAME.fullmatch(name):
+        raise TargetError(f"{where}: keyspace '{clip(name, 60)}' is not a CQL name: a letter, then up to 47 "
+                          f"letters, digits or underscores, e.g. ycsb")
+    return name.lower()
 
 
 #: The driver's loggers that log a failed (re)connection with its traceback.
@@ -176,8 +191,7 @@ class CqlTarget(Target):
         netloc_hosts, user, password = _split_netloc(uri, self.display)
         self.hosts, self.port = netloc_hosts
         self.user, self._password = user, password
-        path = urlsplit(uri).path.strip("/")
-        self.keyspace = options.get("keyspace") or path or None
+        self.keyspace = _uri_keyspace(uri, options, self.display)
         self.flavor = "scylla" if uri.lower().startswith("scylla://") else "cql"
         self.consistency_name = options.get("consistency", DEFAULT_CONSISTENCY).strip().upper()
         self.consistency = consistency_level(self.consistency_name, "consistency", CONSISTENCY_NAMES)
@@ -398,6 +412,20 @@ class CqlTarget(Target):
                 "server_release": self.server.get("release_version"),
                 "negotiated_protocol_version": self.server.get("protocol_version"),
                 "shard_aware": self.server.get("shard_aware")}
+
+
+def _uri_keyspace(uri: str, options: dict[str, str], display: str) -> str | None:
+    """The keyspace the URI names (its path, or the ``keyspace`` option), checked as a CQL name; None if neither.
+
+    The ycsb workload works in this keyspace (`dbsurge.workloads.ycsb_cql`): the load creates it there.
+    """
+    path = unquote(urlsplit(uri).path).strip("/")
+    option = options.get("keyspace", "").strip()
+    where = f"bad target URI '{display}'"
+    named = {check_keyspace(name, where) for name in (path, option) if name}
+    if len(named) > 1:
+        raise TargetError(f"{where}: the path names keyspace '{path}' and the option keyspace='{option}': name it once")
+    return named.pop() if named else None
 
 
 def _split_netloc(uri: str, display: str) -> tuple[tuple[tuple[str, ...], int], str | None, str | None]:

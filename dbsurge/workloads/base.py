@@ -194,6 +194,8 @@ class Workload:
     def __init__(self, target: Any, options: Mapping[str, object] | None = None) -> None:
         self.target = target
         self.options: dict[str, Any] = self.resolve(options or {})
+        #: the options the user gave (lower case), as against the defaults `resolve` filled in
+        self.given_options: frozenset[str] = frozenset(str(k).strip().lower() for k in (options or {}))
         kind = getattr(target, "kind", None)
         kinds = store_kinds(self.name) or self.kinds
         if kind not in kinds:
@@ -232,6 +234,10 @@ class Workload:
     def has_data(self) -> bool:
         """True when `load` has already put this workload's data in the target."""
         raise NotImplementedError
+
+    def check_no_load(self) -> None:
+        """Under ``--no-load``, before any load: refuse (`WorkloadError`, one line) a target where no operation could
+        run at all, for want of what only the load creates. Nothing by default: the operations' failures say it."""
 
     def load(self, progress: bool = True) -> int:
         """Create the schema if missing and insert the rows that are missing.

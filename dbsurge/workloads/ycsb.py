@@ -228,6 +228,14 @@ class YcsbWorkload(Workload):
         finally:
             session.close()
 
+    def check_no_load(self) -> None:
+        """The store's schema is there (`YcsbStore.check_no_load`): a CQL keyspace is made only by the load."""
+        session = self._session()
+        try:
+            self.store.check_no_load(session)
+        finally:
+            session.close()
+
     def _data_present(self, session: Any) -> bool:
         keys = [self.key_for(i) for i in spread_sample(*self._load_range())]
         return self.store.count_present(session, keys) == len(keys)

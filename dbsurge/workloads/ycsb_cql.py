@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbsurge.base.errors import TargetError
+from dbsurge.base.errors import TargetError, WorkloadError
+from dbsurge.targets.cql import check_keyspace
 from dbsurge.workloads.loading import insert_missing
 from dbsurge.workloads.stores import register_store
 from dbsurge.workloads.ycsb_store import MakeRows, YcsbConnection, YcsbStore
@@ -209,9 +210,44 @@ class CqlYcsbConnection(YcsbConnection):
         return list(self._execute(self._scan_all if field is None else self._scan_field[field], (start, count)))
 
 
+def keyspace_of(workload: Any, options: dict[str, Any]) -> str:
+    """The keyspace the workload works in: the target URI's (``cql://host/KEYSPACE``) when it names one, else the
+    workload option ``keyspace`` (default ycsb); both, and different: `WorkloadError`. Checked as a CQL name."""
+    named = getattr(workload.target, "keyspace", None)
+    given = options["keyspace"]
+    if named and "keyspace" in workload.given_options and check_keyspace(given, "workload option") != named:
+        raise WorkloadError(f"the target URI names keyspace {named} and --workload-option keyspace={given}: name "
+                            f"the keyspace once (in the URI, or the option)")
+    return named or check_keyspace(given, "workload option keyspace")
+
+
+def check_schema_exists(workload: Any, session: Any) -> None:
+    """`WorkloadError` (one line) when the keyspace or its table is missing: every statement would fail to prepare."""
+    metadata = getattr(getattr(getattr(session, "session", None), "cluster", None), "metadata", None)
+    if metadata is None:
+        return
+    cql = statements(workload)
+    display = session.target.display
+    if cql.keyspace not in metadata.keyspaces:
+        raise WorkloadError(f"keyspace {cql.keyspace} does not exist on {display}, and --no-load keeps dbsurge from "
+                            f"creating it: leave out --no-load (the load creates it), or name the keyspace the data "
+                            f"is in (cql://host/KEYSPACE)")
+    if cql.table not in metadata.keyspaces[cql.keyspace].tables:
+        raise WorkloadError(f"table {cql.qualified} does not exist on {display}, and --no-load keeps dbsurge from "
+                            f"creating it: leave out --no-load (the load creates it)")
+
+
 @register_store("ycsb", "cql")
 class CqlYcsbStore(YcsbStore):
     """The ycsb workload's keyspace, table, load and operations on a CQL session."""
+
+    def check_options(self, options: dict[str, Any]) -> None:  # type: ignore[override]
+        """MongoDB's options refused (`YcsbStore.check_options`); the keyspace the URI names is the workload's."""
+        super().check_options(options)
+        options["keyspace"] = keyspace_of(self.workload, options)
+
+    def check_no_load(self, session: Any) -> None:
+        check_schema_exists(self.workload, session)
 
     def create_table(self, session: Any) -> None:
         ensure_schema(self.workload, session)

@@ -45,6 +45,10 @@ class YcsbStore(ABC):
         if options["readpreference"] or options["writeconcern"]:
             raise WorkloadError("workload options readpreference and writeconcern apply to MongoDB targets only")
 
+    def check_no_load(self, session: Any) -> None:
+        """Under ``--no-load``: refuse (`WorkloadError`, one line) a schema no operation can run without; nothing
+        by default (a table missing on PostgreSQL or a collection on MongoDB fails each operation, and says so)."""
+
     @abstractmethod
     def create_table(self, session: Any) -> None:
         """Create the table (and keyspace) unless it exists; a database that makes it on first insert does nothing."""
