@@ -223,7 +223,6 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
     except Exception as e:
         ok = False
         run.note_problem("writing the timeline", e)
-    run.aggregator.fill_delivered(stages)  # the seconds of this last flush complete the stages' delivered rates
     try:
         run.rundir.write_tables(stages, summary)
     except Exception as e:
