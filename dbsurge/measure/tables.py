@@ -41,11 +41,18 @@ def fmt_num(v, digits: int = 1) -> str:
 
 
 def fmt_rate(v) -> str:
-    """A planned rate: whole TPS as such, a fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals."""
+    """A planned rate: whole TPS as such, a fractional one with the one decimal of the rates beside it
+    (244.9, a stage under a live override; 2.5, the 5% of a 50 TPS plan); below 1 TPS, two (0.25).
+
+        >>> [fmt_rate(x) for x in (20, 244.857, 2.5, 0.25, 1999.96, "")]
+        ['20', '244.9', '2.5', '0.25', '2,000', '-']
+    """
     if v in ("", None):
         return "-"
     f = float(v)
-    return f"{f:,.0f}" if f == round(f) else f"{f:,.2f}".rstrip("0")
+    decimals = 2 if abs(f) < 1 else 1
+    text = f"{f:,.{decimals}f}".rstrip("0").rstrip(".")
+    return text
 
 
 def fmt_pct(v) -> str:
