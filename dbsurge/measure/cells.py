@@ -230,6 +230,8 @@ def stage_completions(edges_ns: np.ndarray, done_ns: np.ndarray, ops: np.ndarray
     inside = (stage >= 0) & (stage < len(edges_ns) - 1)
     if not inside.any():
         return []
+    if bool(inside.all()) and bool((stage == stage[0]).all()) and bool((ops == ops[0]).all()):
+        return [[int(stage[0]), int(ops[0]), int(stage.size)]]  # the usual part: one stage, one operation
     keys, counts = np.unique(stage[inside] * _KEY_SPAN + ops[inside], return_counts=True)
     return [[int(k // _KEY_SPAN), int(k % _KEY_SPAN), int(n)] for k, n in zip(keys.tolist(), counts.tolist())]
 
