@@ -107,6 +107,24 @@ def test_the_partial_first_second_does_not_lower_the_first_lines_rates():
     assert "stage 1/2 20tps: 19.5/20.0 TPS" in line and line.endswith("(last 3 s)"), line
 
 
+def test_the_partial_last_second_of_the_plan_does_not_lower_the_last_lines_rates():
+    """``6s@20tps,6s@60tps`` with time zero 0.3 s into a second: the last stage's last second holds 30% of a
+    second's arrivals. Its line read "t=13s stage 2/2 60tps: 53.0/53.0 TPS ... (last 6 s)": rates from whole
+    seconds of the plan; no second of stage 1 is in stage 2's line."""
+    progress = Progress(START + 0.3, ["20tps", "60tps"], every_s=3600, stage_starts=[0.0, 6.0], plan_end_s=12.0)
+    rows = [_row(k, "20tps", 20, 20, 1.0) for k in range(6)] + [_row(6, "20tps", 48, 48, 1.0)]
+    rows += [_row(k, "60tps", 60, 60, 1.0) for k in range(7, 12)] + [_row(12, "60tps", 18, 18, 1.0)]
+    lines = progress.add(rows) + progress.finish([])
+    assert [line.split(":", 1)[0] for line in lines] == ["t=6s stage 1/2 20tps", "t=7s stage 1→2/2 20tps→60tps",
+                                                         "t=13s stage 2/2 60tps"], lines
+    assert "60tps: 60.0/60.0 TPS" in lines[-1] and lines[-1].endswith("(last 6 s)"), lines[-1]
+
+
+def test_a_stage_of_a_fraction_of_a_second_says_how_long():
+    plan = StagePlan.parse("3.5s@20tps,2s@40tps")
+    assert stage_line(plan, 0, START).endswith(" for 3.5 s") and stage_line(plan, 1, START).endswith(" for 2 s")
+
+
 def test_a_second_across_a_stage_boundary_is_named_by_both_stages():
     # stages at 0 s and 2.3 s: the second from 2 s to 3 s is 30% of the 20% stage and 70% of the 200% one
     progress = Progress(START, ["20%", "200%"], every_s=3600, stage_starts=[0.0, 2.3])

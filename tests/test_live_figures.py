@@ -69,6 +69,23 @@ def test_rows_follow_stages_and_overrides_with_the_timelines_figures():
     assert spark["achieved_tps"] == [10, 11, 12, 13, 14, 15] and spark["p99_ms"][-1] == last[1]["p99_ms"]
 
 
+def test_a_stage_row_has_the_plans_length_and_rate_whatever_seconds_it_spans():
+    """Time zero 0.4 s into a second: the 15 s stage at 20 TPS spans 16 timeline seconds, the last shared with
+    the 200 TPS stage. The panel read "16 s · target 29.6"; its row is the plan's: 15 s, target 20. An override
+    splits a stage's row at its moment, and the stage still running ends at the last second written."""
+    plan = StagePlan.parse("15s@20tps,10s@200tps")
+    changes = [[20.0, 100.0, None]]  # 100 TPS from t=20 s
+    agg = _aggregator(plan, changes)
+    agg.set_schedule(agg.schedule, T0 + 0.4)
+    for t in range(23):  # the seconds from T0 (t=-0.4 s) to T0+22 (t=21.6 s to 22.6 s)
+        agg.open_seconds[T0 + t]["op"].add(_second(20, 1000))
+    agg.flush(now=T0 + 23.0)  # written up to the second from T0+22
+    rows = segment_rows(agg.live.rows, changes, agg.stage_names, agg.start_epoch_s, agg.schedule)
+    assert [(r["segment"], r["seconds"]) for r in rows] == [
+        ("stage 20tps", 16), ("stage 200tps", 5), ("override 1: 100 TPS from 08:00:20Z (stage 200tps)", 2)]
+    assert [(r["duration_s"], r["target_tps"]) for r in rows] == [(15.0, 20.0), (5.0, 200.0), (2.6, 100.0)]
+
+
 def test_an_override_without_a_second_of_its_own_still_has_a_row():
     plan = StagePlan.constant(50.0)
     changes = [[2.2, 80.0, None], [2.6, 120.0, None]]  # both within second 2

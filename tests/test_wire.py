@@ -32,7 +32,7 @@ EXAMPLES = [
     wire.LeaveOk(until_number=4321),
     wire.Renew(sent_ns=99),
     wire.Lease(sent_ns=99),
-    wire.Close(reason="interrupted", drain_s=2.0, in_flight_reason="interrupted", until_position=10.5),
+    wire.Close(reason="interrupted", drain_s=2.0, in_flight_reason="interrupted", until_position=10.5, stop_s=10.25),
     wire.Final(payload=[{"ops": ["a"]}], in_flight=2, oldest_s=0.25, reason="in_flight"),
 ]
 

@@ -165,7 +165,8 @@ def _tps(x: float) -> str:
 
 
 def _seconds(s: float) -> str:
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+    """``6 s``, ``3.5 s`` (a stage of 3.5 s is not "4 s"), ``2.5 min``."""
+    return (f"{s:.0f} s" if abs(s - round(s)) < 0.05 else f"{s:.1f} s") if s < 120 else f"{s / 60:.1f} min"
 
 
 class Progress:
@@ -180,10 +181,12 @@ class Progress:
     """
 
     def __init__(self, start_epoch_s: float, stage_names: list[str], every_s: float = PROGRESS_EVERY_S,
-                 stage_starts: list[float] | None = None, changes: Callable[[], list] | None = None):
+                 stage_starts: list[float] | None = None, changes: Callable[[], list] | None = None,
+                 plan_end_s: float | None = None):
         self.start_epoch_s = start_epoch_s
         self.stage_names = stage_names
         self.stage_starts = stage_starts
+        self.plan_end_s = plan_end_s  # seconds from time zero (None: no plan, or an open end)
         self.changes = changes or list
         self.every_s = every_s
         self.rows: list[dict] = []
@@ -245,9 +248,10 @@ class Progress:
     def line(self, rows: list[dict]) -> str:
         last = rows[-1]
         seconds = len(rows)
-        # The second in which time zero falls is only partly in the run: its rates are that part's share
-        # (a 20 TPS stage read "18.3/18.3 TPS" at its first line). Rates come from whole seconds when any.
-        whole = [r for r in rows if (self._offset(r) or 0.0) >= -1e-6] or rows
+        # The seconds in which time zero and the plan's end fall are only partly in the run: their rates are
+        # that part's share (a 20 TPS stage read "18.3/18.3 TPS" at its first line, a 60 TPS last stage
+        # "53.0/53.0 TPS" at its last). Rates come from whole seconds of the plan when any.
+        whole = [r for r in rows if self._whole(r)] or rows
         achieved = sum(_num(r.get("achieved_tps")) for r in whole) / len(whole)
         targets = [_num(r.get("target_tps")) for r in whole if r.get("target_tps") not in (None, "")]
         failed = sum(int(_num(r.get("failures"))) for r in rows)
@@ -261,6 +265,12 @@ class Progress:
         where = self._where(rows)
         return (f"t={elapsed} {where}: {rate}, p99 {_ms(p99)}, lag p99 {_ms(lag)}, "
                 f"{failed} failed ({self.failed_so_far} in all), {dropped} dropped (last {seconds} s)")
+
+    def _whole(self, row: dict) -> bool:
+        """Whether the row's second lies wholly inside the plan (from time zero to its end)."""
+        t = self._offset(row) or 0.0
+        end = self.plan_end_s
+        return t >= -1e-6 and (end is None or not math.isfinite(end) or t + 1.0 <= end + 1e-6)
 
     def _where(self, rows: list[dict]) -> str:
         """``stage 2/4 200%``, ``stage 1→2/4 20%→200%`` (a straddling second), ``... under override 1: plan x2``."""

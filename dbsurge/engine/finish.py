@@ -247,7 +247,6 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
     except Exception as e:
         ok = False
         run.note_problem("writing the timeline", e)
-    run.aggregator.fill_delivered(stages)  # the seconds of this last flush complete the stages' delivered rates
     try:
         run.rundir.write_tables(stages, summary)
     except Exception as e:
@@ -265,7 +264,7 @@ def _write_measurements(run, stages: list[dict], summary: list[dict]) -> bool:
 def segments(run) -> list[dict]:
     """The run's rows by stage and rate override (`dbsurge.plan.segments`), from the timeline's seconds."""
     agg = run.aggregator
-    return segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s)
+    return segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s, agg.schedule)
 
 
 def judge(run, stages: list[dict], summary: list[dict], total: dict, write_failed: bool) -> Verdict:

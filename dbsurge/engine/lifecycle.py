@@ -76,7 +76,8 @@ def begin_run(run: DbSurgeRun) -> None:
     run.side.greenlets = [gevent.spawn(_master_loop, run)] + _announce_stages(run) + run.test_greenlets()
     run.side.progress = (console.Progress(start_s, stage_names,
                                           stage_starts=list(run.plan.starts) if run.plan else None,
-                                          changes=lambda: run.changes)
+                                          changes=lambda: run.changes,
+                                          plan_end_s=run.plan.duration if run.plan else None)
                          if opts.headless and console.mode() != "quiet" else None)
     run.side.greenlets += collectors().start(run)
     run.settle()

@@ -377,6 +377,9 @@ class DbSurgeRun:
         self.start_epoch_ns = s.start_epoch_ns
         if self.plan is None:
             self.schedule, self.pacer = None, None
+            # completions in the master's clock (as below, without a pacer), the whole run one window from time zero
+            self.recorder.wall_offset_ns = wall_ns() - time.perf_counter_ns() - s.clock_offset_ns
+            self.recorder.set_stage_windows(s.start_epoch_ns, [0.0], float("inf"))
             return
         sched = Schedule.from_plan(self.plan)
         for at_s, rate, scale in s.changes:
@@ -390,6 +393,9 @@ class DbSurgeRun:
                            worker_count=s.count, arrivals=s.arrivals, seed=s.seed, max_lag_s=s.max_lag_s)
         # ... and completions stamped back in the master's clock, from that same measurement
         self.recorder.wall_offset_ns = self.pacer.wall_offset_ns - s.clock_offset_ns
+        # each success is counted in the stage whose window holds its completion (the stage's delivered rate),
+        # against the master's time zero in that same clock
+        self.recorder.set_stage_windows(s.start_epoch_ns, self.plan.starts, self.plan.duration)
         # Again just before time zero; not when that is already near or past (a worker joining mid-run):
         # the freeze above has just taken what there is, and a collection now would pause the load.
         freeze_in_s = (s.start_epoch_ns + s.clock_offset_ns) / 1e9 - time.time() - FREEZE_LEAD_S

@@ -82,7 +82,10 @@ def close_run(run, reason: str, *, drain_s: float = 0.0, in_flight_reason: str =
             lead = CLOSE_LEAD_S if run.has_workers else 0.0
             until = run.schedule.cumulative(max(elapsed + lead, 0.0))
         run.ending.until_position = until
-    msg = Close(reason=reason, drain_s=float(drain_s), in_flight_reason=in_flight_reason, until_position=until)
+    stop_s = None if agg.stop_epoch_s is None or run.start_epoch_ns is None else \
+        agg.stop_epoch_s - run.start_epoch_ns / 1e9
+    msg = Close(reason=reason, drain_s=float(drain_s), in_flight_reason=in_flight_reason, until_position=until,
+                stop_s=stop_s)
     runner = run.environment.runner
     if run.has_workers:
         run.ending.awaiting_final = set(run.shares)
@@ -137,7 +140,11 @@ def on_final_message(environment, msg, **_kw) -> None:
 def on_close_message(environment, msg, **_kw) -> None:
     """Worker (or local): stop issuing slots, drain, write off the rest, send the final account."""
     close = Close.decode(msg.data)
-    final_account(environment.dbsurge, close.reason, drain_s=close.drain_s, in_flight_reason=close.in_flight_reason,
+    run = environment.dbsurge
+    if close.stop_s is not None and run.start_epoch_ns is not None:
+        # the stages' windows end at the stop: what completes in the drain after it is in no stage's rate
+        run.recorder.cut_stage_windows(run.start_epoch_ns + round(close.stop_s * 1e9))
+    final_account(run, close.reason, drain_s=close.drain_s, in_flight_reason=close.in_flight_reason,
                   until_position=close.until_position)
 
 

@@ -347,7 +347,8 @@ class Close(Message):
 
     Sent by the master to each worker, or by a local run to itself (`dbsurge.engine.stopping.close_run`);
     handled by the worker or the local run (`dbsurge.engine.stopping.on_close_message`). ``until_position``
-    (where an open-ended plan is cut) may be missing (None); the other fields are required.
+    (where an open-ended plan is cut) and ``stop_s`` (the plan time at which the master stopped the plan
+    before its end: no stage's window reaches past it) may be missing (None); the other fields are required.
     """
 
     NAME: ClassVar[str] = "dbsurge:close"
@@ -356,11 +357,12 @@ class Close(Message):
     drain_s: float
     in_flight_reason: str
     until_position: float | None = None
+    stop_s: float | None = None
 
     @classmethod
     def decode(cls, data: dict) -> Close:
         return cls(reason=data["reason"], drain_s=data["drain_s"], in_flight_reason=data["in_flight_reason"],
-                   until_position=data.get("until_position"))
+                   until_position=data.get("until_position"), stop_s=data.get("stop_s"))
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,9 @@ class Aggregator:
         # the plan times (s) of the run's live rate overrides so far (set by the master: the run's own list)
         self.override_times = _no_overrides
         self.live = LiveFigures()  # the web panel's figures: the seconds written to the timeline
-        # successes per second of completion and operation (ALL too), for the rate each stage delivered
-        # (`delivered_tps`): a few ints a second, 12 hours of a 3-operation mix is ~170,000 of them
-        self.completed_ok: dict[int, dict[str, int]] = {}
+        # per (operation, stage): the successes whose completion fell in the stage's window, counted by the
+        # workers against the plan's edges (`Recorder.set_stage_windows`): the stage's delivered rate
+        self.completed_in_stage: Counter[tuple[str, int]] = Counter()
         self.share_counts: list[tuple[float, int]] = []  # (from epoch s, workers sharing the plan): `note_shares`
         self.worker_label = lambda worker: ""  # a worker's host and address (set by the master: dbsurge.engine.hosts)
 
@@ -144,6 +144,8 @@ class Aggregator:
             if name not in self.operations:
                 self.operations.append(name)
         self._merge_stages(ops, payload["stages"], source)
+        for stage, op, n in payload.get("completed", []):
+            self.completed_in_stage[(ops[op], int(stage))] += int(n)
         for sec, op, wire in payload["intervals"]:
             sec = max(sec, self.last_written + 1)
             self.open_seconds[sec][ops[op]].add_wire(wire)
@@ -329,9 +331,6 @@ class Aggregator:
         rows.append(all_row)
         if not provisional:
             self.live.add_second(sec, self._row_key(sec), target, total, all_row, rows)
-            done = {op: cells[op].ok for op in cells}
-            done[ALL] = total.ok
-            self.completed_ok[sec] = done
             # failed operations count too: a database that times out every operation ties users up
             # as long as a slow one, and the pool must be sized for that
             n = total.ok + total.failures
@@ -382,13 +381,22 @@ class Aggregator:
     def stage_rows(self) -> list[dict]:
         """One row per stage and operation, plus ``ALL`` per stage; achieved rate by intended start.
 
-        A stage cut short by an interrupt divides by the time that actually ran.
+        ``delivered_tps`` is the successes that completed inside the stage's window, per second of it: the rate
+        the database delivered in the stage (the studies' "successful TPS": 1,960 of 2,000), where
+        ``achieved_tps`` counts the successes of the stage's arrivals by intended start, late ones included.
+        Exact to the completion: each worker counts a success in the window that holds its completion time
+        (`Recorder.set_stage_windows`), not by whole seconds. A stage cut short by an interrupt divides by the
+        time that actually ran (and the workers' windows end at the stop too).
         """
         rows = []
         # grouped by stage once: a plan of thousands of stages would otherwise scan every cell per stage
         cells_of: dict[int, dict[str, Cell]] = defaultdict(dict)
         for (op, st), c in self.stage_cells.items():
             cells_of[st][op] = c
+        done_of: dict[int, dict[str, int]] = defaultdict(dict)  # completed inside each stage's window, by operation
+        for (op, st), n in self.completed_in_stage.items():
+            done_of[st][op] = n
+            done_of[st][ALL] = done_of[st].get(ALL, 0) + n
         planned_of: dict[int, dict[str, int]] = defaultdict(dict)
         for (op, st), n in (self.planned or {}).items():
             planned_of[st][op] = n
@@ -406,7 +414,8 @@ class Aggregator:
             total = Cell()
             for c in cells.values():
                 total.add(c)
-            names = sorted(set(cells) | set(planned_here))
+            # an operation whose late successes completed here has a row too, though none of its arrivals was due here
+            names = sorted(set(cells) | set(planned_here) | (set(done_of.get(i, {})) - {ALL}))
             entries = [(op, cells.get(op, Cell())) for op in names] + [(ALL, total)]
             for op, cell in entries:
                 rows.append({
@@ -416,44 +425,12 @@ class Aggregator:
                     "duration_s": round(duration, 3) if duration else "",
                     "target_tps": round(target, 3) if target is not None and op == ALL else "",
                     "achieved_tps": round(cell.ok / duration, 3) if duration else "",
-                    "delivered_tps": self._delivered_tps(op, start, ran_end),
+                    "delivered_tps": round(done_of.get(i, {}).get(op, 0) / duration, 3) if duration else "",
                     "loop_lag_max_ms": _ms(self.loop_lag_us.get(i, 0)) if op == ALL else "",
                     **cell_stats(cell, None if self.planned is None
                                  else planned_all if op == ALL else planned_here.get(op, 0)),
                 })
         return rows
-
-    def fill_delivered(self, stage_rows: list[dict]) -> None:
-        """Set each stage row's ``delivered_tps`` again from the seconds written so far (after the final flush,
-        which brings the last seconds of the run: the tables are made before it)."""
-        index = {name: i for i, name in enumerate(self.stage_names)}
-        for r in stage_rows:
-            i = index.get(r.get("stage"))
-            if i is None:
-                continue
-            start, end = self._ran_window(i)
-            r["delivered_tps"] = self._delivered_tps(r["operation"], start, end)
-
-    def _ran_window(self, i: int) -> tuple[float | None, float | None]:
-        """Stage ``i``'s window as it ran: cut at the stop of an interrupted run."""
-        start, end, _target = self._stage_window(i)
-        if self.stop_epoch_s is not None and end is not None and start is not None:
-            end = max(start, min(end, self.stop_epoch_s))
-        return start, end
-
-    def _delivered_tps(self, op: str, start: float | None, end: float | None) -> float | str:
-        """Successes that completed inside the window [start, end), per second of it: the rate the database
-        delivered in the stage (the studies' "successful TPS": 1,960 of 2,000), where ``achieved_tps`` counts
-        the successes of the stage's arrivals by intended start, late ones included. A second that straddles
-        an edge counts in proportion to its overlap (the timeline's resolution is one second)."""
-        if start is None or end is None or end <= start or not self.completed_ok:
-            return ""
-        total = 0.0
-        for sec in range(int(math.floor(start)), int(math.ceil(end))):
-            ok = self.completed_ok.get(sec, {}).get(op)
-            if ok:
-                total += ok * (min(sec + 1, end) - max(sec, start))
-        return round(total / (end - start), 3)
 
     def _stage_window(self, i: int) -> tuple[float | None, float | None, float | None]:
         if self.schedule is None or self.start_epoch_s is None:

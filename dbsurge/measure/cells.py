@@ -218,6 +218,24 @@ def group_wire(keys: np.ndarray, okm, kind, kinds: list[str], resp, serv, lag, r
     return rows
 
 
+def stage_completions(edges_ns: np.ndarray, done_ns: np.ndarray, ops: np.ndarray) -> list[list[int]]:
+    """Rows of [stage, operation, n]: the successes completed (``done_ns``, epoch ns) in stage i's window
+    ``[edges_ns[i], edges_ns[i + 1])``, by operation; a completion in no window (before time zero, after the
+    plan's end or a stop) is in no row. What the master divides by a stage's duration: its delivered rate.
+
+        >>> stage_completions(np.array([10, 20, 30]), np.array([9, 10, 19, 20, 29, 30]), np.array([0, 0, 1, 0, 0, 0]))
+        [[0, 0, 1], [0, 1, 1], [1, 0, 2]]
+    """
+    stage = np.searchsorted(edges_ns, done_ns, side="right") - 1
+    inside = (stage >= 0) & (stage < len(edges_ns) - 1)
+    if not inside.any():
+        return []
+    if bool(inside.all()) and bool((stage == stage[0]).all()) and bool((ops == ops[0]).all()):
+        return [[int(stage[0]), int(ops[0]), int(stage.size)]]  # the usual part: one stage, one operation
+    keys, counts = np.unique(stage[inside] * _KEY_SPAN + ops[inside], return_counts=True)
+    return [[int(k // _KEY_SPAN), int(k % _KEY_SPAN), int(n)] for k, n in zip(keys.tolist(), counts.tolist())]
+
+
 def sparse_wire(values: np.ndarray, index: np.ndarray | None = None) -> list:
     """`Histogram.to_wire` of a histogram holding ``values`` (µs), computed without the histogram.
 

@@ -7,7 +7,10 @@ on a worker, or directly on a local runner) the buffer becomes histograms in one
 - per (operation, stage of the intended start): response time (intended start to end), service
   time (actual start to end) and lag (actual minus intended start), plus counts of successes,
   failures and 40001 retries;
-- per (second of completion, operation): the same three histograms, for the timeline.
+- per (second of completion, operation): the same three histograms, for the timeline;
+- per (stage whose window holds the completion, operation): the successes, for the stage's delivered
+  rate (`stage_completions`): the window is the plan's, against the run's time zero, on this worker's
+  clock as the master corrected it, so a success is counted where it completed, to the nanosecond.
 
 The payload is sparse histogram counts (see `Histogram.to_wire`), so merging on the master is
 exact: the merged p99 equals the p99 of all samples recorded by all workers, to the histogram's
@@ -21,13 +24,21 @@ built in this one place, stamped by the worker's clock; the cells' wire form is 
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
-from dbsurge.measure.cells import FAILURE_FAMILIES, NOT_SENT_REASONS, Cell, group_wire  # noqa: F401 - re-exported for readers
+from dbsurge.measure.cells import (  # noqa: F401 - re-exported for readers
+    FAILURE_FAMILIES,
+    NOT_SENT_REASONS,
+    Cell,
+    group_wire,
+    stage_completions,
+)
 from dbsurge.measure.histogram import counts_index
 
 NS_PER_US = 1000
@@ -38,6 +49,8 @@ NS_PER_S = 1_000_000_000
 RECORD_FIELDS = 7
 RECORD = struct.Struct(f"={RECORD_FIELDS}q")
 _pack = RECORD.pack
+#: The end of an open-ended plan's last window (epoch ns): nothing completes after it.
+_NO_END_NS = np.iinfo(np.int64).max
 
 
 class Recorder:
@@ -72,6 +85,22 @@ class Recorder:
         # Locust's own statistics (`dbsurge.load.locust_stats.LocustStatsFeed`): called with every drain's
         # successful operations (operation ids, response times in us, wall-clock completion ns)
         self.stats_sink = None
+        # the stages' windows in the master's epoch ns: stage i is [edges[i], edges[i + 1]) (`set_stage_windows`)
+        self.stage_edges_ns: np.ndarray | None = None
+
+    def set_stage_windows(self, start_epoch_ns: int, starts_s: Sequence[float], end_s: float) -> None:
+        """The plan's stage windows, from the run's time zero (the master's epoch ns) and the stages' starts
+        (plan seconds); ``end_s`` is the plan's end (inf: open-ended). A closed-model run has one stage
+        from time zero on. Successes are counted in the stage whose window holds their completion."""
+        edges = [start_epoch_ns + round(st * NS_PER_S) for st in starts_s]
+        edges.append(start_epoch_ns + round(end_s * NS_PER_S) if math.isfinite(end_s) else _NO_END_NS)
+        self.stage_edges_ns = np.array(edges, dtype=np.int64)
+
+    def cut_stage_windows(self, stop_epoch_ns: int) -> None:
+        """The run stopped at ``stop_epoch_ns`` (the master's epoch ns): no window reaches past it, so what
+        completes in the drain after a stop counts in no stage (the stage's rate is over the part that ran)."""
+        if self.stage_edges_ns is not None:
+            self.stage_edges_ns = np.minimum(self.stage_edges_ns, max(int(stop_epoch_ns), int(self.stage_edges_ns[0])))
 
     def op_id(self, name: str) -> int:
         """A small integer for an operation name (register once per user, not per operation)."""
@@ -121,7 +150,11 @@ class Recorder:
             self.loop_lag_us[stage] = stall_us
 
     def drain(self) -> dict:
-        """Everything recorded since the last drain, as a msgpack-friendly payload."""
+        """Everything recorded since the last drain, as a msgpack-friendly payload.
+
+        ``completed`` is [[stage, operation, n]]: the successes by the stage whose window holds their
+        completion (`set_stage_windows`; empty before the windows are set), beside ``stages``, which groups
+        every operation by the stage of its intended start."""
         return next(self.drain_in_parts(None))
 
     def drain_in_parts(self, part_size: int | None):
@@ -136,7 +169,7 @@ class Recorder:
         buf, self._buf = self._buf, bytearray()  # recording goes on into a new buffer before this one is exported
         records = np.frombuffer(buf, dtype=np.int64).reshape(-1, RECORD_FIELDS)  # read in place, no copy
         payload: dict = {
-            "ops": list(self.operations), "stages": [], "intervals": [],
+            "ops": list(self.operations), "stages": [], "intervals": [], "completed": [],
             "ledger": [[st, op, col, n] for (st, op, col), n in self._ledger.items()],
             "dropped_secs": [[sec, op, n] for (sec, op), n in self._dropped_secs.items()],
             "errors": {}, "loop_lag_us": [[st, us] for st, us in self.loop_lag_us.items()],
@@ -154,8 +187,8 @@ class Recorder:
             first += step
             if first >= len(records):
                 return
-            payload = {"ops": payload["ops"], "stages": [], "intervals": [], "ledger": [], "dropped_secs": [],
-                       "errors": {}, "loop_lag_us": [], "logs": [], "connects": {}}
+            payload = {"ops": payload["ops"], "stages": [], "intervals": [], "completed": [], "ledger": [],
+                       "dropped_secs": [], "errors": {}, "loop_lag_us": [], "logs": [], "connects": {}}
 
     def _measured(self, records: np.ndarray, payload: dict) -> dict:
         """``payload`` with the histograms of the operations in ``records`` (rows of `RECORD`'s fields)."""
@@ -181,6 +214,9 @@ class Recorder:
             payload["intervals"] = group_wire(np.stack([sec, op]), okm, kind, self.kinds, resp, serv, lag, retries,
                                               index)
         payload["stages"] = stages
+        if self.stage_edges_ns is not None:
+            done_ns = end + self.wall_offset_ns
+            payload["completed"] = stage_completions(self.stage_edges_ns, done_ns[okm], op[okm])
         if not okm.all():
             for k in np.unique(kind[~okm]).tolist():
                 name = self.kinds[k]

@@ -42,7 +42,11 @@ def fmt_num(v, digits: int = 1) -> str:
 
 def fmt_rate(v) -> str:
     """A planned rate: whole TPS from 10 on (``245``, not ``244.86`` beside ``20``: a ramp's or an override's
-    mean), a small fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals."""
+    mean), a small fractional one (2.5 TPS, the 5% of a 50 TPS plan) with its decimals.
+
+        >>> [fmt_rate(x) for x in (20, 244.857, 2.5, 0.25, 1999.96, "")]
+        ['20', '245', '2.5', '0.25', '2,000', '-']
+    """
     if v in ("", None):
         return "-"
     f = float(v)

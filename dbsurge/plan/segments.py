@@ -53,11 +53,15 @@ def overrides(changes: list, start_epoch_s: float | None) -> list[dict]:
             for n, (at_s, rate, scale) in enumerate(changes, start=1)]
 
 
-def segment_rows(live_rows: list, changes: list, stage_names: list[str], start_epoch_s: float | None) -> list[dict]:
+def segment_rows(live_rows: list, changes: list, stage_names: list[str], start_epoch_s: float | None,
+                 schedule=None) -> list[dict]:
     """One labelled row per `LiveRow` (a stage, or a stage under override k), in time order.
 
     An override that holds no complete second (the next one came within the second) still gets
-    its row, empty, so that every override the run made is in the table.
+    its row, empty, so that every override the run made is in the table. With the run's `Schedule`,
+    a row's ``duration_s`` and ``target_tps`` are the plan's over the row's window (the stage's, cut by
+    the overrides around it and by the last second written), not its timeline seconds': a 15 s stage at
+    20 TPS whose time zero falls inside a second spans 16 of them, and read "16 s · target 29.6".
     """
     described = overrides(changes, start_epoch_s)
     rows, seen = [], set()
@@ -65,13 +69,32 @@ def segment_rows(live_rows: list, changes: list, stage_names: list[str], start_e
         stage, k = r.key
         first = k not in seen and k > 0
         seen.add(k)
-        rows.append({**_labels(stage, k, first, stage_names, described), **r.stats()})
+        row = {**_labels(stage, k, first, stage_names, described), **r.stats()}
+        if schedule is not None and start_epoch_s is not None:
+            row.update(plan_window(schedule, changes, stage, k, r.last_s + 1 - start_epoch_s))
+        rows.append(row)
     for o in described:  # overrides without a second of their own
         k = o["override"]
         if k not in seen:
             at = next((i for i, row in enumerate(rows) if (row["override"] or 0) > k), len(rows))
             rows.insert(at, {**_labels(None, k, True, stage_names, described), "seconds": 0})
     return rows
+
+
+def plan_window(schedule, changes: list, stage: int, k: int, written_s: float) -> dict:
+    """The plan's ``duration_s`` and ``target_tps`` of stage ``stage`` under override ``k`` (0: none), from its
+    start to its end or ``written_s`` (plan seconds: the end of the last second written), whichever is first."""
+    plan = schedule.plan
+    lo = plan.starts[stage]
+    hi = min(lo + plan.stages[stage].duration_s, written_s)
+    if k > 0:
+        lo = max(lo, changes[k - 1][0])
+    if k < len(changes):
+        hi = min(hi, changes[k][0])
+    if not hi > lo:
+        return {}
+    return {"duration_s": round(hi - lo, 3),
+            "target_tps": round((schedule.cumulative(hi) - schedule.cumulative(lo)) / (hi - lo), 3)}
 
 
 def _labels(stage: int | None, k: int, first: bool, stage_names: list[str], described: list[dict]) -> dict:

@@ -283,7 +283,9 @@
   function rowElement(r) {
     var figs = [];
     if (r.seconds) {
-      figs.push('from ' + clock(r.start_utc) + ' \u00b7 ' + r.seconds + ' s \u00b7 target ' + tps(r.target_tps) +
+      // the plan's length and rate of the row (a stage: "15 s · target 20"), else its timeline seconds
+      figs.push('from ' + clock(r.start_utc) + ' \u00b7 ' + (r.duration_s != null ? r.duration_s : r.seconds) +
+                ' s \u00b7 target ' + tps(r.target_tps) +
                 ' \u00b7 achieved ' + tps(r.achieved_tps) + ' TPS');
       figs.push('response p50/p99 ' + ms(r.p50_ms) + ' / ' + ms(r.p99_ms) + ' \u00b7 service ' +
                 ms(r.service_p50_ms) + ' / ' + ms(r.service_p99_ms) + ' ms');

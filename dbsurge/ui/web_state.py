@@ -87,7 +87,7 @@ def live_state(run, since: str | None = None) -> dict:
     if agg is None:
         return state
     state["now"] = agg.live.recent_stats()
-    state["rows"] = segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s)
+    state["rows"] = segment_rows(agg.live.rows, run.changes, agg.stage_names, agg.start_epoch_s, agg.schedule)
     state["sparkline"] = agg.live.sparkline()
     after = int(since) if since is not None and since.isascii() and since.isdigit() and len(since) < 16 else None
     state["series"] = {**agg.live.series(after), "start_epoch_s": agg.start_epoch_s}
