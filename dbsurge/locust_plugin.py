@@ -35,6 +35,7 @@ from locust import events
 from dbsurge.base.errors import EXIT_SIGNAL, EXIT_STOPPED, UserError, clip
 from dbsurge.collectors.hooks import COLLECTOR_HOOKS
 from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
+from dbsurge.config.option_names import long_options, refuse_abbreviations
 from dbsurge.config.option_types import strict_numbers
 from dbsurge.config.options import add_options, locust_help_groups
 from dbsurge.config.size_limits import check_processes
@@ -89,8 +90,10 @@ def _on_parser(parser, **_kw):
     # under dbsurge's headings in Locust's parser; `locust -f X --help` cannot show them (Locust prints its help
     # before it imports the locustfile, whose import registers this listener): `dbsurge run --help` lists them
     group = locust_help_groups(parser)
+    before = set(long_options(parser))
     add_options(parser, group=group)
     add_spot_options(group("distribution"))
+    refuse_abbreviations(parser, set(long_options(parser)) - before)  # `--rat 100` is not --rate
     _keep_own_options(parser)
     strict_numbers(parser)  # Locust's own numbers too: `-u ٥` and `--web-port 1_000` are not numbers
     parser.error = _one_line_error  # a refused value in dbsurge's one line, not argparse's usage and error

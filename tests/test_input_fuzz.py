@@ -16,6 +16,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runs import REPO
 
 from dbsurge.base.errors import UserError
 from dbsurge.config.checks import parse_checks
@@ -386,3 +387,107 @@ def test_load_json_is_total(text):
         assert "\n" not in str(e)
         return
     assert json_depth(value) <= MAX_JSON_DEPTH
+
+
+# -- every input source through the same checks: the command line, the environment, a config file, plain Locust --
+
+NO_PG = "postgresql://nobody@127.0.0.1:1/x"  # nothing listens: a case that got past its check would fail there
+SPIKE_FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/spike.py"
+CONSTANT_FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
+
+
+def assert_refused(proc, words: str, results) -> str:
+    """Exit 2, dbsurge's one line naming `words` last on stderr (Locust's own warnings may come before it), no
+    traceback, and no run directory: nothing was sent."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("dbsurge: ") and "warning" not in line]
+    assert len(ours) == 1 and words in ours[0], proc.stderr[-2000:]
+    assert len(ours[0]) < 400 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
+    assert not results.exists() or not any(p.is_dir() for p in results.iterdir())
+    return ours[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--shape", "constant", "--rat", "100", "--duration", "2s"], "unknown option --rat (did you mean --rate?"),
+    (["--shape", "spike", "--baseline-tp", "100"], "unknown option --baseline-tp (did you mean --baseline-tps?"),
+    (["--shape", "spike", "--stage-sec", "1"], "did you mean --stage-seconds?"),
+    (["--shape", "constant", "--rate", "5", "--max-user", "3", "--duration", "2s"], "did you mean --max-users?"),
+    (["--shape", "constant", "--rate", "5", "--duration", "2s", "--run-t", "5s"], "did you mean --run-time?"),
+    (["--shape", "constant", "--rate", "5", "--dur", "2s"], "unknown option --dur"),
+    (["--shape", "constant", "--rate", "5", "--duration", "2s", "--head"], "unknown option --head"),
+])
+def test_dbsurge_run_takes_no_option_prefix(tmp_path, args, words):
+    """argparse's allow_abbrev took ``--rat 100`` as ``--rate 100`` silently (Locust's configargparse parser
+    too), though the README says a misspelt option is refused."""
+    from runs import dbsurge
+
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--rat", "5", "-t", "2s"], "unknown option --rat (did you mean --rate?"),
+    (["--rate", "5", "-t", "2s", "--max-lag", "1s", "--arrival", "poisson"], "did you mean --arrivals?"),
+    (["--rate", "5", "-t", "2s", "--target-opt", "a=1"], "did you mean --target-option?"),
+])
+def test_plain_locust_takes_no_prefix_of_dbsurges_options(tmp_path, args, words):
+    from runs import locust
+
+    proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path,
+                  timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["scenario", "spike", "--targ", NO_PG], "did you mean --target?"),
+    (["report", "--run-d", "x"], "unknown option --run-d"),
+])
+def test_other_commands_take_no_option_prefix(tmp_path, argv, words):
+    from runs import dbsurge
+
+    proc = dbsurge(*argv, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("how", ["env", "config", "locust-u", "locust-u0", "locust-env", "locust-config"])
+def test_users_are_checked_from_every_source_under_a_shape(tmp_path, how):
+    """``dbsurge run --users -3`` was refused; ``LOCUST_USERS=-3``, ``users = -3`` in a file and ``locust ... -u -3``
+    (and ``-u 0``) under a shape ran and wrote ``num_users: -3`` into run.json."""
+    from runs import dbsurge, locust
+
+    (tmp_path / "bad.conf").write_text("users = -3\n")
+    env = {"LOCUST_USERS": "-3"} if how.endswith("env") else {}
+    config = ["--config", "bad.conf"] if how.endswith("config") else []
+    if how.startswith("locust"):
+        users = ["-u", "0" if how == "locust-u0" else "-3"] if how.startswith("locust-u") else []
+        proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "5", "-t",
+                      "2s", *users, *config, cwd=tmp_path, env=env, timeout=60)
+    else:
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "5",
+                       "--duration", "2s", *config, cwd=tmp_path, env=env, timeout=60)
+    bad = "0" if how == "locust-u0" else "-3"
+    assert_refused(proc, f"-u/--users must be a whole number of at least 1, not {bad}", tmp_path / "results")
+
+
+@pytest.mark.parametrize("shape_file, args", [
+    ("spike.py", ["-t", "5s"]), ("stages.py", ["--stages", "2s@5tps", "-t", "5s"]),
+])
+def test_plain_locust_run_time_under_a_plan_of_stages_is_refused(tmp_path, shape_file, args):
+    """``locust ... spike -t 5s`` ignored -t without a word (`dbsurge run` refuses --duration with a spike)."""
+    from runs import locust
+
+    proc = locust("-f", f"{REPO}/locustfiles/orders.py,{REPO}/shapes/{shape_file}", "--headless", "-L", "WARNING",
+                  "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, "-t/--run-time 5 does not apply to --shape", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-u", "1", "-r", "1e400"], "-r/--spawn-rate"), (["-u", "1", "-r", "0"], "-r/--spawn-rate"),
+    (["-u", "1", "-r", "-2"], "-r/--spawn-rate"), (["-u", "-1"], "-u/--users"),
+])
+def test_plain_locust_closed_model_numbers(tmp_path, args, words):
+    from runs import locust
+
+    proc = locust("-f", f"{REPO}/locustfiles/orders.py", "--headless", "-L", "WARNING", "--target", NO_PG, "-t", "2s",
+                  *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")

@@ -281,16 +281,26 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
 
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
-    """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
+    """Locust's own options as dbsurge uses them: users, spawn rate and run time, from whatever source
+    (``-u``, ``LOCUST_USERS``, a config file's ``users =``, the web UI's form: `dbsurge.ui.web_forms`).
+
+    Under a shape --max-users caps the pool and -u is not read, but a value given must still be one:
+    ``-u -3`` ran and wrote ``num_users: -3`` into run.json (``dbsurge run --users -3`` was refused).
+    """
     users = getattr(opts, "num_users", None)
-    if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
+    if users is not None:
         positive_int(users, "-u/--users")
         check_users(users, "-u/--users")
+    spawn_rate = getattr(opts, "spawn_rate", None)
+    if spawn_rate is not None:
+        finite_positive(spawn_rate, "-r/--spawn-rate", maximum=MAX_TPS, what="a positive number of users a second")
     run_time = getattr(opts, "run_time", None)
     if run_time is not None and run_time <= 0:
         # Locust reads a run time of 0 as "no limit": the test would never end
         raise UserError(f"-t/--run-time must be positive, e.g. 30s or 2m, not {run_time}: leave it out to run "
                         f"until stopped")
+    if run_time is not None and run_time > MAX_DURATION_S:
+        raise UserError(f"-t/--run-time must be at most a year ({format_duration(MAX_DURATION_S)}), not {run_time}")
 
 
 def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
@@ -311,7 +321,7 @@ SHAPE_CLASSES = {"SpikeShape": "spike", "StagesShape": "stages", "ConstantShape"
 
 def check_plan_choice(  # noqa: C901 - one rule a line, flat
         shape: str | None, opts: argparse.Namespace, *, duration: Any = None, users: int | None = None,
-        stage_seconds: bool = True) -> list[str]:
+        stage_seconds: bool = True, duration_flag: str = "--duration") -> list[str]:
     """Refuse plan options that the chosen shape would ignore or that contradict each other; return warnings.
 
     Each shape reads only some of the plan's options (the spike: --baseline-tps, --stage-seconds or
@@ -346,8 +356,8 @@ def check_plan_choice(  # noqa: C901 - one rule a line, flat
             length = ("its stages (2m,1m,2m,1m unless --stages replaces them): use --stage-seconds to make each "
                       "stage that long") if shape == "spike" and stages is None else \
                 "its stages: give their durations in --stages"
-            raise UserError(f"--duration {clip(duration, 30)} does not apply to --shape {shape}: the plan's length "
-                            f"is {length}")
+            raise UserError(f"{duration_flag} {clip(duration, 30)} does not apply to --shape {shape}: the plan's "
+                            f"length is {length}")
         if rate is not None:
             raise UserError(f"--rate is the constant shape's rate, not read by --shape {shape}: use --baseline-tps "
                             f"(the percentages' 100%) or absolute rates in --stages, e.g. 30s@200tps")
