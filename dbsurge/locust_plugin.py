@@ -47,7 +47,7 @@ from dbsurge.engine.preflight import fail, preflight
 from dbsurge.engine.roles import new_run
 from dbsurge.engine.run_state import DbSurgeRun, dbsurge_user_classes
 from dbsurge.engine.spot_notices import add_spot_options
-from dbsurge.engine.validate import check_master_bind, check_web_exposure
+from dbsurge.engine.validate import check_master_bind, check_report_files, check_web_exposure
 from dbsurge.load.user import end_the_last_tests_users
 from dbsurge.measure import latency_buckets
 from dbsurge.scenarios import SCENARIO_REPORTS
@@ -115,6 +115,11 @@ def _keep_own_options(parser) -> None:
     def parse_and_keep(*args, **kwargs):
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
+            if not getattr(options, "worker", False):
+                try:  # Locust makes --csv's directory and opens its files before `init`, and the report at the end
+                    check_report_files(options)
+                except UserError as e:
+                    fail(str(e))
             processes = getattr(options, "processes", None)
             if processes and not getattr(options, "worker", False):
                 try:  # Locust forks right after this parse: a refusal later would leave the workers behind

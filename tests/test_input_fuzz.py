@@ -491,3 +491,63 @@ def test_plain_locust_closed_model_numbers(tmp_path, args, words):
     proc = locust("-f", f"{REPO}/locustfiles/orders.py", "--headless", "-L", "WARNING", "--target", NO_PG, "-t", "2s",
                   *args, cwd=tmp_path, timeout=60)
     assert_refused(proc, words, tmp_path / "results")
+
+
+# -- Locust's report files, checked before any load ------------------------------------------------------------
+
+def _report_file_cases(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "r.html").write_text("old")
+    (locked / "r.html").chmod(0o444)
+    return [
+        (["--html", "/proc/x.html"], "bad --html /proc/x.html: /proc/x.html is in /proc"),
+        (["--html", "/sys/x.html"], "is in /sys"), (["--html", "/dev/shm/../x.html"], "is in /dev"),
+        (["--html", str(tmp_path / "a-dir")], "is a directory"),
+        (["--html", str(tmp_path / "a-file" / "r.html")], "not a directory"),
+        (["--html", str(tmp_path / "loop" / "r.html")], "cannot write in"),
+        (["--csv", "/proc/1/x"], "bad --csv /proc/1/x: /proc/1/x_stats.csv is in /proc"),
+        (["--csv", str(tmp_path / "a-file" / "x")], "not a directory"),
+        (["--csv", str(tmp_path / "a-file") + "/sub/x"], "Not a directory"),
+        (["--json-file", "/sys/x"], "bad --json-file /sys/x: /sys/x.json is in /sys"),
+        (["--json-file", str(tmp_path / "a-file" / "x")], "not a directory"),
+    ] + ([] if os.geteuid() == 0 else [(["--html", str(locked / "r.html")], "exists and cannot be written")])
+
+
+@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("command", ["locust", "dbsurge"])
+def test_report_files_are_checked_before_any_load(tmp_path, pg_uri, command, case):
+    """``--html /proc/x.html`` (or a bad --csv, --json-file) was found after the load: a traceback from Locust's
+    save_html_report, no tables, no verdict, exit 1, run.json not finalised and space.reserve.tmp left behind.
+    Now one line before anything starts, on the real database: no run directory."""
+    from runs import dbsurge, locust
+
+    cases = _report_file_cases(tmp_path)
+    if case >= len(cases):
+        pytest.skip("as root every file can be written")
+    args, words = cases[case]
+    results = tmp_path / "results"
+    if command == "locust":
+        proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "5", "-t",
+                      "1s", "--operation", "product_lookup", "--no-db-sampler", "--results-dir", str(results), *args,
+                      cwd=tmp_path, timeout=90)
+    else:
+        proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "5",
+                       "--duration", "1s", "--operation", "product_lookup", "--no-db-sampler", "--results-dir",
+                       str(results), *args, cwd=tmp_path, timeout=90)
+    assert_refused(proc, words, results)
+
+
+def test_a_report_file_in_a_new_directory_is_still_written(tmp_path, pg_uri):
+    """Locust makes --html's and --csv's directories: the check leaves that alone (and makes nothing itself)."""
+    from runs import locust
+
+    results = tmp_path / "results"
+    proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "5", "-t", "1s",
+                  "--operation", "product_lookup", "--no-db-sampler", "--results-dir", str(results), "--html",
+                  str(tmp_path / "new" / "r.html"), "--csv", str(tmp_path / "new2" / "s"), cwd=tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "new" / "r.html").is_file() and (tmp_path / "new2" / "s_stats.csv").is_file()

@@ -35,6 +35,7 @@ from dbsurge.config.options import add_options, parse_key_values, parse_operatio
 from dbsurge.config.size_limits import check_processes, check_users
 from dbsurge.engine.membership import is_loopback
 from dbsurge.plan.stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
+from dbsurge.rundir.schema import LOCUST_CSV_SUFFIXES
 from dbsurge.workloads import WORKLOADS, get_workload, parse_workload_options
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -416,13 +417,10 @@ def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:
                         f"or leave it out")
 
 
-def check_results_dir(path: str | os.PathLike) -> None:
-    """Make sure run directories can be made under `path`: create it, write and remove a probe file.
-
-    Directories this creates are removed again, so that a run that fails later in its checks
-    leaves nothing behind; the run creates them for real when it starts.
-    """
-    root = Path(path).expanduser()
+def _probe_directory(root: Path) -> None:
+    """Make sure files can be written in `root`: create it (and its missing parents), write and remove a probe
+    file, then remove the directories this made, so that a run refused later leaves nothing behind; an
+    `OSError` when that fails."""
     missing: list[Path] = []
     try:
         p = root
@@ -435,16 +433,68 @@ def check_results_dir(path: str | os.PathLike) -> None:
         probe = root / f".dbsurge-probe-{os.getpid()}"
         probe.write_text("probe\n")
         probe.unlink()
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
-        raise UserError(f"cannot write run directories under --results-dir {clip(path)}: {reason}: "
-                        f"choose a writable directory") from None
     finally:
         for d in missing:  # deepest first
             try:
                 d.rmdir()
             except OSError:  # not empty (someone else's now) or never made: leave it
                 break
+
+
+def check_results_dir(path: str | os.PathLike) -> None:
+    """Make sure run directories can be made under `path` (`_probe_directory`), else one `UserError` line."""
+    try:
+        _probe_directory(Path(path).expanduser())
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UserError(f"cannot write run directories under --results-dir {clip(path)}: {reason}: "
+                        f"choose a writable directory") from None
+
+
+#: Where no report file can go: the kernel's own file systems (a write there fails, or changes the system).
+_KERNEL_DIRS = ("/proc", "/sys", "/dev")
+
+
+def check_output_file(path: str, flag: str, written: Sequence[str]) -> None:
+    """`flag`'s files (`written`: the names Locust makes of `path`) can be written: none is a directory or in
+    /proc, /sys or /dev, and each one's directory can be made and written (`_probe_directory`).
+
+    Locust writes --html, --csv and --json-file after the load: a bad one was a traceback from
+    ``save_html_report``, no tables, no verdict, exit 1 and a run.json never finalised."""
+    for name in written:
+        file = Path(name).expanduser()
+        absolute = Path(os.path.realpath(file))  # a link into /proc is in /proc
+        kernel = next((k for k in _KERNEL_DIRS if absolute == Path(k) or Path(k) in absolute.parents), None)
+        if kernel is not None:
+            raise UserError(f"bad {flag} {clip(path)}: {clip(str(absolute), 80)} is in {kernel}, the kernel's: give a "
+                            f"file in a directory of yours")
+        if file.is_dir():
+            raise UserError(f"bad {flag} {clip(path)}: {clip(name, 80)} is a directory: give a file name")
+        if os.path.lexists(file) and not os.access(file, os.W_OK):
+            raise UserError(f"bad {flag} {clip(path)}: {clip(name, 80)} exists and cannot be written")
+        try:
+            _probe_directory(absolute.parent)
+        except OSError as e:
+            raise UserError(f"bad {flag} {clip(path)}: cannot write in {clip(str(absolute.parent), 80)}: "
+                            f"{e.strerror or type(e).__name__}") from None
+
+
+def check_report_files(opts: argparse.Namespace) -> None:
+    """Locust's --html, --csv and --json-file, checked before any load (`check_output_file`)."""
+    html = getattr(opts, "html_file", None)
+    if html:
+        shown = html
+        for term, name in (("{u}", "num_users"), ("{r}", "spawn_rate"), ("{t}", "run_time")):
+            value = getattr(opts, name, None)
+            if value is not None:  # as Locust's process_html_filename names the file
+                shown = shown.replace(term, str(int(value)) if float(value).is_integer() else str(value))
+        check_output_file(html, "--html", [shown])
+    prefix = getattr(opts, "csv_prefix", None)
+    if prefix:
+        check_output_file(prefix, "--csv", [prefix + suffix for suffix in LOCUST_CSV_SUFFIXES])
+    json_file = getattr(opts, "json_file", None)
+    if json_file:
+        check_output_file(json_file, "--json-file", [f"{json_file}.json"])
 
 
 def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
@@ -462,10 +512,12 @@ def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
 
 
 def check_output(opts: argparse.Namespace) -> None:
-    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes."""
+    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes; and
+    Locust's --html, --csv and --json-file writable (`check_report_files`)."""
     results_dir = results_dir_option(getattr(opts, "results_dir", None))
     validate_run_id(getattr(opts, "run_id", None), results_dir)
     check_results_dir(results_dir)
+    check_report_files(opts)
 
 
 class _PlainParser(OneLineParser):
