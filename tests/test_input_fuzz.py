@@ -551,3 +551,40 @@ def test_a_report_file_in_a_new_directory_is_still_written(tmp_path, pg_uri):
                   str(tmp_path / "new" / "r.html"), "--csv", str(tmp_path / "new2" / "s"), cwd=tmp_path, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "new" / "r.html").is_file() and (tmp_path / "new2" / "s_stats.csv").is_file()
+
+
+# -- the web UI's start form: any fields, any values: they pass the command line's checks or are one line ---------
+
+FORM_FIELDS = st.sampled_from(["user_count", "spawn_rate", "run_time", "host", "target", "max_users", "arrivals",
+                               "max_lag", "rate", "maxLag", "user_classes", "results_dir", "", "x" * 300])
+
+
+@FUZZ
+@given(st.lists(st.tuples(FORM_FIELDS, st.one_of(NUMBERS, TEXT, st.sampled_from(["poisson", "1s", "0", ""]))),
+                max_size=5), st.booleans())
+def test_any_start_form_passes_the_checks_or_is_one_line(pairs, plan):
+    """`check_swarm_form` raises nothing but a one-line `UserError`; what it lets through is what the command line
+    takes (max_users a whole number of at least 1, arrivals one of the two, max_lag a positive duration)."""
+    from werkzeug.datastructures import MultiDict
+
+    from dbsurge.engine.validate import validate_locust_options, validate_options
+    from dbsurge.ui.web_forms import check_swarm_form, form_extra_fields, option_actions
+
+    parser = _strict_locust_parser()
+    ns = parser.parse_args(["--target", "postgresql://u@127.0.0.1/x", "--rate", "5"])
+    extra, multiple = form_extra_fields(parser)
+    actions = option_actions(parser)
+
+    def check():
+        check_swarm_form(MultiDict(pairs), ns, actions, extra_fields=extra, multiple=multiple, plan=plan)
+        # accepted: each value, set as Locust will set it, passes the command line's checks
+        after = argparse.Namespace(**vars(ns))
+        for name, value in pairs:
+            if name in ("max_users", "arrivals", "max_lag") and value != "":
+                setattr(after, name, actions[name].type(value) if actions[name].type else value)
+        validate_options(after)
+        if not plan:
+            validate_locust_options(after, shape=False)
+        assert after.arrivals in ("uniform", "poisson")
+
+    assert_clean(check)
