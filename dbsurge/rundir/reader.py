@@ -195,8 +195,8 @@ def _warn_missing(path: Path, meta: Any) -> None:
     """One warning line per file a finished engine run writes that is not there (the report is built without it)."""
     import sys
 
-    if not isinstance(meta, dict) or meta.get("scenario") or not isinstance(meta.get("results"), dict) \
-            or "plan" not in meta:
+    if not isinstance(meta, dict) or meta.get("scenario") or meta.get("kind") == "repetitions" \
+            or not isinstance(meta.get("results"), dict) or "plan" not in meta:
         return
     for name in _ENGINE_FILES:
         if not os.path.lexists(path / name):
