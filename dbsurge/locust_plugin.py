@@ -36,6 +36,7 @@ from dbsurge.base.errors import EXIT_SIGNAL, EXIT_STOPPED, UserError, clip
 from dbsurge.base.redact import redact_text
 from dbsurge.collectors.hooks import COLLECTOR_HOOKS
 from dbsurge.collectors.scenario_hooks import install as install_scenario_reports
+from dbsurge.config.option_names import long_options, refuse_abbreviations
 from dbsurge.config.option_types import strict_numbers
 from dbsurge.config.options import add_options, locust_help_groups
 from dbsurge.config.size_limits import check_processes
@@ -47,7 +48,7 @@ from dbsurge.engine.preflight import fail, preflight
 from dbsurge.engine.roles import new_run
 from dbsurge.engine.run_state import DbSurgeRun, dbsurge_user_classes
 from dbsurge.engine.spot_notices import add_spot_options
-from dbsurge.engine.validate import check_master_bind, check_web_exposure
+from dbsurge.engine.validate import check_master_bind, check_report_files, check_web_exposure
 from dbsurge.load.user import end_the_last_tests_users
 from dbsurge.measure import latency_buckets
 from dbsurge.scenarios import SCENARIO_REPORTS
@@ -90,8 +91,10 @@ def _on_parser(parser, **_kw):
     # under dbsurge's headings in Locust's parser; `locust -f X --help` cannot show them (Locust prints its help
     # before it imports the locustfile, whose import registers this listener): `dbsurge run --help` lists them
     group = locust_help_groups(parser)
+    before = set(long_options(parser))
     add_options(parser, group=group)
     add_spot_options(group("distribution"))
+    refuse_abbreviations(parser, set(long_options(parser)) - before)  # `--rat 100` is not --rate
     _keep_own_options(parser)
     strict_numbers(parser)  # Locust's own numbers too: `-u ٥` and `--web-port 1_000` are not numbers
     parser.error = _one_line_error  # a refused value in dbsurge's one line, not argparse's usage and error
@@ -113,6 +116,11 @@ def _keep_own_options(parser) -> None:
     def parse_and_keep(*args, **kwargs):
         options = parse_args(*args, **kwargs)
         if not _OWN_OPTIONS:  # the first parse is main's; the web UI parses again later
+            if not getattr(options, "worker", False):
+                try:  # Locust makes --csv's directory and opens its files before `init`, and the report at the end
+                    check_report_files(options)
+                except UserError as e:
+                    fail(str(e))
             processes = getattr(options, "processes", None)
             if processes and not getattr(options, "worker", False):
                 try:  # Locust forks right after this parse: a refusal later would leave the workers behind

@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from runs import dbsurge, explain
 
 from dbsurge.commands.cli import main
 from dbsurge.rundir.reader import check_run_dir
+from dbsurge.scenarios import SCENARIOS
 
 Damage = Callable[[Path], None]
+SCENARIO_NAMES = sorted(SCENARIOS)
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +229,26 @@ CASES["intervals.hlog bad zlib"] = ("intervals.hlog", histogram(base64.b64encode
     base64.b64decode("HISTFAAAACd4nJNpmSzMwMDAzgABzFCaEURcm7yEwf4DROA8D5MzUyYTAHmEBhs=")[:8] + bytes(39))))
 
 
+def symlink(name: str, to: str) -> Damage:
+    """`name` replaced by a symbolic link to `to` (relative to the run): itself (a loop), or nothing (dangling)."""
+    def damage(run: Path) -> None:
+        (run / name).unlink()
+        (run / name).symlink_to(to)
+    return damage
+
+
+# a link that leads nowhere: Path.exists() says False for it, and it was taken for a missing file
+for name in ("run.json", "stages.csv", "summary.csv", "timeline.csv", "workers.csv", "events.jsonl", "intervals.hlog"):
+    CASES[f"{name} a symbolic link loop"] = (name, symlink(name, name))
+    CASES[f"{name} a dangling symbolic link"] = (name, symlink(name, "gone/" + name))
+# the numbers of a newer schema, or no number (scenario --from printed a table of these at exit 0)
+CASES["run.json schema=2"] = ("run.json", meta_set("schema", 2))
+CASES["stages.csv planned=nan"] = ("stages.csv", cell("stages.csv", "planned", "nan"))
+CASES["stages.csv p99_ms=1e400"] = ("stages.csv", cell("stages.csv", "p99_ms", "1e400"))
+CASES["stages.csv ok=-5000"] = ("stages.csv", cell("stages.csv", "ok", "-5000"))
+CASES["run.json plan=x"] = ("run.json", meta_set("plan", "x"))
+
+
 def test_the_corpus_is_large():
     assert len(CASES) >= 100, len(CASES)
 
@@ -256,10 +279,40 @@ def test_damaged_run_is_refused_by_every_reader(case, pristine, tmp_path, capsys
     damage(run)
     before = _snapshot(tmp_path)
     for argv in (["report", str(run)], ["cost", str(run)], ["rerun", str(run), "--dry-run"],
-                 ["compare", str(intact), str(run)], ["report", str(intact), str(run)]):
+                 ["compare", str(intact), str(run)], ["report", str(intact), str(run)],
+                 ["scenario", SCENARIO_NAMES[zlib.crc32(case.encode()) % len(SCENARIO_NAMES)], "--from", str(run)]):
         line = _one_line(capsys, main(argv), f"{run / name}")
         assert "damaged" in line or "cannot be read" in line, line
     assert _snapshot(tmp_path) == before  # nothing written, nothing changed
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_NAMES)
+@pytest.mark.parametrize("case", ["stages.csv a 0xff byte", "run.json plan=x", "run.json schema=2",
+                                  "stages.csv planned=nan", "stages.csv p99_ms=1e400", "stages.csv ok=-5000",
+                                  "timeline.csv a symbolic link loop", "stages.csv a dangling symbolic link",
+                                  "events.jsonl junk line", "intervals.hlog bad zlib"])
+def test_every_scenarios_from_goes_through_the_reader(scenario, case, pristine, tmp_path, capsys):
+    """``dbsurge scenario NAME --from DIR`` skipped the run-directory reader's checks: bad UTF-8 in stages.csv was
+    a UnicodeDecodeError traceback, ``"plan": "x"`` an AttributeError, and schema 2, NaN counts, p99 1e400 and
+    ok = -5000 printed a table at exit 0. Now the one line of `dbsurge report`, and nothing written."""
+    name, damage = CASES[case]
+    run = tmp_path / "damaged"
+    shutil.copytree(pristine, run)
+    damage(run)
+    before = _snapshot(tmp_path)
+    line = _one_line(capsys, main(["scenario", scenario, "--from", str(run)]), str(run / name))
+    assert "damaged" in line or "cannot be read" in line or "newer" in line, line
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_missing_timeline_is_told(pristine, tmp_path, capsys):
+    """A finished run without its timeline.csv rebuilt its report at exit 0 without a word: now a warning."""
+    run = tmp_path / "r"
+    shutil.copytree(pristine, run)
+    (run / "timeline.csv").unlink()
+    main(["report", str(run)])
+    err = capsys.readouterr().err
+    assert f"dbsurge: warning: {run / 'timeline.csv'} is missing" in err, err
 
 
 def test_the_intact_run_is_read(pristine, tmp_path, capsys):

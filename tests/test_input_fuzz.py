@@ -16,6 +16,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runs import REPO
 
 from dbsurge.base.errors import UserError
 from dbsurge.config.checks import parse_checks
@@ -386,3 +387,204 @@ def test_load_json_is_total(text):
         assert "\n" not in str(e)
         return
     assert json_depth(value) <= MAX_JSON_DEPTH
+
+
+# -- every input source through the same checks: the command line, the environment, a config file, plain Locust --
+
+NO_PG = "postgresql://nobody@127.0.0.1:1/x"  # nothing listens: a case that got past its check would fail there
+SPIKE_FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/spike.py"
+CONSTANT_FILES = f"{REPO}/locustfiles/orders.py,{REPO}/shapes/constant.py"
+
+
+def assert_refused(proc, words: str, results) -> str:
+    """Exit 2, dbsurge's one line naming `words` last on stderr (Locust's own warnings may come before it), no
+    traceback, and no run directory: nothing was sent."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("dbsurge: ") and "warning" not in line]
+    assert len(ours) == 1 and words in ours[0], proc.stderr[-2000:]
+    assert len(ours[0]) < 400 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
+    assert not results.exists() or not any(p.is_dir() for p in results.iterdir())
+    return ours[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--shape", "constant", "--rat", "100", "--duration", "2s"], "unknown option --rat (did you mean --rate?"),
+    (["--shape", "spike", "--baseline-tp", "100"], "unknown option --baseline-tp (did you mean --baseline-tps?"),
+    (["--shape", "spike", "--stage-sec", "1"], "did you mean --stage-seconds?"),
+    (["--shape", "constant", "--rate", "5", "--max-user", "3", "--duration", "2s"], "did you mean --max-users?"),
+    (["--shape", "constant", "--rate", "5", "--duration", "2s", "--run-t", "5s"], "did you mean --run-time?"),
+    (["--shape", "constant", "--rate", "5", "--dur", "2s"], "unknown option --dur"),
+    (["--shape", "constant", "--rate", "5", "--duration", "2s", "--head"], "unknown option --head"),
+])
+def test_dbsurge_run_takes_no_option_prefix(tmp_path, args, words):
+    """argparse's allow_abbrev took ``--rat 100`` as ``--rate 100`` silently (Locust's configargparse parser
+    too), though the README says a misspelt option is refused."""
+    from runs import dbsurge
+
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--rat", "5", "-t", "2s"], "unknown option --rat (did you mean --rate?"),
+    (["--rate", "5", "-t", "2s", "--max-lag", "1s", "--arrival", "poisson"], "did you mean --arrivals?"),
+    (["--rate", "5", "-t", "2s", "--target-opt", "a=1"], "did you mean --target-option?"),
+])
+def test_plain_locust_takes_no_prefix_of_dbsurges_options(tmp_path, args, words):
+    from runs import locust
+
+    proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", NO_PG, *args, cwd=tmp_path,
+                  timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["scenario", "spike", "--targ", NO_PG], "did you mean --target?"),
+    (["report", "--run-d", "x"], "unknown option --run-d"),
+])
+def test_other_commands_take_no_option_prefix(tmp_path, argv, words):
+    from runs import dbsurge
+
+    proc = dbsurge(*argv, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("how", ["env", "config", "locust-u", "locust-u0", "locust-env", "locust-config"])
+def test_users_are_checked_from_every_source_under_a_shape(tmp_path, how):
+    """``dbsurge run --users -3`` was refused; ``LOCUST_USERS=-3``, ``users = -3`` in a file and ``locust ... -u -3``
+    (and ``-u 0``) under a shape ran and wrote ``num_users: -3`` into run.json."""
+    from runs import dbsurge, locust
+
+    (tmp_path / "bad.conf").write_text("users = -3\n")
+    env = {"LOCUST_USERS": "-3"} if how.endswith("env") else {}
+    config = ["--config", "bad.conf"] if how.endswith("config") else []
+    if how.startswith("locust"):
+        users = ["-u", "0" if how == "locust-u0" else "-3"] if how.startswith("locust-u") else []
+        proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", NO_PG, "--rate", "5", "-t",
+                      "2s", *users, *config, cwd=tmp_path, env=env, timeout=60)
+    else:
+        proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, "--shape", "constant", "--rate", "5",
+                       "--duration", "2s", *config, cwd=tmp_path, env=env, timeout=60)
+    bad = "0" if how == "locust-u0" else "-3"
+    assert_refused(proc, f"-u/--users must be a whole number of at least 1, not {bad}", tmp_path / "results")
+
+
+@pytest.mark.parametrize("shape_file, args", [
+    ("spike.py", ["-t", "5s"]), ("stages.py", ["--stages", "2s@5tps", "-t", "5s"]),
+])
+def test_plain_locust_run_time_under_a_plan_of_stages_is_refused(tmp_path, shape_file, args):
+    """``locust ... spike -t 5s`` ignored -t without a word (`dbsurge run` refuses --duration with a spike)."""
+    from runs import locust
+
+    proc = locust("-f", f"{REPO}/locustfiles/orders.py,{REPO}/shapes/{shape_file}", "--headless", "-L", "WARNING",
+                  "--target", NO_PG, *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, "-t/--run-time 5 does not apply to --shape", tmp_path / "results")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-u", "1", "-r", "1e400"], "-r/--spawn-rate"), (["-u", "1", "-r", "0"], "-r/--spawn-rate"),
+    (["-u", "1", "-r", "-2"], "-r/--spawn-rate"), (["-u", "-1"], "-u/--users"),
+])
+def test_plain_locust_closed_model_numbers(tmp_path, args, words):
+    from runs import locust
+
+    proc = locust("-f", f"{REPO}/locustfiles/orders.py", "--headless", "-L", "WARNING", "--target", NO_PG, "-t", "2s",
+                  *args, cwd=tmp_path, timeout=60)
+    assert_refused(proc, words, tmp_path / "results")
+
+
+# -- Locust's report files, checked before any load ------------------------------------------------------------
+
+def _report_file_cases(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "r.html").write_text("old")
+    (locked / "r.html").chmod(0o444)
+    return [
+        (["--html", "/proc/x.html"], "bad --html /proc/x.html: /proc/x.html is in /proc"),
+        (["--html", "/sys/x.html"], "is in /sys"), (["--html", "/dev/shm/../x.html"], "is in /dev"),
+        (["--html", str(tmp_path / "a-dir")], "is a directory"),
+        (["--html", str(tmp_path / "a-file" / "r.html")], "not a directory"),
+        (["--html", str(tmp_path / "loop" / "r.html")], "cannot write in"),
+        (["--csv", "/proc/1/x"], "bad --csv /proc/1/x: /proc/1/x_stats.csv is in /proc"),
+        (["--csv", str(tmp_path / "a-file" / "x")], "not a directory"),
+        (["--csv", str(tmp_path / "a-file") + "/sub/x"], "Not a directory"),
+        (["--json-file", "/sys/x"], "bad --json-file /sys/x: /sys/x.json is in /sys"),
+        (["--json-file", str(tmp_path / "a-file" / "x")], "not a directory"),
+    ] + ([] if os.geteuid() == 0 else [(["--html", str(locked / "r.html")], "exists and cannot be written")])
+
+
+@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("command", ["locust", "dbsurge"])
+def test_report_files_are_checked_before_any_load(tmp_path, pg_uri, command, case):
+    """``--html /proc/x.html`` (or a bad --csv, --json-file) was found after the load: a traceback from Locust's
+    save_html_report, no tables, no verdict, exit 1, run.json not finalised and space.reserve.tmp left behind.
+    Now one line before anything starts, on the real database: no run directory."""
+    from runs import dbsurge, locust
+
+    cases = _report_file_cases(tmp_path)
+    if case >= len(cases):
+        pytest.skip("as root every file can be written")
+    args, words = cases[case]
+    results = tmp_path / "results"
+    if command == "locust":
+        proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "5", "-t",
+                      "1s", "--operation", "product_lookup", "--no-db-sampler", "--results-dir", str(results), *args,
+                      cwd=tmp_path, timeout=90)
+    else:
+        proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--shape", "constant", "--rate", "5",
+                       "--duration", "1s", "--operation", "product_lookup", "--no-db-sampler", "--results-dir",
+                       str(results), *args, cwd=tmp_path, timeout=90)
+    assert_refused(proc, words, results)
+
+
+def test_a_report_file_in_a_new_directory_is_still_written(tmp_path, pg_uri):
+    """Locust makes --html's and --csv's directories: the check leaves that alone (and makes nothing itself)."""
+    from runs import locust
+
+    results = tmp_path / "results"
+    proc = locust("-f", CONSTANT_FILES, "--headless", "-L", "WARNING", "--target", pg_uri, "--rate", "5", "-t", "1s",
+                  "--operation", "product_lookup", "--no-db-sampler", "--results-dir", str(results), "--html",
+                  str(tmp_path / "new" / "r.html"), "--csv", str(tmp_path / "new2" / "s"), cwd=tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "new" / "r.html").is_file() and (tmp_path / "new2" / "s_stats.csv").is_file()
+
+
+# -- the web UI's start form: any fields, any values: they pass the command line's checks or are one line ---------
+
+FORM_FIELDS = st.sampled_from(["user_count", "spawn_rate", "run_time", "host", "target", "max_users", "arrivals",
+                               "max_lag", "rate", "maxLag", "user_classes", "results_dir", "", "x" * 300])
+
+
+@FUZZ
+@given(st.lists(st.tuples(FORM_FIELDS, st.one_of(NUMBERS, TEXT, st.sampled_from(["poisson", "1s", "0", ""]))),
+                max_size=5), st.booleans())
+def test_any_start_form_passes_the_checks_or_is_one_line(pairs, plan):
+    """`check_swarm_form` raises nothing but a one-line `UserError`; what it lets through is what the command line
+    takes (max_users a whole number of at least 1, arrivals one of the two, max_lag a positive duration)."""
+    from werkzeug.datastructures import MultiDict
+
+    from dbsurge.engine.validate import validate_locust_options, validate_options
+    from dbsurge.ui.web_forms import check_swarm_form, form_extra_fields, option_actions
+
+    parser = _strict_locust_parser()
+    ns = parser.parse_args(["--target", "postgresql://u@127.0.0.1/x", "--rate", "5"])
+    extra, multiple = form_extra_fields(parser)
+    actions = option_actions(parser)
+
+    def check():
+        check_swarm_form(MultiDict(pairs), ns, actions, extra_fields=extra, multiple=multiple, plan=plan)
+        # accepted: each value, set as Locust will set it, passes the command line's checks
+        after = argparse.Namespace(**vars(ns))
+        for name, value in pairs:
+            if name in ("max_users", "arrivals", "max_lag") and value != "":
+                setattr(after, name, actions[name].type(value) if actions[name].type else value)
+        validate_options(after)
+        if not plan:
+            validate_locust_options(after, shape=False)
+        assert after.arrivals in ("uniform", "poisson")
+
+    assert_clean(check)

@@ -25,10 +25,28 @@ MAX_JSON_DEPTH = 64
 _TOO_DEEP = f"nested too deeply (more than {MAX_JSON_DEPTH} levels of arrays and objects)"
 
 
-def load_json(text: str | bytes) -> Any:
-    """`json.loads(text)`, or `ValueError` for text that is not JSON, not UTF-8, or nested too deeply."""
+class DuplicateKey(ValueError):
+    """An object that names a key twice (`load_json` with ``unique_keys``): ``json.loads`` keeps the last."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} is given more than once")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def load_json(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """`json.loads(text)`, or `ValueError` for text that is not JSON, not UTF-8, or nested too deeply;
+    with ``unique_keys``, `DuplicateKey` (a ValueError) for an object that names a key twice."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_pairs) if unique_keys else json.loads(text)
     except RecursionError:
         raise ValueError(_TOO_DEEP) from None
     if json_depth(value) > MAX_JSON_DEPTH:

@@ -75,6 +75,7 @@ from dbsurge.engine.validate import (
     check_port_free,
     check_web_exposure,
     check_workload_checks,
+    validate_locust_options,
     validate_run_args,
 )
 from dbsurge.plan.stage_plan import StagePlan
@@ -257,6 +258,7 @@ def _preflight(args, ns: argparse.Namespace) -> None:
     if ns.stages:
         check_plan_size(StagePlan.parse(ns.stages, ns.baseline_tps))
     check_master_bind(args.processes, getattr(ns, "master_bind_host", None))
+    validate_locust_options(ns, shape=bool(args.shape))  # LOCUST_USERS=-3 or `users = -3` in a file, as the plugin
     check_offline(ns, args.workload)
     check_web_exposure(ns, web=args.web)  # the Locust child prints the warning; here only a refusal
     check_plan(args, ns)

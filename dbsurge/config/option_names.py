@@ -116,6 +116,44 @@ def refuse_unknown(parser, argv: list[str], unknown: list[str], extra: Iterable[
         raise UserError(unknown_message(names[0], candidates, help_hint=help_hint))
 
 
+def abbreviated(argv: Iterable[str], known: Iterable[str], names: Iterable[str]) -> tuple[str, str] | None:
+    """The first ``--name`` on `argv` that is not an option in `known` but the start of one of `names`
+    (``--rat`` of ``--rate``), with that option; None when there is none.
+
+        >>> abbreviated(["--rat", "5", "--seed", "1"], ["--rate", "--seed"], ["--rate"])
+        ('--rat', '--rate')
+    """
+    known, names = set(known), sorted(set(names))
+    for name in command_line_names(argv):
+        if not name.startswith("--") or name in known:
+            continue
+        hits = [n for n in names if n.startswith(name)]
+        if hits:
+            return name, hits[0]
+    return None
+
+
+def refuse_abbreviations(parser, names: Iterable[str] | None = None) -> None:
+    """Make `parser` (Locust's configargparse parser too) refuse a prefix of one of `names` (default: every long
+    option it knows) before it parses: argparse takes ``--baseline-tp`` as ``--baseline-tps`` silently.
+
+    Set on the parser object, so every later parse (Locust's web UI parses the command line again) is checked.
+    """
+    own = list(names) if names is not None else None
+    parse_known_args = parser.parse_known_args
+
+    def parse_known_args_whole(args=None, namespace=None, *rest, **kwargs):
+        argv = sys.argv[1:] if args is None else list(args)
+        known = long_options(parser)
+        found = abbreviated(argv, known, own if own is not None else known)
+        if found:
+            parser.error(f"unknown option {clip(found[0], 60)} (did you mean {found[1]}? options are not "
+                         f"abbreviated)")
+        return parse_known_args(args, namespace, *rest, **kwargs)
+
+    parser.parse_known_args = parse_known_args_whole
+
+
 def parser_error(parser, message: str) -> UserError:
     """argparse's error as dbsurge's one line: ``unrecognized arguments: --ratee 5`` names the nearest option.
 
@@ -131,7 +169,16 @@ def parser_error(parser, message: str) -> UserError:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that ends in dbsurge's one line (`parser_error`), not its usage text and exit 2."""
+    """argparse that ends in dbsurge's one line (`parser_error`), not its usage text and exit 2.
+
+    No option is abbreviated (``allow_abbrev=False``, for its subparsers too: they are made of this class):
+    argparse's default took ``--rat 100`` as ``--rate 100`` without a word, where the README says a
+    misspelt option is refused.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise parser_error(self, message)

@@ -113,7 +113,10 @@ def check_shape_options(run: DbSurgeRun) -> None:
     shape = SHAPE_CLASSES.get(type(shape_class).__name__) if shape_class is not None else None
     if shape is None:  # the closed model's own options are Locust's (-u, -t), checked by it
         return
-    for warning in check_plan_choice(shape, run.options, stage_seconds=False):
+    # Locust's -t under the spike or stages shape: the plan's own length rules (`dbsurge run` refuses --duration)
+    run_time = getattr(run.options, "run_time", None) if shape in ("spike", "stages") else None
+    for warning in check_plan_choice(shape, run.options, stage_seconds=False, duration=run_time,
+                                     duration_flag="-t/--run-time"):
         log.warning(warning)
 
 

@@ -12,7 +12,7 @@ import os
 
 from dbsurge.base.errors import UserError, clip
 from dbsurge.config.config_files import check_config_files
-from dbsurge.config.option_names import known_env, refuse_unknown, warn_unknown_env
+from dbsurge.config.option_names import known_env, refuse_abbreviations, refuse_unknown, warn_unknown_env
 from dbsurge.config.option_types import ascii_int, strict_numbers
 from dbsurge.config.options import TARGET_HELP, add_options
 from dbsurge.engine.validate import _PlainParser
@@ -94,6 +94,7 @@ def locust_namespace(rest: list[str], help_hint: str = "dbsurge run --help",
         raise UserError(clip(message, 200))
 
     parser.error = error  # type: ignore[method-assign]
+    refuse_abbreviations(parser)  # configargparse takes --rat as --rate; the Locust child would too
     ns, unknown = parser.parse_known_args(list(rest))
     own = [f for _, flags, _kw in RUN_OPTIONS for f in flags if f.startswith("--")]
     refuse_unknown(parser, list(rest), unknown, extra=own + (extra or []), help_hint=help_hint)

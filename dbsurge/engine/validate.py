@@ -35,6 +35,7 @@ from dbsurge.config.options import add_options, parse_key_values, parse_operatio
 from dbsurge.config.size_limits import check_processes, check_users
 from dbsurge.engine.membership import is_loopback
 from dbsurge.plan.stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
+from dbsurge.rundir.schema import LOCUST_CSV_SUFFIXES
 from dbsurge.workloads import WORKLOADS, get_workload, parse_workload_options
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -292,16 +293,26 @@ def check_operation_names(workload: str, workload_options: dict, operations: dic
 
 
 def validate_locust_options(opts: argparse.Namespace, *, shape: bool) -> None:
-    """Locust's own options as dbsurge uses them: users and run time (on the plugin's path)."""
+    """Locust's own options as dbsurge uses them: users, spawn rate and run time, from whatever source
+    (``-u``, ``LOCUST_USERS``, a config file's ``users =``, the web UI's form: `dbsurge.ui.web_forms`).
+
+    Under a shape --max-users caps the pool and -u is not read, but a value given must still be one:
+    ``-u -3`` ran and wrote ``num_users: -3`` into run.json (``dbsurge run --users -3`` was refused).
+    """
     users = getattr(opts, "num_users", None)
-    if users is not None and not shape:  # under a shape --max-users caps the pool, -u is not used
+    if users is not None:
         positive_int(users, "-u/--users")
         check_users(users, "-u/--users")
+    spawn_rate = getattr(opts, "spawn_rate", None)
+    if spawn_rate is not None:
+        finite_positive(spawn_rate, "-r/--spawn-rate", maximum=MAX_TPS, what="a positive number of users a second")
     run_time = getattr(opts, "run_time", None)
     if run_time is not None and run_time <= 0:
         # Locust reads a run time of 0 as "no limit": the test would never end
         raise UserError(f"-t/--run-time must be positive, e.g. 30s or 2m, not {run_time}: leave it out to run "
                         f"until stopped")
+    if run_time is not None and run_time > MAX_DURATION_S:
+        raise UserError(f"-t/--run-time must be at most a year ({format_duration(MAX_DURATION_S)}), not {run_time}")
 
 
 def validate_run_args(users: int | None, duration: str | None, processes: int | None) -> None:
@@ -322,7 +333,7 @@ SHAPE_CLASSES = {"SpikeShape": "spike", "StagesShape": "stages", "ConstantShape"
 
 def check_plan_choice(  # noqa: C901 - one rule a line, flat
         shape: str | None, opts: argparse.Namespace, *, duration: Any = None, users: int | None = None,
-        stage_seconds: bool = True) -> list[str]:
+        stage_seconds: bool = True, duration_flag: str = "--duration") -> list[str]:
     """Refuse plan options that the chosen shape would ignore or that contradict each other; return warnings.
 
     Each shape reads only some of the plan's options (the spike: --baseline-tps, --stage-seconds or
@@ -357,8 +368,8 @@ def check_plan_choice(  # noqa: C901 - one rule a line, flat
             length = ("its stages (2m,1m,2m,1m unless --stages replaces them): use --stage-seconds to make each "
                       "stage that long") if shape == "spike" and stages is None else \
                 "its stages: give their durations in --stages"
-            raise UserError(f"--duration {clip(duration, 30)} does not apply to --shape {shape}: the plan's length "
-                            f"is {length}")
+            raise UserError(f"{duration_flag} {clip(duration, 30)} does not apply to --shape {shape}: the plan's "
+                            f"length is {length}")
         if rate is not None:
             raise UserError(f"--rate is the constant shape's rate, not read by --shape {shape}: use --baseline-tps "
                             f"(the percentages' 100%) or absolute rates in --stages, e.g. 30s@200tps")
@@ -417,13 +428,10 @@ def validate_run_id(run_id: str | None, results_dir: str | os.PathLike) -> None:
                         f"or leave it out")
 
 
-def check_results_dir(path: str | os.PathLike) -> None:
-    """Make sure run directories can be made under `path`: create it, write and remove a probe file.
-
-    Directories this creates are removed again, so that a run that fails later in its checks
-    leaves nothing behind; the run creates them for real when it starts.
-    """
-    root = Path(path).expanduser()
+def _probe_directory(root: Path) -> None:
+    """Make sure files can be written in `root`: create it (and its missing parents), write and remove a probe
+    file, then remove the directories this made, so that a run refused later leaves nothing behind; an
+    `OSError` when that fails."""
     missing: list[Path] = []
     try:
         p = root
@@ -436,16 +444,68 @@ def check_results_dir(path: str | os.PathLike) -> None:
         probe = root / f".dbsurge-probe-{os.getpid()}"
         probe.write_text("probe\n")
         probe.unlink()
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
-        raise UserError(f"cannot write run directories under --results-dir {clip(path)}: {reason}: "
-                        f"choose a writable directory") from None
     finally:
         for d in missing:  # deepest first
             try:
                 d.rmdir()
             except OSError:  # not empty (someone else's now) or never made: leave it
                 break
+
+
+def check_results_dir(path: str | os.PathLike) -> None:
+    """Make sure run directories can be made under `path` (`_probe_directory`), else one `UserError` line."""
+    try:
+        _probe_directory(Path(path).expanduser())
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UserError(f"cannot write run directories under --results-dir {clip(path)}: {reason}: "
+                        f"choose a writable directory") from None
+
+
+#: Where no report file can go: the kernel's own file systems (a write there fails, or changes the system).
+_KERNEL_DIRS = ("/proc", "/sys", "/dev")
+
+
+def check_output_file(path: str, flag: str, written: Sequence[str]) -> None:
+    """`flag`'s files (`written`: the names Locust makes of `path`) can be written: none is a directory or in
+    /proc, /sys or /dev, and each one's directory can be made and written (`_probe_directory`).
+
+    Locust writes --html, --csv and --json-file after the load: a bad one was a traceback from
+    ``save_html_report``, no tables, no verdict, exit 1 and a run.json never finalised."""
+    for name in written:
+        file = Path(name).expanduser()
+        absolute = Path(os.path.realpath(file))  # a link into /proc is in /proc
+        kernel = next((k for k in _KERNEL_DIRS if absolute == Path(k) or Path(k) in absolute.parents), None)
+        if kernel is not None:
+            raise UserError(f"bad {flag} {clip(path)}: {clip(str(absolute), 80)} is in {kernel}, the kernel's: give a "
+                            f"file in a directory of yours")
+        if file.is_dir():
+            raise UserError(f"bad {flag} {clip(path)}: {clip(name, 80)} is a directory: give a file name")
+        if os.path.lexists(file) and not os.access(file, os.W_OK):
+            raise UserError(f"bad {flag} {clip(path)}: {clip(name, 80)} exists and cannot be written")
+        try:
+            _probe_directory(absolute.parent)
+        except OSError as e:
+            raise UserError(f"bad {flag} {clip(path)}: cannot write in {clip(str(absolute.parent), 80)}: "
+                            f"{e.strerror or type(e).__name__}") from None
+
+
+def check_report_files(opts: argparse.Namespace) -> None:
+    """Locust's --html, --csv and --json-file, checked before any load (`check_output_file`)."""
+    html = getattr(opts, "html_file", None)
+    if html:
+        shown = html
+        for term, name in (("{u}", "num_users"), ("{r}", "spawn_rate"), ("{t}", "run_time")):
+            value = getattr(opts, name, None)
+            if value is not None:  # as Locust's process_html_filename names the file
+                shown = shown.replace(term, str(int(value)) if float(value).is_integer() else str(value))
+        check_output_file(html, "--html", [shown])
+    prefix = getattr(opts, "csv_prefix", None)
+    if prefix:
+        check_output_file(prefix, "--csv", [prefix + suffix for suffix in LOCUST_CSV_SUFFIXES])
+    json_file = getattr(opts, "json_file", None)
+    if json_file:
+        check_output_file(json_file, "--json-file", [f"{json_file}.json"])
 
 
 def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
@@ -463,10 +523,12 @@ def results_dir_option(value: str | os.PathLike | None) -> str | os.PathLike:
 
 
 def check_output(opts: argparse.Namespace) -> None:
-    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes."""
+    """--results-dir writable and --run-id new and a name, before any load: in the directory the run writes; and
+    Locust's --html, --csv and --json-file writable (`check_report_files`)."""
     results_dir = results_dir_option(getattr(opts, "results_dir", None))
     validate_run_id(getattr(opts, "run_id", None), results_dir)
     check_results_dir(results_dir)
+    check_report_files(opts)
 
 
 class _PlainParser(OneLineParser):

@@ -35,6 +35,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator
@@ -59,7 +60,9 @@ from dbsurge.rundir.schema import (
     RUN_KEYS,
     RUN_SCHEMA,
     STAGE_KEYS,
+    STAGES,
     SUMMARY_CSV,
+    TIMELINE,
     column_type,
     is_count,
     is_time,
@@ -141,19 +144,27 @@ def iter_events(run_dir: str | Path, containing: str | None = None) -> Iterator[
                 yield item
 
 
-def check_run_dir(run_dir: str | Path) -> dict | None:
+def check_run_dir(run_dir: str | Path, *, while_written: bool = False) -> dict | None:
     """Check every file of `run_dir` that dbsurge writes; returns run.json's object (None without one).
 
-    A set of repetitions (``kind: repetitions``) has its repetitions' directories checked too.
+    A set of repetitions (``kind: repetitions``) has its repetitions' directories checked too. With
+    `while_written` (``dbsurge scenario longrun --from`` during a run), a run that has not ended has only the
+    files written whole checked (run.json, stages.csv, summary.csv): the others grow, a line at a time.
     """
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"{clip(path, 160)} is not a directory: give a run directory such as results/<run-id>")
-    meta = check_run_json(path / RUN_JSON) if (path / RUN_JSON).exists() else None
+    meta = check_run_json(path / RUN_JSON) if _present(path / RUN_JSON) else None
+    growing = while_written and not (isinstance(meta, dict) and meta.get("ended_utc"))
     for name, (allowed, required, ledger) in CSV_FILES.items():
-        if (path / name).exists():
+        if growing and name not in (STAGES, SUMMARY_CSV):
+            continue
+        if _present(path / name):
             check_csv(path / name, allowed, required, ledger=ledger)
+    if growing:
+        return meta
     _check_other_files(path)
+    _warn_missing(path, meta)
     if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / SUMMARY_CSV).exists():
         check_results_agree(path / RUN_JSON, meta["results"], path / SUMMARY_CSV)
     if meta is not None and meta.get("kind") == "repetitions":
@@ -164,11 +175,40 @@ def check_run_dir(run_dir: str | Path) -> dict | None:
     return meta
 
 
+def _present(path: Path) -> bool:
+    """Whether `path` is there to be checked; a symbolic link that leads nowhere (dangling, or a loop) is damage.
+
+    ``Path.exists`` follows the link and says False for both: a timeline.csv that linked to itself was taken for
+    a missing one and the report rebuilt without it at exit 0, and a dangling stages.csv was called "a directory"."""
+    if path.exists():
+        return True
+    if path.is_symlink():
+        raise _damaged(path, "it is a symbolic link that leads to no file (it dangles or loops)")
+    return False
+
+
+#: The files every finished run of the engine writes: one missing is told, not passed over.
+_ENGINE_FILES = (STAGES, TIMELINE)
+
+
+def _warn_missing(path: Path, meta: Any) -> None:
+    """One warning line per file a finished engine run writes that is not there (the report is built without it)."""
+    import sys
+
+    if not isinstance(meta, dict) or meta.get("scenario") or meta.get("kind") == "repetitions" \
+            or not isinstance(meta.get("results"), dict) or "plan" not in meta:
+        return
+    for name in _ENGINE_FILES:
+        if not os.path.lexists(path / name):
+            sys.stderr.write(f"dbsurge: warning: {clip(path / name, 160)} is missing: what is built from this run "
+                             f"goes without it\n")
+
+
 def _check_other_files(path: Path) -> None:
     """events.jsonl, intervals.hlog and the collectors' metrics/*.csv, those that are there."""
-    if (path / EVENTS).exists():
+    if _present(path / EVENTS):
         check_events(path / EVENTS)
-    if (path / INTERVALS).exists():
+    if _present(path / INTERVALS):
         check_hlog(path / INTERVALS)
     for csv_file in sorted((path / METRICS).glob(CSV_GLOB)) if (path / METRICS).is_dir() else []:
         check_metrics_csv(csv_file)

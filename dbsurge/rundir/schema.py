@@ -40,6 +40,8 @@ SUMMARY_MD = "summary.md"
 REPORT_HTML = "report.html"
 #: The report's figure of the timeline, beside report.html.
 TIMELINE_PNG = "timeline.png"
+#: What Locust's ``--csv PREFIX`` writes (``PREFIX_stats.csv``...), outside the run directory: checked before the load.
+LOCUST_CSV_SUFFIXES = ("_stats.csv", "_failures.csv", "_exceptions.csv")
 #: The side collector's merge: one row per second of the client's and the database's figures.
 MERGED = "merged.csv"
 #: The bill (`dbsurge cost`) and the actual bill from Cost Explorer.

@@ -38,6 +38,7 @@ from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.engine.run_command import locust_namespace, run_parser
 from dbsurge.engine.validate import check_operation_names
 from dbsurge.rundir import new_run_id
+from dbsurge.rundir.reader import check_run_dir
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target, scenario_parser
 from dbsurge.scenarios.capacity import cloudwatch_collector
 from dbsurge.scenarios.files import read_meta
@@ -190,6 +191,9 @@ def check_passed_options(name: str, parser: argparse.ArgumentParser, rest: list[
 def print_from(run_dir: str, report_of_run: Callable[[Path], Report], scenario: str) -> int:
     """``--from RUN_DIR``: build the report from the files and show it (rewriting its CSV and summary section)."""
     path = Path(run_dir)
+    # the run-directory reader's checks, as `dbsurge report` makes them: a damaged file is one line (a run still
+    # being written, as longrun's during its hours, has the files that grow left to the scenario's own reader)
+    check_run_dir(path, while_written=True)
     meta = read_meta(path)
     if meta.get("scenario") not in (None, scenario):
         raise UserError(f"{path} is a run of scenario {meta.get('scenario')}, not {scenario}")

@@ -19,7 +19,9 @@ The UI answers its own origin only (`SameOriginGuard`): no CORS, and every state
 from another site is refused with 403; the new endpoints are behind it like Locust's own. No page
 or endpoint shows a secret: the ``--target`` default in Locust's swarm form is the redacted URI,
 and submitting it unchanged keeps the real one (`protect_secret_options`). A rate is checked by
-`parse_rate_request`: a number, 0 (a pause) or more, at most ``--max-rate``.
+`parse_rate_request`: a number, 0 (a pause) or more, at most ``--max-rate``, each field once. The start form
+(``POST /swarm``) is checked as the command line checks it before Locust's swarm runs (`check_swarm_requests`,
+`dbsurge.ui.web_forms`): a bad one is a 400 and starts nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from urllib.parse import urlsplit
 from flask import Response, jsonify, request
 
 from dbsurge.base.errors import UserError, clip
-from dbsurge.base.json_input import load_json
+from dbsurge.base.json_input import DuplicateKey, load_json
 from dbsurge.base.redact import MASK, redact_uri
 from dbsurge.config.options import _WEIGHT
 from dbsurge.engine.membership import is_loopback
 from dbsurge.rundir.schema import REPORT_HTML
+from dbsurge.ui.web_forms import PLAN_OPTIONS, check_swarm_form, duplicate_field, form_extra_fields, option_actions
 from dbsurge.ui.web_state import live_state, max_rate, plan_state, remaining_peak
 
 log = logging.getLogger("dbsurge")
@@ -62,6 +65,7 @@ def install_web_controls(web_ui, run, web_auth: str | None = None) -> None:
                                        host_allow=getattr(opts, "web_host_allow", None),
                                        credentials=web_auth)  # every route, these included
     protect_secret_options(web_ui, run.environment)
+    check_swarm_requests(web_ui, run)  # outermost: the form as it came, before Locust or the secret's filter
     adjust_swarm_form(web_ui, run)
     _add_endpoints(app, auth, run)
     _add_panel(app)
@@ -151,8 +155,6 @@ def report_response(run):
 
 # -- Locust's start form under a dbsurge plan -------------------------------------------------------------------
 
-#: Options read once, when dbsurge starts and builds the plan: the form could change them, the run would not see it.
-PLAN_OPTIONS = ("baseline_tps", "stages", "stage_seconds", "rate")
 TARGET_HELP = "the database this dbsurge process was started with; shown here, not changed here"
 
 
@@ -181,6 +183,73 @@ def adjust_swarm_form(web_ui, run) -> None:
     web_ui.update_template_args = update_template_args
     if getattr(web_ui, "template_args", None) is not None and web_ui.environment.runner is not None:
         update_template_args()
+
+
+def check_swarm_requests(web_ui, run) -> None:
+    """Put `dbsurge.ui.web_forms.check_swarm_form` in front of Locust's ``POST /swarm``: a form the command line
+    would refuse is a 400 ``{"success": false, "message": ...}``, and Locust's swarm (which copies every field
+    over the run's options, then starts) never runs."""
+    swarm = web_ui.app.view_functions.get("locust.swarm")
+    if swarm is None or getattr(swarm, "_dbsurge_checks_form", False):
+        return
+    from locust.argument_parser import get_parser
+
+    parser = get_parser()  # Locust's options and dbsurge's (the plugin's listener), with the same types
+    actions = option_actions(parser)
+    extra, multiple = form_extra_fields(parser)
+    environment = run.environment
+
+    def swarm_checked(*args, **kwargs):
+        try:
+            form = bounded_form()
+            check_swarm_form(form, environment.parsed_options, actions, extra_fields=extra, multiple=multiple,
+                             plan=environment.shape_class is not None)
+        except BodyTooLarge as e:
+            return jsonify({"success": False, "message": str(e), "host": environment.host}), 413
+        except UserError as e:
+            log.warning("web UI: a start refused (400): %s", e)
+            return jsonify({"success": False, "message": str(e), "host": environment.host}), 400
+        return swarm(*args, **kwargs)
+
+    swarm_checked._dbsurge_checks_form = True
+    web_ui.app.view_functions["locust.swarm"] = swarm_checked
+
+
+def bounded_form():
+    """The request's form fields (a MultiDict, every value of a field named twice), read from a body of at most
+    `MAX_BODY_BYTES` (`bounded_body`); the request's own ``form`` is set to them for the views after."""
+    from werkzeug.datastructures import ImmutableMultiDict
+
+    form = form_fields(request.environ, bounded_body(request.environ))
+    if request.args:  # Locust reads the body only: a field in the query string would be dropped without a word
+        raise UserError(f"field {clip(next(iter(request.args)), 60)!r} is in the URL's query string: the start "
+                        f"form's fields go in the request body")
+    form = ImmutableMultiDict(form)
+    request.form = form  # Locust's swarm reads request.form: the fields checked here, not the stream again
+    return form
+
+
+def form_fields(environ, data: bytes) -> list[tuple[str, str]]:
+    """The ``(name, value)`` pairs of a form body, every one of them, or `UserError`.
+
+    Werkzeug drops a url-encoded form whole when it is not UTF-8 (``arrivals=%ff`` started the run with none of
+    its fields, ``success: true``): such a body is read here, strictly. Multipart bodies are werkzeug's."""
+    import urllib.parse
+
+    from werkzeug.formparser import parse_form_data
+
+    ctype = (environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+    if ctype in ("", "application/x-www-form-urlencoded"):
+        try:
+            return urllib.parse.parse_qsl(data.decode("ascii"), keep_blank_values=True, encoding="utf-8",
+                                          errors="strict", max_num_fields=1000)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise UserError(f"the form is not url-encoded UTF-8 text ({clip(type(e).__name__, 40)}): nothing was "
+                            f"started") from None
+    environ = {**environ, "wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data))}
+    environ.pop("wsgi.input_terminated", None)
+    _stream, form, _files = parse_form_data(environ)
+    return list(form.items(multi=True))
 
 
 # -- the live rate: what a request may ask for -------------------------------------------------------------
@@ -222,18 +291,19 @@ def bounded_body(environ, limit: int = MAX_BODY_BYTES) -> bytes:
 def _rate_request_data():
     """The request's fields: a JSON object (Content-Type application/json) or form fields (url-encoded or
     multipart), from a body of at most `MAX_BODY_BYTES` (`bounded_body`)."""
-    from werkzeug.formparser import parse_form_data
-
     data = bounded_body(request.environ)
     if request.is_json:
         try:
-            return load_json(data.decode("utf-8") or "null")
+            return load_json(data.decode("utf-8") or "null", unique_keys=True)
+        except DuplicateKey as e:
+            raise UserError(f"field {clip(e.key, 60)!r} is given more than once: give it once") from None
         except ValueError as e:  # UnicodeDecodeError too; load_json's "nested too deeply"
             raise UserError(f"the body is not valid JSON ({clip(e, 80)})") from None
-    environ = {**request.environ, "wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data))}
-    environ.pop("wsgi.input_terminated", None)
-    _stream, form, _files = parse_form_data(environ)
-    return form.to_dict()
+    pairs = form_fields(request.environ, data)
+    twice = duplicate_field(pairs)
+    if twice is not None:  # a dict keeps the first of rate_tps=100&rate_tps=1000000, JSON the last
+        raise UserError(f"field {clip(twice, 60)!r} is given more than once: give it once")
+    return dict(pairs)
 
 
 def _rate_number(value, name: str) -> float | None:
