@@ -93,7 +93,7 @@ def test_docdb_defaults(tmp_path):
         ("foo://x", None, "bad target URI 'foo://x': scheme must be postgresql://, postgres://, dsql://, mongodb://, "
                     "mongodb+srv://, dynamodb://, alternator://, cql:// or scylla://"),
         ("postgressql://h/db", None, "(did you mean postgresql://?)"),
-        ("embedded-postgress", None, "or the target one of embedded-postgres, embedded-mongo, embedded-dynamodb, "
+        ("embedded-postgress", None, "or one of embedded-postgres, embedded-mongo, embedded-dynamodb, "
                                      "embedded-cassandra (did you mean embedded-postgres?)"),
         ("not a uri", None, "scheme must be"),
         ("embedded-postgres", None, "embedded targets"),

@@ -259,12 +259,13 @@ def open_target(
             hint = " (embedded targets are started by `dbsurge run`/`dbsurge embedded start`)"
         else:
             hint = _did_you_mean(uri, list(EMBEDDED_TARGETS))
-        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}, or the target "
-                          f"one of {', '.join(EMBEDDED_TARGETS)}{hint}")
+        # the quote is clipped short: the two lists already take most of a one-line message
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri), 32)}': scheme must be {_scheme_list()}, or one of "
+                          f"{', '.join(EMBEDDED_TARGETS)}{hint}")
     name = _schemes.get(scheme.lower())
     if name is None:
         hint = _did_you_mean(scheme, list(_schemes))
-        raise TargetError(f"bad target URI '{clip(redact_uri(uri))}': scheme must be {_scheme_list()}"
+        raise TargetError(f"bad target URI '{clip(redact_uri(uri), 32)}': scheme must be {_scheme_list()}"
                           + (hint.replace("?)", "://?)") if hint else ""))
     if not op_timeout_s or op_timeout_s <= 0:
         raise ValueError(f"op_timeout_s must be positive, not {op_timeout_s!r}")
