@@ -508,13 +508,16 @@ def summary_text(run, stages, summary, findings, results, verdict: str = "") -> 
     elif run.plan:
         parts.append("The generator kept to the plan: no stage lagged or dropped slots, every arrival accounted for.")
     parts += _check_lines(results)
+    parts += ["WARNING: " + w for w in run.target.negotiated().get("warnings") or []]  # the TLS one, again at the end
     parts.append(verdict)
     parts.append(f"results: {run.rundir.path}")
     return "\n\n".join(p for p in parts if p)
 
 
 def summary_markdown(run, stages, summary, findings, results, verdict: str = "") -> str:
-    out = [f"# {_title(run)}", "", f"Target: `{run.target.display}`", "", f"**{verdict}**", ""]
+    negotiated = run.target.negotiated()
+    out = [f"# {_title(run)}", "", f"Target: `{run.target.display}`", "", f"Connection: {negotiated.get('line')}", ""]
+    out += [f"**WARNING: {w}**" for w in negotiated.get("warnings") or []] + [f"**{verdict}**", ""]
     h, rows = operation_table(summary)
     out += ["## Operations", "", markdown(h, rows), ""]
     if run.plan:

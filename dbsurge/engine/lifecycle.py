@@ -58,6 +58,7 @@ def begin_run(run: DbSurgeRun) -> None:
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
         target_display=run.target.display, target_name=embedded_name_of(opts.target) or run.target.display,
+        negotiated=run.target.negotiated(),
         workload_options=run.config.workload_options,
         operations=run.config.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
         seed=opts.seed, max_lag=opts.max_lag, role=run.role, workers=run.workers_at_start(),
