@@ -189,3 +189,27 @@ def test_mongo_wire_refusals_are_one_line_before_any_load(mongo_tls, certs, embe
         if server is not None:
             server.stop()
     assert_one_line(proc, words, tmp_path / "results")
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mongo"])
+def test_embedded_start_tls_gives_a_user_the_same_servers(kind, capsys):
+    """`dbsurge embedded start KIND --tls`: a kept server that takes TLS only, whose printed URI verifies in full
+    (the CA file it names), apart from the plain kept server; `status` and `stop` reach it with --tls."""
+    from dbsurge.embedded.servers import embedded_main
+    from dbsurge.targets import open_target
+
+    _need(lambda: embedded_main(["start", kind, "--tls"]))
+    try:
+        out, err = capsys.readouterr()
+        uri = out.strip().splitlines()[-1]
+        assert "localhost" in uri and ("sslrootcert=" in uri or "tlsCAFile=" in uri), out
+        assert "takes TLS only" in err and "-ca.pem" in err
+        target = open_target(uri)
+        target.check()
+        tls = target.negotiated()["tls"]
+        assert tls["in_use"] and tls["verified"] and tls["host_name_checked"] and tls["ca_file"] in uri
+        embedded_main(["status", kind, "--tls"])
+        assert f"running {uri}" in capsys.readouterr().out
+    finally:
+        embedded_main(["stop", kind, "--tls"])
+    assert "stopped" in capsys.readouterr().err

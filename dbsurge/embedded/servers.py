@@ -884,7 +884,9 @@ SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
     "dynamodb": EmbeddedDynamo,
     "cassandra": EmbeddedCassandra,
 }
-USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all]"
+USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all] [--tls]"
+#: The kinds that also run as a server taking TLS only (``--tls``), kept apart as ``<kind>-tls``.
+TLS_KINDS = ("postgres", "mongo")
 
 
 def embedded_home() -> Path:
@@ -924,8 +926,15 @@ def _kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
         return None  # no entry, or one we did not write
     if not data_dir.is_dir():
         return None
-    server = SERVER_CLASSES[kind](data_dir, port)
+    server = _server(kind, data_dir, port)
     return server if server._main_pid() == pid else None
+
+
+def _server(key: str, data_dir: Path, port: int | None = None) -> EmbeddedPostgres | EmbeddedMongo:
+    """The server object of a state key: a kind, or ``<kind>-tls`` for its TLS-only twin."""
+    if key.endswith("-tls"):
+        return SERVER_CLASSES[key.removesuffix("-tls")](data_dir, port, tls=True)  # type: ignore[call-arg]
+    return SERVER_CLASSES[key](data_dir, port)
 
 
 def _running(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
@@ -951,6 +960,10 @@ def embedded_help() -> str:
         "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
         "  stop    stop a kept server (its data stays for the next start)",
         "  status  running, not answering or stopped, with the URI", "",
+        "--tls (postgres, mongo): a server of its own that takes TLS only, as the clouds' do: a certificate for",
+        "  localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&sslrootcert=...,",
+        "  tls=true&tlsCAFile=...), and for PostgreSQL hostssl rules only and a SCRAM-SHA-256 password kept in a",
+        "  passfile; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
         "servers: postgres, mongo, dynamodb, cassandra or all (the default: start all starts the first three,",
         "stop all and status all include cassandra); $DBSURGE_HOME defaults to ~/.dbsurge", "",
         epilog("embedded"),
@@ -962,15 +975,23 @@ def embedded_main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[1:2] in (["-h"], ["--help"]):
         print(embedded_help())
         return 0
-    action, rest = argv[0], argv[1:]
+    action, rest = argv[0], [a for a in argv[1:] if a != "--tls"]
+    tls = "--tls" in argv[1:]
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
-    every = START_ALL if action == "start" else KINDS
-    kinds = list(every) if not rest or rest[0] == "all" else [rest[0]]
+    if tls and (not rest or rest[0] not in TLS_KINDS):
+        raise UserError(f"--tls is for {' and '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
+    # the TLS twins, in status and stop all only where one was started (the plain four are always listed)
+    twins = [f"{k}-tls" for k in TLS_KINDS if f"{k}-tls" in _read_state() or (embedded_home() / f"{k}-tls").is_dir()]
+    every = START_ALL if action == "start" else (*KINDS, *twins)
+    kinds = list(every) if not rest or rest[0] == "all" else [f"{rest[0]}-tls" if tls else rest[0]]
     with _state_lock():
         for kind in kinds:
             if action == "start":
-                print(_start_kept(kind).uri)
+                server = _start_kept(kind)
+                print(server.uri)
+                if kind.endswith("-tls"):
+                    _say_tls(server)
             elif action == "stop":
                 _stop_kept(kind)
             else:
@@ -991,7 +1012,7 @@ def _start_kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo:
     state = _read_state()
     # Keep last time's port when it is free, so that saved URIs keep working.
     old_port = (state.get(kind) or {}).get("port")
-    server = SERVER_CLASSES[kind](embedded_home() / kind, old_port if _port_free(old_port) else None)
+    server = _server(kind, embedded_home() / kind, old_port if _port_free(old_port) else None)
     server.start()
     state[kind] = {"uri": server.uri, "port": server.port, "pid": server._main_pid(), "data_dir": str(server.data_dir)}
     _write_state(state)
@@ -1003,7 +1024,7 @@ def _stop_kept(kind: str) -> None:
     server = _kept(kind)
     # Also stop a server that the state file lost.
     if server is None and (embedded_home() / kind).is_dir():
-        server = SERVER_CLASSES[kind](embedded_home() / kind)
+        server = _server(kind, embedded_home() / kind)
     if server is not None and server.is_running():
         server.stop()
         _say(f"stopped embedded {kind}")
@@ -1012,6 +1033,14 @@ def _stop_kept(kind: str) -> None:
     state = _read_state()
     state.pop(kind, None)
     _write_state(state)
+
+
+def _say_tls(server: EmbeddedPostgres | EmbeddedMongo) -> None:
+    """Where a TLS-only server's CA file (and PostgreSQL's password file) are: the URI on stdout names them."""
+    _say(f"it takes TLS only, with a certificate for localhost signed by the CA in {server.ca_file} "
+         f"(give it as sslrootcert= or tls_ca_file= to your own clients)")
+    if isinstance(server, EmbeddedPostgres):
+        _say(f"user postgres, SCRAM-SHA-256, its password in {server.passfile} (libpq's passfile, named in the URI)")
 
 
 def _port_free(port: int | None) -> bool:
