@@ -90,3 +90,28 @@ def test_dynamodb_records_the_scheme_botocore_and_sigv4(moto_url):
     assert record["endpoint"] == moto_url and record["driver"] == f"botocore {botocore.__version__}"
     assert record["auth"].startswith("AWS SigV4") and record["tls"]["in_use"] is False
     assert record["server_version"]  # moto's Server header
+
+
+def test_dsql_records_that_the_password_was_a_fresh_iam_token(pg_server, monkeypatch):
+    """A DSQL-flavoured target against the embedded server (trust: it does not ask for the token, and the record
+    says so); the record names the IAM token and holds neither it nor its signature."""
+    from dbsurge.targets.postgres import DsqlTokenProvider
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    signer, tokens = DsqlTokenProvider(), []
+
+    def provider(host: str, region: str, user: str) -> str:
+        tokens.append(signer(host, region, user))
+        return tokens[-1]
+
+    target = open_target(f"dsql://postgres@127.0.0.1:{pg_server.port}/postgres",
+                         {"sslmode": "disable", "region": "us-east-1"}, token_provider=provider)
+    target.check()
+    record = target.negotiated()
+    assert len(tokens) == 1 and record["flavor"] == "dsql"
+    assert record["auth"].startswith("IAM token (signed fresh for this connection, valid 900s")
+    assert "the server did not ask for it" in record["auth"]
+    assert tokens[0] not in str(record) and tokens[0].split("X-Amz-Signature=")[1] not in str(record)

@@ -896,9 +896,10 @@ class PostgresTarget(Target):
     def _auth_mechanism(self, session: PostgresSession) -> str:
         """How the server authenticated the check's connection: the IAM token on DSQL, else what PostgreSQL 16+'s
         ``system_user`` says (``scram-sha-256:user``), else whether libpq sent a password at all."""
-        if self.flavor == "dsql":
+        if self.flavor == "dsql":  # the token `new_connection` signed for this very connection was its password
+            asked = "" if session._conn.pgconn.used_password else "; the server did not ask for it"
             return (f"IAM token (signed fresh for this connection, valid {self._token_expires_s}s; a new one for "
-                    f"every connection)")
+                    f"every connection{asked})")
         method = None
         with contextlib.suppress(psycopg.Error, TypeError, IndexError):  # before PostgreSQL 16: no system_user
             value = session.execute("select system_user").fetchone()[0]
