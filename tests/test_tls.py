@@ -6,8 +6,9 @@
   against the CA file) to run.json and summary.md; verify-ca and require run with a warning in the console,
   run.json and summary.md; another CA, a host the certificate does not carry, an expired certificate, TLS
   off and a wrong password each end in one line that names the cause, exit 2, before any load.
-- The MongoDB-wire server behind its own TLS (secantus's ``--tls-cert-file``): the same cases, and
-  ``tlsAllowInvalidCertificates`` runs with the warning.
+- The MongoDB-wire server behind its own TLS (secantus's ``--tls-cert-file``) checking SCRAM-SHA-256 (``--auth``):
+  the same cases, and ``tlsAllowInvalidCertificates`` runs with the warning.
+- `dbsurge embedded start postgres --tls` / `mongo --tls` gives a user the same servers.
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ def pg_expired(embedded_root: Path, certs: dict):
     server.stop()
 
 
+MONGO_USER, MONGO_PASSWORD = "app", "mongo-pw-3"
+
+
 @pytest.fixture(scope="module")
 def mongo_tls(embedded_root: Path):
-    server = EmbeddedMongo(embedded_root / "mongo-tls", tls=True)
+    server = EmbeddedMongo(embedded_root / "mongo-tls", tls=True, users={MONGO_USER: MONGO_PASSWORD})  # --auth
     server.start()
     yield server
     server.stop()
@@ -138,14 +142,16 @@ def test_an_expired_certificate_is_one_line_that_says_so(pg_expired, certs, tmp_
     assert_one_line(proc, "the server's certificate has expired", tmp_path / "results")
 
 
-def _mongo(server: EmbeddedMongo, host: str = "localhost", **params: str) -> str:
+def _mongo(server: EmbeddedMongo, host: str = "localhost", password: str = MONGO_PASSWORD, **params: str) -> str:
     query = {"tls": "true", "tlsCAFile": str(server.ca_file), "serverSelectionTimeoutMS": "3000", **params}
-    return f"mongodb://{host}:{server.port}/?" + "&".join(f"{k}={v}" for k, v in query.items() if v)
+    return (f"mongodb://{MONGO_USER}:{password}@{host}:{server.port}/?"
+            + "&".join(f"{k}={v}" for k, v in query.items() if v))
 
 
 def test_mongo_wire_over_tls_loads_runs_and_records_what_was_negotiated(mongo_tls, tmp_path):
-    proc = _run(tmp_path, "documents", mongo_tls.uri, "--workload-option", "documents=2000")
+    proc = _run(tmp_path, "documents", _mongo(mongo_tls), "--workload-option", "documents=2000")
     assert proc.returncode == 0, explain(proc)
+    assert MONGO_PASSWORD not in proc.stdout + proc.stderr
     run = only_run_dir(tmp_path / "results")
     record = read_json(run / "run.json")["negotiated"]
     tls = record["tls"]
@@ -153,7 +159,9 @@ def test_mongo_wire_over_tls_loads_runs_and_records_what_was_negotiated(mongo_tl
         True, True, True, str(mongo_tls.ca_file))
     assert tls["version"].startswith("TLSv1.") and "probe" in tls["source"]
     assert record["server_version"] and record["warnings"] == []
+    assert record["auth"] == "SCRAM-SHA-256"  # the server's offer to this user, checked by it (--auth)
     assert f"verified against {mongo_tls.ca_file}" in (run / "summary.md").read_text()
+    assert MONGO_PASSWORD not in (run / "run.json").read_text()
 
 
 def test_mongo_wire_without_certificate_checks_runs_with_a_warning(mongo_tls, tmp_path):
@@ -170,6 +178,7 @@ def test_mongo_wire_without_certificate_checks_runs_with_a_warning(mongo_tls, tm
     ("a name it does not carry", "the server's certificate does not name the host it was reached by"),
     ("TLS off", "takes TLS only and this connection had TLS off"),
     ("expired", "the server's certificate has expired"),
+    ("wrong password", "authentication failed (wrong user name or password, or wrong authSource)"),
 ])
 def test_mongo_wire_refusals_are_one_line_before_any_load(mongo_tls, certs, embedded_root, tmp_path, case, words):
     if case == "expired":
@@ -182,6 +191,7 @@ def test_mongo_wire_refusals_are_one_line_before_any_load(mongo_tls, certs, embe
         uri = {"another CA": _mongo(mongo_tls, tlsCAFile=str(certs["other_ca"])),
                "a name it does not carry": _mongo(mongo_tls, "127.0.0.1"),
                "TLS off": _mongo(mongo_tls, tls="", tlsCAFile=""),
+               "wrong password": _mongo(mongo_tls, password=WRONG_PASSWORD),
                }[case]
     try:
         proc = _run(tmp_path, "documents", uri)
@@ -189,6 +199,7 @@ def test_mongo_wire_refusals_are_one_line_before_any_load(mongo_tls, certs, embe
         if server is not None:
             server.stop()
     assert_one_line(proc, words, tmp_path / "results")
+    assert WRONG_PASSWORD not in proc.stderr + proc.stdout
 
 
 @pytest.mark.parametrize("kind", ["postgres", "mongo"])

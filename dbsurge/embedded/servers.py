@@ -565,6 +565,9 @@ class EmbeddedMongo(_Server):
     signed by a CA of its own (`ca_file`, made once in `tls_dir`; ``server_cert`` replaces it), on 127.0.0.1 as a
     standalone server (as a replica set it would send clients on to 127.0.0.1, a name the certificate does not
     carry). `uri` then names ``localhost`` with ``tls=true`` and ``tlsCAFile``.
+
+    ``users`` (name -> password): the server checks SCRAM-SHA-256 (secantus's ``--auth``); they are made, with
+    the role ``root`` in ``admin``, by a first start without it, as secantus asks.
     """
 
     kind = "mongo"
@@ -573,6 +576,7 @@ class EmbeddedMongo(_Server):
     def __init__(
         self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False,
         host: str = "127.0.0.1", tls: bool = False, server_cert: ServerCert | None = None,
+        users: dict[str, str] | None = None,
     ) -> None:
         base = Path(data_dir).expanduser().resolve()
         self.log_path = base / f"{self._file_stem}.log"
@@ -581,6 +585,7 @@ class EmbeddedMongo(_Server):
         self.tls = bool(tls or server_cert is not None)
         self._server_cert = server_cert
         self.tls_dir = base / "tls"
+        self.users = dict(users or {})
         self.host = host
         self.delete_on_stop = delete_on_stop
         super().__init__(data_dir, port)
@@ -662,10 +667,29 @@ class EmbeddedMongo(_Server):
             return
         config = self.data_dir / "secantusd.toml"
         config.touch()
+        made = self.data_dir / "users-made"
+        if self.users and not made.exists():
+            self._start(config, auth=False)
+            self._make_users()
+            self._stop()
+            made.touch()
+        self._start(config, auth=bool(self.users))
+
+    def _make_users(self) -> None:
+        import pymongo
+
+        tls = {"tls": True, "tlsAllowInvalidCertificates": True, "tlsAllowInvalidHostnames": True} if self.tls else {}
+        with pymongo.MongoClient(f"mongodb://{self._check_host}:{self.port}/", directConnection=True,
+                                 serverSelectionTimeoutMS=10000, **tls) as client:
+            for name, password in self.users.items():
+                client.admin.command("createUser", name, pwd=password, roles=["root"], mechanisms=["SCRAM-SHA-256"])
+
+    def _start(self, config: Path, *, auth: bool) -> None:
         for attempt in range(3):
             cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", self.host,
                    "--port", str(self.port), "--storage-path", str(self.data_dir / "data"),
-                   "--cache-size", self.cache_size, "--log-level", "INFO", *self._tls_args()]
+                   "--cache-size", self.cache_size, "--log-level", "INFO", *self._tls_args(),
+                   *(["--auth"] if auth else [])]
             try:
                 self._launch(cmd, START_TIMEOUT_S)
                 return
