@@ -11,31 +11,19 @@ returns it. Its keys, the same for every kind:
   against a CA), ``host_name_checked``, ``ca_file`` (a path, never the contents; ``system trust store``
   when the default bundle was used), ``setting`` (the option that decided, e.g. ``sslmode=verify-full``);
 - ``auth``: the authentication mechanism (``SCRAM-SHA-256``, ``IAM token (fresh per connection)``, ``SigV4``...);
-- ``warnings``: one line each, said in the console and the report: TLS without verification, or no TLS to a
-  host that is not this machine;
+- ``warnings``: one line each, said in the console and the report: TLS without certificate verification, or
+  without the host name checked;
 - ``line``: the record in one sentence, for summary.md, the report and the console.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import ssl
 from typing import Any
 
 #: What ``tls.version``/``tls.cipher`` say when neither the driver nor a probe could tell.
 NOT_EXPOSED = "not exposed by the driver"
-
-
-def is_local_host(host: str) -> bool:
-    """True for a loopback address, ``localhost`` or a Unix socket path: traffic that never leaves this machine."""
-    name = (host or "").strip().strip("[]").lower()
-    if not name or name.startswith(("/", "@")) or name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def tls_facts(*, in_use: bool, verified: bool, host_name_checked: bool, ca_file: str | None, setting: str,
@@ -52,16 +40,16 @@ def tls_facts(*, in_use: bool, verified: bool, host_name_checked: bool, ca_file:
 
 
 def tls_warnings(tls: dict[str, Any], host: str, display: str, fix: str) -> list[str]:
-    """A warning for TLS without certificate verification, and for no TLS to a host beyond this machine;
-    ``fix`` says how this binding turns verification on."""
+    """A warning for TLS without certificate verification, or without the host name checked; ``fix`` says how this
+    binding turns verification on. No TLS at all is no warning: the record's line says "without TLS", and a private
+    network (compose, a namespace, a VPC peering) is the user's choice; a TLS session that verifies nothing
+    looks secure and is not."""
     if tls.get("in_use") and not tls.get("verified"):
         return [(f"TLS to {display} does not verify the server's certificate ({tls.get('setting')}): anyone on the "
                  f"path can pose as the server; {fix}")]
     if tls.get("in_use") and not tls.get("host_name_checked"):
         return [(f"TLS to {display} verifies the certificate but not that it names {host} ({tls.get('setting')}): "
                  f"any certificate the CA signed is taken; {fix}")]
-    if not tls.get("in_use") and not is_local_host(host):
-        return [f"no TLS to {display} ({tls.get('setting')}): the password and the data cross the network in clear"]
     return []
 
 
