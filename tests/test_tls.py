@@ -224,3 +224,26 @@ def test_embedded_start_tls_gives_a_user_the_same_servers(kind, capsys):
     finally:
         embedded_main(["stop", kind, "--tls"])
     assert "stopped" in capsys.readouterr().err
+
+
+def test_the_documentdb_preset_meets_a_tls_replica_set(embedded_root, tmp_path):
+    """flavor=docdb as AWS documents it (TLS with the CA bundle, a replica set, secondaryPreferred, retryWrites
+    off) against a replica set that takes TLS only: its member is advertised as 127.0.0.1, so the certificate
+    names both; the run loads, runs and records the preset's TLS verified against the bundle."""
+    ca = make_ca(embedded_root / "docdb-ca", "docdb")
+    cert = make_server_cert(ca, embedded_root / "docdb-ca", "member", hosts=("localhost", "127.0.0.1"))
+    server = EmbeddedMongo(embedded_root / "mongo-tls-rs", server_cert=cert, standalone=False)
+    server.start()
+    try:
+        proc = _run(tmp_path, "documents", f"mongodb://localhost:{server.port}/", "--workload-option",
+                    "documents=2000", "--target-option", "flavor=docdb", "--target-option", f"tls_ca_file={ca.ca_file}",
+                    "--target-option", "replica_set=secantus")
+    finally:
+        server.stop()
+    assert proc.returncode == 0, explain(proc)
+    meta = read_json(only_run_dir(tmp_path / "results") / "run.json")
+    assert (meta["target"]["flavor"], meta["target"]["tls"], meta["target"]["read_preference"]) == (
+        "docdb", True, "secondaryPreferred")
+    tls = meta["negotiated"]["tls"]
+    assert tls["verified"] and tls["host_name_checked"] and tls["ca_file"] == str(ca.ca_file)
+    assert meta["negotiated"]["flavor"] == "docdb" and meta["negotiated"]["warnings"] == []

@@ -566,7 +566,8 @@ class EmbeddedMongo(_Server):
     standalone server (as a replica set it would send clients on to 127.0.0.1, a name the certificate does not
     carry). `uri` then names ``localhost`` with ``tls=true`` and ``tlsCAFile``.
 
-    ``users`` (name -> password): the server checks SCRAM-SHA-256 (secantus's ``--auth``); they are made, with
+    ``standalone=False`` keeps the replica-set advertisement over TLS too (with a ``server_cert`` that also names
+    127.0.0.1). ``users`` (name -> password): the server checks SCRAM-SHA-256 (secantus's ``--auth``); they are made, with
     the role ``root`` in ``admin``, by a first start without it, as secantus asks.
     """
 
@@ -576,7 +577,7 @@ class EmbeddedMongo(_Server):
     def __init__(
         self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False,
         host: str = "127.0.0.1", tls: bool = False, server_cert: ServerCert | None = None,
-        users: dict[str, str] | None = None,
+        users: dict[str, str] | None = None, standalone: bool | None = None,
     ) -> None:
         base = Path(data_dir).expanduser().resolve()
         self.log_path = base / f"{self._file_stem}.log"
@@ -586,6 +587,7 @@ class EmbeddedMongo(_Server):
         self._server_cert = server_cert
         self.tls_dir = base / "tls"
         self.users = dict(users or {})
+        self.standalone = self.tls if standalone is None else standalone
         self.host = host
         self.delete_on_stop = delete_on_stop
         super().__init__(data_dir, port)
@@ -615,9 +617,11 @@ class EmbeddedMongo(_Server):
             cert_file, key_file = self.tls_dir / "server.crt", self.tls_dir / "server.key"
         else:
             cert_file, key_file = self._server_cert.cert_file, self._server_cert.key_file
-        # --standalone: as a replica set, secantus advertises its member as 127.0.0.1:PORT (the bound address),
-        # and a client would leave the name it verified (localhost) for one the certificate does not carry
-        return ["--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file), "--standalone"]
+        # --standalone (the default over TLS): as a replica set, secantus advertises its member as 127.0.0.1:PORT
+        # (the bound address), and a client would leave the name it verified (localhost) for one the certificate
+        # does not carry; a certificate for both (``server_cert``) lets it stay a replica set (the DocumentDB preset)
+        return ["--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+                *(["--standalone"] if self.standalone else [])]
 
     def _pid_info(self) -> dict[str, float]:
         try:
