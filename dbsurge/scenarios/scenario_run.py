@@ -96,8 +96,11 @@ class ScenarioRun:
         return self.target
 
     def reopen_target(self, options: dict[str, str]) -> Any:
-        """The same target with other binding options (no network)."""
-        return open_target(self.uri, options)
+        """The same target with other binding options (no network), with what the first one's check negotiated."""
+        target = open_target(self.uri, options)
+        if self.target is not None:
+            target.take_negotiation_of(self.target)
+        return target
 
     # -- the run directory ---------------------------------------------------------------------------
 

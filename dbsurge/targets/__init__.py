@@ -114,6 +114,11 @@ class Target(ABC):
         return {"kind": self.kind, "flavor": self.flavor, "checked": False, "warnings": [],
                 "line": f"{self.kind} at {self.display}: not checked, nothing negotiated yet"}
 
+    def take_negotiation_of(self, checked: Target) -> None:
+        """Keep what ``checked``'s check negotiated: this target is the same one reopened with other options (a
+        scenario's shorter connect timeout), the same endpoint, TLS settings and credentials."""
+        self._negotiated = checked._negotiated
+
     def connection_limit(self) -> tuple[int | None, int | None]:
         """(the most connections the server takes, how many are open now); None where it cannot be read."""
         return None, None
