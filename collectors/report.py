@@ -316,7 +316,10 @@ def _facts(data: ReportData, part: ScenarioPart | None = None) -> list[tuple[str
     run = data.run
     window = run.window()
     target = run.target or str(run.meta.get("target_display") or run.meta.get("target_name") or "")
-    facts = [("Run", run.run_id), ("Target", target), ("Workload", run.workload), ("Plan", run.plan_text)]
+    negotiated = run.meta.get("negotiated") if isinstance(run.meta.get("negotiated"), dict) else {}
+    facts = [("Run", run.run_id), ("Target", target), ("Connection", str(negotiated.get("line") or "")),
+             *(("Warning", str(w)) for w in negotiated.get("warnings") or []),
+             ("Workload", run.workload), ("Plan", run.plan_text)]
     if part is not None:  # the scenario's result leads, as the engine's verdict does
         facts.insert(0, ("Scenario", mode_label(part, run.meta)))
         facts.insert(0, ("Result", part.view.result))

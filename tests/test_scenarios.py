@@ -108,6 +108,9 @@ def test_idle_quick_times_connection_first_query_and_twenty_more(tmp_path, pg_ur
     probes = read_csv(run / "probes.csv")
     table = read_csv(run / "idle.csv")
     assert [r["run"] for r in table] == ["1", "2"]
+    # what the check negotiated, kept when the scenario reopened the target with its own connect timeout
+    negotiated = read_json(run / "run.json")["negotiated"]
+    assert negotiated["server_version"] and negotiated["tls"]["in_use"] is False and "s3cret-pw" not in str(negotiated)
     for r in table:
         mine = [p for p in probes if p["run"] == r["run"]]
         assert [p["step"] for p in mine] == ["connect", "first_query"] + ["lookup"] * 20

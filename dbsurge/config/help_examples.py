@@ -20,6 +20,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "load": ("dbsurge load --workload ycsb --target embedded-mongo --workload-option recordcount=100000",),
     "embedded": (
         "dbsurge embedded start postgres      # prints its URI; later runs on embedded-postgres reuse it",
+        "dbsurge embedded start postgres --tls   # TLS only: its URI names the CA file, to try TLS settings on",
         "dbsurge embedded status",
         "dbsurge embedded stop all",
     ),

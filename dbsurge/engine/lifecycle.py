@@ -54,10 +54,16 @@ def begin_run(run: DbSurgeRun) -> None:
     run.aggregator.set_schedule(lambda: run.schedule, start_s)  # the run's one schedule, read when needed
     run.aggregator.override_times = lambda: [at_s for at_s, _rate, _scale in run.changes]
     run.aggregator.worker_label = run.hosts.label
+    negotiated = run.target.negotiated() if hasattr(run.target, "negotiated") else {}
+    for warning in negotiated.get("warnings") or []:  # verification off: said before any load, and in the report
+        log.warning(warning)
+    if negotiated.get("line"):
+        log.info("connected: %s", negotiated["line"])
     run.rundir.write_meta(
         run_id=run_id, started_utc=utc_iso(start_s), ended_utc=None, command=sys.argv,
         workload=names, target=run.target.describe() if hasattr(run.target, "describe") else run.target.display,
         target_display=run.target.display, target_name=embedded_name_of(opts.target) or run.target.display,
+        negotiated=negotiated or None,
         workload_options=run.config.workload_options,
         operations=run.config.operation_weights, plan=_plan_meta(run.plan, start_s), arrivals=opts.arrivals,
         seed=opts.seed, max_lag=opts.max_lag, role=run.role, workers=run.workers_at_start(),

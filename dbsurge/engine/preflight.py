@@ -87,7 +87,8 @@ def preflight(run: DbSurgeRun) -> None:
         run.config.operation_weights = resolve_operations(wl, requested_ops)
     # a check on an operation the workload lacks could only fail, after the whole load
     check_operations(checks, [op for name in names for op in run.workload(name).operations])
-    run.target.check()
+    run.target.check()  # what it negotiated is said when the test begins (`lifecycle.begin_run`): a refusal
+    # after this point is still the one line
     if run.environment.shape_class is None:  # the closed model: every user holds a connection from the start
         limit, in_use = run.target.connection_limit()
         check_connections(getattr(opts, "num_users", None), limit, in_use, run.target.display)

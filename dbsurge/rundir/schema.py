@@ -234,6 +234,9 @@ RUN_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workload": (lambda v: isinstance(v, (str, dict)) or _list_of(_STR)(v), "a workload name or list of names"),
     "target": (_one_of(str, dict), "a target"),
     "target_display": (_STR, "a target"),
+    # what the check's connection negotiated: server version, TLS, verified against which CA file, auth
+    # (dbsurge.targets.negotiation)
+    "negotiated": (_DICT, "an object"),
     "workload_options": (_DICT, "an object"),
     "operations": (_list_of(lambda p: isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
                             and is_number(p[1])), "a list of [name, weight]"),

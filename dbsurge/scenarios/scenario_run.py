@@ -91,11 +91,16 @@ class ScenarioRun:
             self.uri, self.handle = resolve_embedded(name)
         self.target = open_target(self.uri, options)
         self.target.check()
+        for warning in self.target.negotiated().get("warnings") or []:  # verification off: before any load
+            say(f"WARNING: {warning}")
         return self.target
 
     def reopen_target(self, options: dict[str, str]) -> Any:
-        """The same target with other binding options (no network)."""
-        return open_target(self.uri, options)
+        """The same target with other binding options (no network), with what the first one's check negotiated."""
+        target = open_target(self.uri, options)
+        if self.target is not None:
+            target.take_negotiation_of(self.target)
+        return target
 
     # -- the run directory ---------------------------------------------------------------------------
 
@@ -109,6 +114,7 @@ class ScenarioRun:
             run_id=run_id, scenario=self.scenario, started_utc=utc_iso(self.started_s), ended_utc=None,
             command=sys.argv,
             target=target, target_display=self.target.display if self.target is not None else None,
+            negotiated=self.target.negotiated() if self.target is not None else None,
             embedded=self._embedded_meta(), workload=workload, workload_options=workload_options,
             options=_options_meta(self.args), settings=_jsonable(self.settings), plan=None,
             cloudwatch=list(getattr(self.args, "cloudwatch", None) or []), versions=versions(), **fields,

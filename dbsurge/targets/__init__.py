@@ -1,8 +1,9 @@
 """Database targets: one binding per module, registered by name, chosen by URI scheme.
 
 `open_target(uri, options)` parses and validates a target (no network) and returns a `Target`;
-`target.check()` connects once and fails with a one-line `TargetError`; `target.connect()` gives one
-`Session` per Locust user. See docs/architecture.md, section "Targets".
+`target.check()` connects once and fails with a one-line `TargetError`, and `target.negotiated()` then
+says what that connection negotiated (server version, TLS, authentication: `dbsurge.targets.negotiation`);
+`target.connect()` gives one `Session` per Locust user. See docs/architecture.md, section "Targets".
 
 Every operation is bounded in time: `open_target(..., op_timeout_s=30.0)` (target option ``op_timeout``)
 sets `Target.op_timeout_s`, which each binding enforces in its driver (socket timeouts, a deadline on
@@ -100,6 +101,24 @@ class Target(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """A secret-free description for run.json."""
+
+    #: What `check` learnt of its connection (`negotiation.record`); None until a check succeeded.
+    _negotiated: dict[str, Any] | None = None
+
+    def negotiated(self) -> dict[str, Any]:
+        """What the last successful `check` negotiated, for run.json's ``negotiated`` and the report: the server's
+        version, the protocol, TLS (version, cipher, verified or not and against which CA file), the
+        authentication mechanism and the driver, with a warning for a verification turned off
+        (`dbsurge.targets.negotiation`). Before any check: a record that says so."""
+        if self._negotiated is not None:
+            return dict(self._negotiated)
+        return {"kind": self.kind, "flavor": self.flavor, "checked": False, "warnings": [],
+                "line": f"{self.kind} at {self.display}: not checked, nothing negotiated yet"}
+
+    def take_negotiation_of(self, checked: Target) -> None:
+        """Keep what ``checked``'s check negotiated: this target is the same one reopened with other options (a
+        scenario's shorter connect timeout), the same endpoint, TLS settings and credentials."""
+        self._negotiated = checked._negotiated
 
     def connection_limit(self) -> tuple[int | None, int | None]:
         """(the most connections the server takes, how many are open now); None where it cannot be read."""

@@ -39,6 +39,7 @@ from dbsurge.targets import (
     check_host_name,
     check_options,
     generic_kind,
+    negotiation,
     one_line,
     option_bool,
     option_int,
@@ -307,6 +308,7 @@ class CqlTarget(Target):
             session = cluster.connect()
             row = session.execute("SELECT release_version FROM system.local", timeout=min(10.0, self.op_timeout_s))
             self.server = self._server_facts(cluster, row.one())
+            self._negotiated = self.negotiation_record(self.server)
         except TargetError:
             raise
         except Exception as exc:
@@ -326,6 +328,40 @@ class CqlTarget(Target):
         return {"release_version": getattr(row, "release_version", None),
                 "protocol_version": cluster.protocol_version,
                 "shard_aware": bool(hosts) and all(getattr(h, "sharding_info", None) is not None for h in hosts)}
+
+    def negotiation_record(self, server: dict[str, Any]) -> dict[str, Any]:
+        """What the check's cluster negotiated (`negotiation.record`) from `_server_facts`: release_version, the
+        native protocol version, TLS as `cluster_kwargs` sets it up (``ssl.create_default_context``: chain and host
+        name verified against ``tls_ca_file`` or the system's store; the version and cipher from one probe
+        handshake with the same context, since the driver keeps its sockets to itself), the authenticator."""
+        host = self.hosts[0] if self.hosts else ""
+        tls_version = cipher = None
+        source = "a probe handshake with the driver's SSL context settings (the driver does not expose its own)"
+        if self.tls:
+            tls_version, cipher, why = negotiation.probe_tls(host, self.port, ca_file=self.tls_ca_file, verify=True,
+                                                             check_host_name=True)
+            if why:
+                source += f"; the probe failed: {why}"
+        tls = negotiation.tls_facts(in_use=self.tls, verified=self.tls, host_name_checked=True,
+                                    ca_file=self.tls_ca_file or "system trust store", version=tls_version,
+                                    cipher=cipher, setting=f"tls={'true' if self.tls else 'false'}", source=source)
+        version = server.get("protocol_version")
+        return negotiation.record(
+            kind=self.kind, flavor=self.flavor, endpoint=f"{host}:{self.port}", host=host, display=self.display,
+            driver=self.describe_driver(), server_version=server.get("release_version"),
+            protocol=f"CQL native protocol v{version}" if version else None, tls=tls,
+            auth="PasswordAuthenticator (SASL PLAIN)" if self.user else "none (no user in the URI)",
+            fix="pass tls=true and tls_ca_file=CA_FILE", shard_aware=server.get("shard_aware"))
+
+    @staticmethod
+    def describe_driver() -> str | None:
+        """The CQL driver and its version (None when it is not installed)."""
+        try:
+            import cassandra
+
+            return f"scylla-driver {cassandra.__version__}"
+        except ImportError:
+            return None
 
     # ---- failures -------------------------------------------------------------------------------
 
@@ -395,12 +431,7 @@ class CqlTarget(Target):
 
     def describe(self) -> dict[str, Any]:
         """Secret-free settings for run.json."""
-        try:
-            import cassandra
-
-            driver = f"scylla-driver {cassandra.__version__}"
-        except ImportError:
-            driver = None
+        driver = self.describe_driver()
         return {"kind": self.kind, "flavor": self.flavor, "display": self.display, "hosts": list(self.hosts),
                 "port": self.port, "user": self.user, "keyspace": self.keyspace,
                 "consistency": self.consistency_name, "serial_consistency": self.serial_consistency_name,

@@ -43,6 +43,7 @@ from dbsurge.targets import (
     check_host_name,
     check_options,
     generic_kind,
+    negotiation,
     one_line,
     option_bool,
     option_int,
@@ -274,11 +275,39 @@ class DynamoTarget(Target):
             client = self.new_client(connect_timeout_s=min(5.0, self.connect_timeout_s),
                                      read_timeout_s=min(10.0, self.op_timeout_s))
             try:
-                client.list_tables(Limit=1)
+                answer = client.list_tables(Limit=1)
+                self._negotiated = self._negotiation(answer, client)
             finally:
                 getattr(client, "close", lambda: None)()
         except Exception as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
+
+    def _negotiation(self, answer: dict[str, Any], client: Any) -> dict[str, Any]:
+        """What the check's request negotiated (`negotiation.record`): the endpoint's scheme, its ``Server``
+        header, botocore's version, SigV4; over https the TLS version and cipher from one probe handshake with
+        botocore's trust settings (its connection pool keeps the socket to itself)."""
+        import botocore
+
+        url = urlsplit(client.meta.endpoint_url)
+        host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+        headers = (answer.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+        in_use = url.scheme == "https"
+        ca_file = self.tls_ca_file or _botocore_ca_bundle()
+        tls_version = cipher = None
+        source = "a probe handshake with botocore's CA bundle and host name check (botocore does not expose its own)"
+        if in_use:
+            tls_version, cipher, why = negotiation.probe_tls(host, port, ca_file=ca_file, verify=True,
+                                                             check_host_name=True)
+            if why:
+                source += f"; the probe failed: {why}"
+        tls = negotiation.tls_facts(in_use=in_use, verified=in_use, host_name_checked=True,
+                                    ca_file=ca_file or "system trust store", version=tls_version, cipher=cipher,
+                                    setting=f"{url.scheme}://", source=source)
+        return negotiation.record(
+            kind=self.kind, flavor=self.flavor, endpoint=f"{url.scheme}://{host}:{port}", host=host,
+            display=self.display, driver=f"botocore {botocore.__version__}",
+            server_version=headers.get("server"), protocol="DynamoDB JSON 1.0 over HTTP/1.1", tls=tls,
+            auth=f"AWS SigV4 (region {self.region})", fix="use the https endpoint (tls=true, tls_ca_file=CA_FILE)")
 
     def table_name(self, name: str) -> str:
         """The DynamoDB table of a workload's table ``name`` (``table_prefix`` in front)."""
@@ -345,6 +374,18 @@ class DynamoTarget(Target):
             "table_prefix": self.table_prefix,
             "driver": f"botocore {botocore.__version__}",
         }
+
+
+def _botocore_ca_bundle() -> str | None:
+    """The CA bundle botocore verifies with when no ``tls_ca_file`` is given (certifi's, or AWS_CA_BUNDLE)."""
+    if os.environ.get("AWS_CA_BUNDLE"):
+        return os.environ["AWS_CA_BUNDLE"]
+    try:
+        from botocore.httpsession import get_cert_path
+
+        return get_cert_path(True)
+    except Exception:  # noqa: BLE001 - only for the record: the system's store then
+        return None
 
 
 def error_code(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ itself after a failure. `MongoTarget.classify` names the kind of each failure.
 
 from __future__ import annotations
 
+import re
 import ssl
 from typing import Any
 
@@ -48,6 +49,7 @@ from dbsurge.targets import (
     check_options,
     check_password_spelling,
     generic_kind,
+    negotiation,
     one_line,
     option_bool,
     option_int,
@@ -139,6 +141,9 @@ class MongoTarget(Target):
         for secret in self._secrets:
             register_secret(secret)
         uri_options = {k.lower(): v for k, v in parsed.get("options", {}).items()}
+        self._uri_options = uri_options
+        self._parsed_user = parsed.get("username")
+        self.database_in_uri = parsed.get("database")
         for host in [h for h, _p in parsed.get("nodelist") or []] + [parsed.get("fqdn") or ""]:
             if not str(host).endswith(".sock"):  # a Unix socket's path
                 check_host_name(self.display, str(host))
@@ -265,6 +270,7 @@ class MongoTarget(Target):
             # Without timeoutMS, which would replace serverSelectionTimeoutMS as the wait for a server.
             client = self._client(timeoutMS=None)
             client.admin.command("ping")
+            self._negotiated = self._negotiation(client)
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
         except (ssl.SSLError, OSError) as exc:  # the CA file changed since open_target, or another TLS file
@@ -272,6 +278,67 @@ class MongoTarget(Target):
         finally:
             if client is not None:
                 client.close()
+
+    def _negotiation(self, client: MongoClient[Any]) -> dict[str, Any]:
+        """What the check's client negotiated (`negotiation.record`): buildInfo's version, the wire version, TLS
+        as the client was told to verify it, and the SASL mechanism pymongo picks from the server's offer.
+
+        pymongo keeps its sockets to itself (no public way to a connection's TLS session), so the TLS version
+        and cipher come from one probe handshake with the same CA file and host name check against the server
+        the client selected (`negotiation.probe_tls`): what that server agrees with a client so configured.
+        """
+        host, port = client.address or (self.hosts[0].rsplit(":", 1)[0], 27017)
+        try:
+            version = str(client.admin.command("buildInfo").get("version") or "") or None
+        except PyMongoError:  # a user without the right: the version stays unknown, the run goes on
+            version = None
+        hello = _hello(client, self._credential_source())
+        verify = not (self._uri_flag("tlsallowinvalidcertificates") or self._uri_flag("tlsinsecure"))
+        check_host = verify and not self._uri_flag("tlsallowinvalidhostnames")
+        in_use = self.tls if self.tls is not None else self._uri.lower().startswith("mongodb+srv://")  # pymongo's default
+        tls_version = cipher = None
+        source = "a probe handshake with the same CA file and host name check (pymongo does not expose its own)"
+        if in_use:
+            tls_version, cipher, why = negotiation.probe_tls(host, int(port), ca_file=self.tls_ca_file, verify=verify,
+                                                             check_host_name=check_host)
+            if why:
+                source += f"; the probe failed: {why}"
+        settings = [f"tls={'true' if in_use else 'false'}"] + [
+            f"{name}=true" for name in ("tlsAllowInvalidCertificates", "tlsAllowInvalidHostnames", "tlsInsecure")
+            if self._uri_flag(name.lower())]
+        tls = negotiation.tls_facts(in_use=in_use, verified=verify, host_name_checked=check_host,
+                                    ca_file=self.tls_ca_file or "system trust store", setting=", ".join(settings),
+                                    version=tls_version, cipher=cipher, source=source)
+        return negotiation.record(
+            kind=self.kind, flavor=self.flavor, endpoint=f"{host}:{port}", host=str(host), display=self.display,
+            driver=f"pymongo {pymongo.version}", server_version=version,
+            protocol=f"MongoDB wire protocol, wire versions {hello.get('minWireVersion')}-{hello.get('maxWireVersion')}",
+            tls=tls, auth=self._auth_mechanism(hello),
+            fix="pass tls_ca_file=CA_FILE and drop tlsAllowInvalidCertificates/tlsInsecure from the URI")
+
+    def _uri_flag(self, name: str) -> bool:
+        """A boolean URI option (lower-case name) as pymongo parsed it."""
+        return bool(self._uri_options.get(name))
+
+    def _credential_source(self) -> str | None:
+        """``<authSource>.<user>`` when the URI has a user, for hello's ``saslSupportedMechs``."""
+        user = self._parsed_user
+        if not user:
+            return None
+        source = self._uri_options.get("authsource") or self.database_in_uri or "admin"
+        return f"{source}.{user}"
+
+    def _auth_mechanism(self, hello: dict[str, Any]) -> str:
+        """The mechanism the URI names, else the one pymongo picks from the server's offer to this user."""
+        named = self._uri_options.get("authmechanism")
+        if not self._parsed_user:
+            return "none (no user in the URI)"
+        if named and named != "DEFAULT":
+            return str(named)
+        offered = hello.get("saslSupportedMechs") or []
+        if "SCRAM-SHA-256" in offered:
+            return "SCRAM-SHA-256"
+        return "SCRAM-SHA-1" if offered else "SCRAM (pymongo's default; the server did not list its mechanisms)"
 
     def connection_limit(self) -> tuple[int | None, int | None]:
         """``serverStatus`` connections: (current + available, current), the server's maxIncomingConnections
@@ -350,6 +417,17 @@ class MongoTarget(Target):
         }
 
 
+def _hello(client: MongoClient[Any], credential_source: str | None) -> dict[str, Any]:
+    """The server's ``hello`` (with ``saslSupportedMechs`` for a user), or {} where it is refused."""
+    command: dict[str, Any] = {"hello": 1}
+    if credential_source:
+        command["saslSupportedMechs"] = credential_source
+    try:
+        return dict(client.admin.command(command))
+    except PyMongoError:
+        return {}
+
+
 def _uri_ms(uri_options: dict[str, Any], name: str, default: int) -> int:
     """A millisecond timeout from the URI (pymongo parses those into seconds), else `default`."""
     value = uri_options.get(name)
@@ -387,7 +465,10 @@ def explain_mongo_error(exc: BaseException, target: MongoTarget) -> str:
             return f"not authorized: {one_line(message)}"
         return f"ping failed: {one_line(message)}"
     if any(s in low for s in ("ssl", "tls", "certificate")):
-        return f"TLS error talking to {where}: {_first_server_error(message)}"
+        return f"TLS error talking to {where}: {_tls_cause(_first_server_error(message), target)}"
+    if not target.tls and isinstance(exc, ConnectionFailure) and _speaks_tls(target):
+        return (f"the server at {where} takes TLS only and this connection had TLS off: pass tls=true and "
+                f"tls_ca_file=CA_FILE")
     if "connection refused" in low:
         return f"connection refused by {where}: is the server running and accepting connections there?"
     if any(
@@ -410,6 +491,32 @@ def explain_mongo_error(exc: BaseException, target: MongoTarget) -> str:
             f"{target.server_selection_timeout_ms} (host down or firewalled, wrong replica_set, or TLS mismatch)"
         )
     return f"{type(exc).__name__}: {_first_server_error(message)}"
+
+
+def _tls_cause(text: str, target: MongoTarget) -> str:
+    """A failed handshake's cause first, in words (another CA, a host the certificate does not name, expired),
+    then OpenSSL's, without its source line and pymongo's timeouts."""
+    detail = re.sub(r" \(_ssl\.c:\d+\)| \(configured timeouts:[^)]*\)", "", text)
+    detail = detail.rsplit("certificate verify failed: ", 1)[-1]  # OpenSSL's reason, not the host and code again
+    low = detail.lower()
+    ca = f"tls_ca_file={target.tls_ca_file}" if target.tls_ca_file else "the system's trust store"
+    if "has expired" in low:
+        return f"the server's certificate has expired ({detail})"
+    if "mismatch" in low or "doesn't match" in low or "not valid for" in low:
+        return f"the server's certificate does not name the host it was reached by ({detail})"
+    if "local issuer" in low or "self-signed" in low or "self signed" in low:
+        return f"the server's certificate is not signed by a CA in {ca} ({detail})"
+    return detail
+
+
+def _speaks_tls(target: MongoTarget) -> bool:
+    """True when the first host completes a TLS handshake (not verified): the server wants TLS, the client had none."""
+    host, _, port = target.hosts[0].rpartition(":") if ":" in target.hosts[0] else (target.hosts[0], "", "27017")
+    if not host or host.endswith(".sock"):
+        return False
+    version, _, _ = negotiation.probe_tls(host.strip("[]"), int(port or 27017), ca_file=None, verify=False,
+                                          check_host_name=False, timeout_s=3.0)
+    return version is not None
 
 
 def _first_server_error(message: str) -> str:

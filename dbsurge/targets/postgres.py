@@ -64,6 +64,7 @@ from dbsurge.targets import (
     check_password_spelling,
     generic_kind,
     gevent_wait,
+    negotiation,
     one_line,
     option_int,
     option_op_timeout,
@@ -759,6 +760,7 @@ class PostgresTarget(Target):
                     f"target {self.display}: cannot tell the DSQL region from the host name; pass option region=..."
                 )
             expires = option_seconds(options, "token_expires_in", DEFAULT_TOKEN_EXPIRES_S) or DEFAULT_TOKEN_EXPIRES_S
+            self._token_expires_s = int(expires)
             self._token_provider = token_provider or DsqlTokenProvider(options.get("endpoint_url"), int(expires))
             self._token_host = first_host
             params.pop("password", None)  # the token is the password, made per connection
@@ -855,10 +857,59 @@ class PostgresTarget(Target):
             raise TargetError(str(exc)) from None
         try:
             session.execute("select 1").fetchone()
+            self._negotiated = self._negotiation(session)
         except psycopg.Error as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
         finally:
             session.close()
+
+    def _negotiation(self, session: PostgresSession) -> dict[str, Any]:
+        """What the check's connection negotiated (`negotiation.record`): libpq's TLS facts, the server's version
+        and the authentication the server asked for."""
+        conn = session._conn
+        pgconn = conn.pgconn
+        effective = {o.keyword.decode(): (o.val.decode() if o.val is not None else None) for o in pgconn.info
+                     if o.keyword in (b"sslmode", b"sslrootcert")}
+        sslmode = effective.get("sslmode") or "prefer"
+        ca_file = _root_cert_file(effective.get("sslrootcert"))
+        in_use = bool(pgconn.ssl_in_use)
+        version, cipher, source = _libpq_ssl_attribute(pgconn, b"protocol"), _libpq_ssl_attribute(pgconn, b"cipher"), \
+            "libpq"
+        if in_use and version is None:  # a libpq this process cannot reach by name: the server's view of it
+            with contextlib.suppress(psycopg.Error, TypeError):
+                version, cipher = session.execute(
+                    "select version, cipher from pg_stat_ssl where pid = pg_backend_pid()").fetchone()
+                source = "the server's pg_stat_ssl"
+        # libpq verifies the chain whenever it has a root certificate, even under sslmode=require (its docs)
+        verified = in_use and (sslmode in ("verify-ca", "verify-full") or ca_file is not None)
+        tls = negotiation.tls_facts(in_use=in_use, verified=verified, host_name_checked=sslmode == "verify-full",
+                                    ca_file=ca_file, setting=f"sslmode={sslmode}", version=version, cipher=cipher,
+                                    source=source)
+        protocol = getattr(conn.info, "full_protocol_version", None) or pgconn.protocol_version * 10000
+        host = str(conn.info.host or self.host)
+        return negotiation.record(
+            kind=self.kind, flavor=self.flavor, endpoint=f"{host}:{conn.info.port}", host=host, display=self.display,
+            driver=self.describe()["driver"], server_version=conn.info.parameter_status("server_version"),
+            protocol=f"PostgreSQL protocol {protocol // 10000}.{protocol % 10000}", tls=tls,
+            auth=self._auth_mechanism(session), fix="connect with sslmode=verify-full and sslrootcert=CA_FILE")
+
+    def _auth_mechanism(self, session: PostgresSession) -> str:
+        """How the server authenticated the check's connection: the IAM token on DSQL, else what PostgreSQL 16+'s
+        ``system_user`` says (``scram-sha-256:user``), else whether libpq sent a password at all."""
+        if self.flavor == "dsql":  # the token `new_connection` signed for this very connection was its password
+            asked = "" if session._conn.pgconn.used_password else "; the server did not ask for it"
+            return (f"IAM token (signed fresh for this connection, valid {self._token_expires_s}s; a new one for "
+                    f"every connection{asked})")
+        method = None
+        with contextlib.suppress(psycopg.Error, TypeError, IndexError):  # before PostgreSQL 16: no system_user
+            value = session.execute("select system_user").fetchone()[0]
+            method = str(value).split(":", 1)[0] if value else None
+        used_password = bool(session._conn.pgconn.used_password)
+        if method:
+            return method.upper() if method.startswith("scram") else method
+        if used_password:
+            return "password (the server asked for one; before PostgreSQL 16 it does not say which method)"
+        return "none asked (trust)"
 
     def connection_limit(self) -> tuple[int | None, int | None]:
         """``max_connections`` minus the reserved ones, and the backends open now (None: not readable)."""
@@ -938,6 +989,64 @@ class PostgresTarget(Target):
             info["region"] = self.region
             info["auth"] = "IAM token per connection"
         return info
+
+
+def _verify_failure(target: PostgresTarget) -> str:
+    """Why the server's certificate did not verify, in OpenSSL's words: libpq only says "certificate verify
+    failed", so one probe handshake (PostgreSQL's SSLRequest first) with the same CA file asks OpenSSL."""
+    ca_file = _root_cert_file(target.sslrootcert)
+    host = target.host.split(",")[0]
+    shown = f"sslrootcert={ca_file}" if ca_file else "no sslrootcert"
+    if not host or host.startswith(("/", "@")) or ca_file is None or ca_file == "system trust store":
+        return f"the server's certificate did not verify against {shown}"
+    _, _, why = negotiation.probe_tls(host, int((target.port or "5432").split(",")[0]), ca_file=ca_file,
+                                      verify=True, check_host_name=False, preamble=_SSL_REQUEST, accept=b"S")
+    if why and "expired" in why:
+        return f"the server's certificate has expired ({why}; checked against {shown})"
+    if why and ("issuer" in why or "self-signed" in why or "self signed" in why):
+        return f"the server's certificate is not signed by the CA in {shown} ({why})"
+    return f"the server's certificate did not verify against {shown}" + (f" ({why})" if why else "")
+
+
+#: PostgreSQL's SSLRequest: length 8, code 80877103 (1234.5679); the server answers S to go on in TLS.
+_SSL_REQUEST = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
+
+
+def _root_cert_file(sslrootcert: str | None) -> str | None:
+    """The CA file libpq verifies with: ``sslrootcert`` (``system``: the system's store), else
+    ``~/.postgresql/root.crt`` when it exists (libpq's default), else None."""
+    if sslrootcert:
+        return "system trust store" if sslrootcert == "system" else sslrootcert
+    default = os.path.expanduser("~/.postgresql/root.crt")
+    return default if os.path.isfile(default) else None
+
+
+_libpq: Any = None
+
+
+def _libpq_ssl_attribute(pgconn: Any, name: bytes) -> str | None:
+    """libpq's ``PQsslAttribute`` (``protocol``, ``cipher``) of a connection; None where it cannot be called.
+
+    psycopg does not wrap it, so it is called on the libpq this process has loaded (psycopg's binary build
+    bundles its own), found by name in the process's memory map.
+    """
+    global _libpq
+    if _libpq is None:
+        _libpq = False
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            with open("/proc/self/maps") as maps:
+                path = next((line.split()[-1] for line in maps if "/libpq" in line and ".so" in line), None)
+            if path is not None:
+                lib = ctypes.CDLL(path)
+                lib.PQsslAttribute.restype = ctypes.c_char_p
+                lib.PQsslAttribute.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+                _libpq = lib
+    if not _libpq or not getattr(pgconn, "pgconn_ptr", None):
+        return None
+    value = _libpq.PQsslAttribute(pgconn.pgconn_ptr, name)
+    return value.decode() if value else None
 
 
 def _split_dbsurge_query(uri: str) -> tuple[str, dict[str, str]]:
@@ -1055,6 +1164,17 @@ def explain_connect_error(exc: BaseException, target: PostgresTarget, elapsed: f
         return f"authentication failed: {one_line(message)}"
     if "root certificate file" in low and ("does not exist" in low or "no such file" in low):
         return f"missing CA file: {one_line(message)}"
+    if "no pg_hba.conf entry" in low and "no encryption" in low:
+        return (f"the server at {where} takes TLS only (pg_hba.conf has no rule for a connection without it) and "
+                f"this one had sslmode={target.sslmode or 'prefer'}: connect with sslmode=verify-full and "
+                f"sslrootcert=CA_FILE")
+    if "certificate verify failed" in low:  # libpq says no more: `_verify_failure` asks OpenSSL why
+        return f"TLS error: {_verify_failure(target)}"
+    if "does not match host name" in low:
+        names = re.search(r'server certificate for ("[^"]*"(?: \(and \d+ other names?\))?)', message)
+        carries = f" (it is for {names.group(1)})" if names else ""
+        return (f"TLS error: the server's certificate does not name the host '{clip(target.host, 60)}'{carries}, "
+                f"which sslmode={target.sslmode} checks: connect by a name the certificate carries")
     if any(s in low for s in ("ssl", "tls", "certificate", "server does not support")):
         return f"TLS error: {one_line(message)}"
     return f"{type(exc).__name__}: {one_line(message)}"
