@@ -27,7 +27,7 @@ from cassandra.cqltypes import UTF8Type  # noqa: E402
 from cassandra.metadata import Murmur3Token  # noqa: E402
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy  # noqa: E402
 from cassandra.protocol import ColumnMetadata, OverloadedErrorMessage  # noqa: E402
-from cassandra.query import BatchType, PreparedStatement  # noqa: E402
+from cassandra.query import BatchType, PreparedStatement, tuple_factory  # noqa: E402
 from cassandra.shard_info import _ShardingInfo  # noqa: E402
 
 from dbsurge.base.errors import TargetError, UserError  # noqa: E402
@@ -102,6 +102,7 @@ def test_uri_and_options_make_the_drivers_cluster_settings() -> None:
     assert profile.consistency_level == ConsistencyLevel.QUORUM
     assert profile.serial_consistency_level == ConsistencyLevel.LOCAL_SERIAL
     assert profile.request_timeout == 2.0 == target.op_timeout_s
+    assert profile.row_factory is tuple_factory  # not a namedtuple class built per result set
     policy = profile.load_balancing_policy
     assert isinstance(policy, TokenAwarePolicy) and isinstance(policy._child_policy, DCAwareRoundRobinPolicy)
     assert policy._child_policy.local_dc == "dc1"
