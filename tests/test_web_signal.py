@@ -23,9 +23,9 @@ from runs import REPO, only_run_dir, read_csv, read_json
 from dbsurge.embedded.servers import free_port
 
 
-def _get(url: str) -> dict | None:
+def _get(url: str, timeout: float = 5) -> dict | None:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return json.loads(r.read())
     except OSError:
         return None
@@ -130,6 +130,35 @@ def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 0 and meta["complete"] is True and meta["results"]["verdict"].startswith("OK")
     _no_temp_files(run)
+
+
+def test_the_page_is_sent_the_ending_before_the_process_exits(tmp_path, pg_uri):
+    """`dbsurge run --web` says where its UI is, in one line, once it listens. At the plan's end it serves on until
+    a page that polls (as the panel does, once a second; Locust's page polls /stats/requests) has been sent the
+    ending: the verdict, the run directory and the report, and Locust's state stopped. Before, the process was
+    gone before the next poll, and the page stayed on RUNNING with no verdict."""
+    proc, base, results = _web_run(tmp_path, pg_uri, 3)
+    last_live, last_stats = None, None
+    with _ended(proc):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            # as a browser's fetch, no short timeout: the process answers nothing while it builds the report
+            live, stats = _get(base + "/dbsurge/live", 60), _get(base + "/stats/requests", 60)
+            if live is None and proc.poll() is not None:
+                break
+            last_live, last_stats = live or last_live, stats or last_stats
+            time.sleep(1.0)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-3000:]
+    port = base.rsplit(":", 1)[1]
+    assert len([line for line in out.splitlines() if f"dbsurge: web UI at http://127.0.0.1:{port}/" in line]) == 1, \
+        out[:2000]
+    ending = last_live["plan"]["results"]
+    run = only_run_dir(results)
+    assert ending is not None and ending["state"] == "done" and ending["process_exits"] is True, last_live["plan"]
+    assert ending["verdict"].startswith("OK: the plan was delivered") and ending["run_dir"] == str(run), ending
+    assert ending["report_url"] == "./dbsurge/report" and ending["report_path"] == str(run / "report.html"), ending
+    assert (run / "report.html").is_file() and last_stats["state"] == "stopped", last_stats.get("state")
 
 
 def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):

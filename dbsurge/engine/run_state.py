@@ -76,6 +76,7 @@ class Ending:
         # a second signal cut the run short: what the master's workers had not reported is booked so
         self.unreported_reason: str | None = None
         self.disk_full = False  # the results disk filled up: stop writing until the final files
+        self.process_exits = False  # the process ends with this test (`dbsurge run --web` at the plan's end)
 
 
 class SideTasks:
