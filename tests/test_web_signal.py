@@ -111,6 +111,38 @@ def _no_temp_files(run) -> None:
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
 
 
+@pytest.mark.slow
+def test_start_at_once_after_stop_begins_a_test_every_time(tmp_path, pg_uri):
+    """Stop, then Start at once, six times in one process: each Start begins its test (before the fix, the last
+    test's users still on their way out made the new test's start fail, in 13 to 16 of 20 such cycles: a leftover
+    ended while another's kill was waited for, and its emptied greenlet args raised IndexError in test_start)."""
+    cycles = 6
+    proc, base, results = _web_run(tmp_path, pg_uri, 600)
+
+    def plan() -> dict:
+        return _get(base + "/dbsurge/plan") or {}
+
+    with _ended(proc):
+        for i in range(cycles):
+            _wait_for(lambda: plan().get("results") is None and plan().get("achieved_tps", 0) >= 5, 30,
+                      f"test {i + 1} sending")
+            _post(base, "/stop")
+            _post(base, "/swarm", b"user_count=1&spawn_rate=1")  # at once: the stopped test's users still end
+            _wait_for(lambda: plan().get("results") is None and plan().get("closing") is None, 20,
+                      f"test {i + 2} to begin")
+        _wait_for(lambda: plan().get("achieved_tps", 0) >= 5, 30, "the last test sending")
+        _post(base, "/stop")
+        _wait_for(lambda: (plan().get("results") or {}).get("state") == "done", 60, "the last results")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 4 and "Traceback" not in out and "Uncaught exception" not in out, out[-3000:]
+    runs = sorted(p for p in results.iterdir() if p.is_dir())
+    assert len(runs) == cycles + 1, runs
+    for run in runs:
+        total = ledger(run)
+        assert total["ok"] > 0 and total["not_sent_unaccounted"] == 0 and total["unknown"] == 0, (run.name, total)
+
+
 @pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["local", "processes-2"])
 def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
     """`dbsurge run --web`: at the plan's end the tables are written (and printed, by a master too), the results
