@@ -24,6 +24,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from functools import partial
 
 import gevent
@@ -52,7 +53,7 @@ from dbsurge.engine.validate import check_master_bind, check_report_files, check
 from dbsurge.load.user import end_the_last_tests_users
 from dbsurge.measure import latency_buckets
 from dbsurge.scenarios import SCENARIO_REPORTS
-from dbsurge.ui.web import install_web_controls
+from dbsurge.ui.web import install_web_controls, let_the_page_show_the_ending
 
 log = logging.getLogger("dbsurge")
 
@@ -277,13 +278,19 @@ def _on_test_stop(environment, **_kw):
         return
     # the plan ended (the shape closed the ledger): write the tables now, not when the process ends;
     # under `dbsurge run --web` the process ends too, by the verdict (a hand-run Locust UI stays up)
+    # (after the page has been sent the ending: `let_the_page_show_the_ending`, at most a few seconds)
     def finish_at_plan_end():
+        ends = bool(os.environ.get(locust_child.END_WITH_PLAN_ENV))
+        run.ending.process_exits = ends
+        began = time.monotonic()
         finish.finish_run(run)
         ending = run.ending
-        if os.environ.get(locust_child.END_WITH_PLAN_ENV) and ending.interrupted is None and ending.signals == 0:
+        if ends and ending.interrupted is None and ending.signals == 0:
             if run.exit_code is not None:
                 environment.process_exit_code = run.exit_code
-            stopping.end_process(run)
+            let_the_page_show_the_ending(environment.web_ui, run, began)
+            if ending.signals == 0:  # a signal meanwhile ends the process its own way
+                stopping.end_process(run)
 
     gevent.spawn(finish_at_plan_end)
 

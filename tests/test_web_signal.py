@@ -23,9 +23,9 @@ from runs import REPO, only_run_dir, read_csv, read_json
 from dbsurge.embedded.servers import free_port
 
 
-def _get(url: str) -> dict | None:
+def _get(url: str, timeout: float = 5) -> dict | None:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return json.loads(r.read())
     except OSError:
         return None
@@ -111,6 +111,38 @@ def _no_temp_files(run) -> None:
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
 
 
+@pytest.mark.slow
+def test_start_at_once_after_stop_begins_a_test_every_time(tmp_path, pg_uri):
+    """Stop, then Start at once, six times in one process: each Start begins its test (before the fix, the last
+    test's users still on their way out made the new test's start fail, in 13 to 16 of 20 such cycles: a leftover
+    ended while another's kill was waited for, and its emptied greenlet args raised IndexError in test_start)."""
+    cycles = 6
+    proc, base, results = _web_run(tmp_path, pg_uri, 600)
+
+    def plan() -> dict:
+        return _get(base + "/dbsurge/plan") or {}
+
+    with _ended(proc):
+        for i in range(cycles):
+            _wait_for(lambda: plan().get("results") is None and plan().get("achieved_tps", 0) >= 5, 30,
+                      f"test {i + 1} sending")
+            _post(base, "/stop")
+            _post(base, "/swarm", b"user_count=1&spawn_rate=1")  # at once: the stopped test's users still end
+            _wait_for(lambda: plan().get("results") is None and plan().get("closing") is None, 20,
+                      f"test {i + 2} to begin")
+        _wait_for(lambda: plan().get("achieved_tps", 0) >= 5, 30, "the last test sending")
+        _post(base, "/stop")
+        _wait_for(lambda: (plan().get("results") or {}).get("state") == "done", 60, "the last results")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 4 and "Traceback" not in out and "Uncaught exception" not in out, out[-3000:]
+    runs = sorted(p for p in results.iterdir() if p.is_dir())
+    assert len(runs) == cycles + 1, runs
+    for run in runs:
+        total = ledger(run)
+        assert total["ok"] > 0 and total["not_sent_unaccounted"] == 0 and total["unknown"] == 0, (run.name, total)
+
+
 @pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["local", "processes-2"])
 def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
     """`dbsurge run --web`: at the plan's end the tables are written (and printed, by a master too), the results
@@ -130,6 +162,35 @@ def test_a_web_ui_run_ends_by_itself_at_the_plans_end(tmp_path, pg_uri, extra):
     meta = read_json(run / "run.json")
     assert meta["exit_code"] == 0 and meta["complete"] is True and meta["results"]["verdict"].startswith("OK")
     _no_temp_files(run)
+
+
+def test_the_page_is_sent_the_ending_before_the_process_exits(tmp_path, pg_uri):
+    """`dbsurge run --web` says where its UI is, in one line, once it listens. At the plan's end it serves on until
+    a page that polls (as the panel does, once a second; Locust's page polls /stats/requests) has been sent the
+    ending: the verdict, the run directory and the report, and Locust's state stopped. Before, the process was
+    gone before the next poll, and the page stayed on RUNNING with no verdict."""
+    proc, base, results = _web_run(tmp_path, pg_uri, 3)
+    last_live, last_stats = None, None
+    with _ended(proc):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            # as a browser's fetch, no short timeout: the process answers nothing while it builds the report
+            live, stats = _get(base + "/dbsurge/live", 60), _get(base + "/stats/requests", 60)
+            if live is None and proc.poll() is not None:
+                break
+            last_live, last_stats = live or last_live, stats or last_stats
+            time.sleep(1.0)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-3000:]
+    port = base.rsplit(":", 1)[1]
+    assert len([line for line in out.splitlines() if f"dbsurge: web UI at http://127.0.0.1:{port}/" in line]) == 1, \
+        out[:2000]
+    ending = last_live["plan"]["results"]
+    run = only_run_dir(results)
+    assert ending is not None and ending["state"] == "done" and ending["process_exits"] is True, last_live["plan"]
+    assert ending["verdict"].startswith("OK: the plan was delivered") and ending["run_dir"] == str(run), ending
+    assert ending["report_url"] == "./dbsurge/report" and ending["report_path"] == str(run / "report.html"), ending
+    assert (run / "report.html").is_file() and last_stats["state"] == "stopped", last_stats.get("state")
 
 
 def test_the_web_uis_stop_is_an_interruption(tmp_path, pg_uri):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from ledger_checks import ledger
-from runs import REPO, read_csv
+from runs import REPO, only_run_dir, read_csv
 
 from dbsurge.embedded.servers import free_port
 
@@ -234,6 +234,61 @@ def test_endpoints_refuse_bad_input_and_serve_no_report_before_the_end(locust_we
     live = _get(base + "/dbsurge/live")
     assert live["plan"]["running"] is False and live["plan"]["results"] is None and live["rows"] == []
     assert live["plan"]["max_rate"] == 200.0  # 10 times the plan's peak
+
+
+def test_the_page_shows_the_ending_after_dbsurge_run_web_exits(tmp_path, pg_uri):
+    """`dbsurge run --web` at its plan's end: the process exits only once the open page has been sent the ending,
+    so the page (after the process is gone) shows the verdict, the run directory, the report link and Locust's
+    state stopped, not RUNNING with Stop enabled. The console said where the UI was, in one line."""
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "dbsurge.commands.cli", "run", "--workload", "orders", "--target", pg_uri, "--shape",
+           "constant", "--rate", "20", "--duration", "4s", "--operation", "product_lookup", "--no-db-sampler",
+           "--workload-option", "products=300", "--web", "--web-port", str(port), "--results-dir", str(results)]
+    log_path = tmp_path / "dbsurge.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    errors: list[str] = []
+    try:
+        _wait_for(lambda: f"dbsurge: web UI at {base}/" in log_path.read_text(), 60, "the address line")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(base + "/")
+            page.wait_for_selector("#dbsurge-panel")
+            page.get_by_role("button", name="Start").click()
+            _wait_for(lambda: page.inner_text("#dbsurge-status") == "running", 30, "the run")
+            proc.wait(timeout=120)  # the plan's end: the process goes by itself
+            _wait_for(lambda: page.inner_text("#dbsurge-status") == "exited (exit 0)", 10,
+                      "the page to find the process gone")
+            page.screenshot(path=str(shots / "ended.png"))
+            shown = {k: page.inner_text(f"#dbsurge-{k}") for k in ("status", "verdict", "run-dir", "report-path",
+                                                                   "exits")}
+            header = page.inner_text("#root header")
+            link = page.locator("#dbsurge-report").count()
+            browser.close()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    assert proc.returncode == 0, log_path.read_text()[-3000:]
+    run_dir = only_run_dir(results)
+    assert shown["verdict"].startswith("OK: the plan was delivered"), shown
+    assert shown["run-dir"] == str(run_dir) and link == 1, shown
+    assert shown["report-path"] == str(run_dir / "report.html"), shown
+    assert shown["exits"].startswith("The plan has ended and dbsurge run has exited (exit 0)"), shown
+    assert "RUNNING" not in header.upper() and "STOPPED" in header.upper(), header
+    console = log_path.read_text()
+    assert console.count("web UI at ") == 1 and "Traceback" not in console, console[-3000:]
 
 
 # -- the chart: a staged plan from `dbsurge run --web`, read in the panel -------------------------------------------

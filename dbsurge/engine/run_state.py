@@ -77,6 +77,7 @@ class Ending:
         self.unreported_reason: str | None = None
         self.disk_full = False  # the results disk filled up: stop writing until the final files
         self.start_failed: str | None = None  # the test's start raised: what (the verdict cannot be OK)
+        self.process_exits = False  # the process ends with this test (`dbsurge run --web` at the plan's end)
 
 
 class SideTasks:

@@ -81,11 +81,18 @@ def end_the_last_tests_users(runner) -> int:
     (``LocalRunner._start``, ``WorkerRunner.start_worker``): a leftover counted as one of the new pool, then
     ended, and a web UI Start right after a Stop got fewer users than it asked for, or none (the second test
     sent nothing for 20 s). The last test's plan is closed by now, its slots booked: ending them loses nothing.
+
+    The leftovers are chosen before anything yields, then all killed at once and waited for. gevent empties a
+    greenlet's ``args`` when it ends, and a user whose kill was waited for (its session closes, which yields)
+    let another leftover finish its slot and end meanwhile: reading that one's ``args[0]`` then raised
+    IndexError, Locust logged it and skipped the rest of this listener, and the new test never began (the
+    third Start, right after the second's Stop, never sent anything: the CI failure, every time in a loop).
     """
-    leftovers = [g for g in list(runner.user_greenlets)
-                 if g.args and getattr(g.args[0], "_state", None) == LOCUST_STATE_STOPPING]
-    for g in leftovers:
-        g.args[0].group.killone(g, block=True)
+    group = runner.user_greenlets
+    leftovers = [g for g in list(group) if g.args and getattr(g.args[0], "_state", None) == LOCUST_STATE_STOPPING]
+    for g in leftovers:  # no yield in this loop: a kill only schedules the GreenletExit
+        group.killone(g, block=False)
+    gevent.joinall(leftovers)
     return len(leftovers)
 
 

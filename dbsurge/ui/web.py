@@ -35,8 +35,10 @@ import json
 import logging
 import math
 import socket
+import time
 from urllib.parse import urlsplit
 
+import gevent
 from flask import Response, jsonify, request
 
 from dbsurge.base.errors import UserError, clip
@@ -67,11 +69,14 @@ def install_web_controls(web_ui, run, web_auth: str | None = None) -> None:
     protect_secret_options(web_ui, run.environment)
     check_swarm_requests(web_ui, run)  # outermost: the form as it came, before Locust or the secret's filter
     adjust_swarm_form(web_ui, run)
-    _add_endpoints(app, auth, run)
+    web_ui.dbsurge_page = PageWatch()
+    _add_endpoints(app, auth, run, web_ui.dbsurge_page)
     _add_panel(app)
+    _watch_locust_state(app, run, web_ui.dbsurge_page)
+    gevent.spawn(say_where_the_ui_is, web_ui, getattr(run.environment.parsed_options, "web_base_path", "") or "")
 
 
-def _add_endpoints(app, auth, run) -> None:
+def _add_endpoints(app, auth, run, page: PageWatch) -> None:
     from dbsurge.engine.protocol import change_rate
 
     @app.route("/dbsurge/plan")
@@ -82,7 +87,10 @@ def _add_endpoints(app, auth, run) -> None:
     @app.route("/dbsurge/live")
     @auth
     def dbsurge_live():
-        return jsonify(live_state(run, since=request.args.get("since")))
+        state = live_state(run, since=request.args.get("since"))
+        response = jsonify(state)
+        page.polled(response, run.test, ending=(state["plan"]["results"] or {}).get("state") == "done")
+        return response
 
     @app.route("/dbsurge/rate", methods=["POST"])
     @auth
@@ -119,6 +127,130 @@ def _add_panel(app) -> None:
         if is_page and not response.direct_passthrough:
             response.set_data(with_panel(response.get_data(as_text=True)))
         return response
+
+
+# -- the address, and the ending shown before the process goes ---------------------------------------------
+
+#: A page that polled within this many seconds before the results began to be written is open (the panel polls
+#: once a second; the process answers nothing while it builds the report, so "before" is counted from then).
+PAGE_OPEN_S = 5.0
+#: At the plan's end under ``dbsurge run --web``, the longest the process waits for an open page to show the ending.
+ENDING_SHOWN_WAIT_S = 10.0
+
+
+class PageWatch:
+    """What the open pages were last sent: when the panel last polled, and for which test it has been sent the
+    ending (the results written: verdict, run directory, report) and Locust's stopped state (its header).
+
+    A response counts once it has been sent whole (Werkzeug's ``call_on_close``, which gevent's server calls after
+    the last byte), not when it was made: the process may end right after.
+    """
+
+    def __init__(self) -> None:
+        self.last_poll: float | None = None  # monotonic: the panel's last poll of /dbsurge/live
+        self.last_stats: float | None = None  # Locust's own page's last poll of /stats/requests
+        self.ending_sent_for = None  # the test (`run.test`) whose ending a page has been sent
+        self.stopped_sent_for = None  # the test after whose stop Locust's page has been sent its state
+
+    def polled(self, response, test, *, ending: bool) -> None:
+        """``/dbsurge/live`` answered; ``ending``: the answer holds ``test``'s results, written."""
+        def sent() -> None:
+            self.last_poll = time.monotonic()
+            if ending:
+                self.ending_sent_for = test
+
+        response.call_on_close(sent)
+
+    def stats_polled(self, response, test, *, stopped: bool) -> None:
+        """``/stats/requests`` (Locust's page: its header's state and Stop button) answered."""
+        def sent() -> None:
+            self.last_stats = time.monotonic()
+            if stopped:
+                self.stopped_sent_for = test
+
+        response.call_on_close(sent)
+
+    def open_since(self, began: float) -> tuple[bool, bool]:
+        """Whether the panel and Locust's page polled within `PAGE_OPEN_S` before ``began`` (monotonic), or since."""
+        def recent(t: float | None) -> bool:
+            return t is not None and t >= began - PAGE_OPEN_S
+
+        return recent(self.last_poll), recent(self.last_stats)
+
+    def last_heard(self) -> float:
+        return max(self.last_poll or 0.0, self.last_stats or 0.0)
+
+
+def _watch_locust_state(app, run, page: PageWatch) -> None:
+    from locust.runners import STATE_STOPPED
+
+    @app.after_request
+    def note_locust_state(response):
+        if request.path.endswith("/stats/requests") and response.status_code == 200:
+            runner = run.environment.runner
+            page.stats_polled(response, run.test, stopped=runner is not None and runner.state == STATE_STOPPED)
+        return response
+
+
+def let_the_page_show_the_ending(web_ui, run, began: float, timeout_s: float = ENDING_SHOWN_WAIT_S) -> bool:
+    """Before ``dbsurge run --web`` exits at the plan's end: serve on until each page that was open when the results
+    began to be written (``began``, monotonic) has been sent this test's ending; whether they were.
+
+    True at once when no page was open. A page that goes quiet for `PAGE_OPEN_S` (closed) is not waited for, and
+    nothing is waited for past ``timeout_s``. Without this the process was gone before the page's next poll, which
+    stayed on RUNNING with Stop enabled and showed no verdict, run directory or report. A page polls once a
+    second (Locust's own every 2 s), so this costs a second or two.
+    """
+    page = getattr(web_ui, "dbsurge_page", None) if web_ui is not None else None
+    if page is None:
+        return True
+    panel, locust_page = page.open_since(began)
+    if not (panel or locust_page):
+        return True
+    written = time.monotonic()
+    while (panel and page.ending_sent_for is not run.test) or (locust_page and page.stopped_sent_for is not run.test):
+        now = time.monotonic()
+        if now - max(written, page.last_heard()) > PAGE_OPEN_S:
+            return False  # the page was closed: nobody to show it to
+        if now - written > timeout_s:
+            log.warning("the web page was not sent the results within %g s: exiting anyway (they are in %s)",
+                        timeout_s, run.rundir.path if run.rundir else "the run directory")
+            return False
+        gevent.sleep(0.05)
+    return True
+
+
+def ui_address(host: str | None, port: int, *, tls: bool = False, base_path: str = "") -> str:
+    """The address to open the UI at: the host it listens on (loopback for every interface), ``/`` at the end."""
+    shown = host if host and host not in ("*", "0.0.0.0", "::") else "127.0.0.1"
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    path = base_path.rstrip("/") + "/"
+    return f"{'https' if tls else 'http'}://{shown}:{port}{path}"
+
+
+#: How long `say_where_the_ui_is` waits for the UI's server to listen.
+LISTEN_WAIT_S = 30.0
+
+
+def say_where_the_ui_is(web_ui, base_path: str = "") -> str | None:
+    """Once Locust's web server listens: one line with its address (``dbsurge run`` hides Locust's own INFO line).
+
+    The address is read from the server bound (its real port), so the line means the page can be opened now.
+    """
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    while time.monotonic() < deadline:
+        server = getattr(web_ui, "server", None)
+        if server is not None and server.started:
+            break
+        gevent.sleep(0.05)
+    else:
+        return None
+    host = server.server_host if hasattr(server, "server_host") else web_ui.host
+    url = ui_address(host, server.server_port, tls=bool(getattr(web_ui, "tls_cert", None)), base_path=base_path)
+    every = " (listening on every interface)" if not web_ui.host or web_ui.host in ("*", "0.0.0.0", "::") else ""
+    log.info("dbsurge: web UI at %s%s", url, every)
+    return url
 
 
 # -- the panel: a script and a stylesheet on Locust's own page -------------------------------------------------

@@ -87,7 +87,9 @@
         el('div', {}, ['run directory']),
         el('div', {id: 'dbsurge-run-dir', 'class': 'ds-mono'}),
         el('div', {id: 'dbsurge-report-line'}),
-        el('div', {id: 'dbsurge-verdict'})]),
+        el('div', {id: 'dbsurge-report-path', 'class': 'ds-mono', hidden: ''}),
+        el('div', {id: 'dbsurge-verdict'}),
+        el('div', {id: 'dbsurge-exits', hidden: ''})]),
       el('h3', {}, ['Plan']),
       el('div', {id: 'dbsurge-plan', 'class': 'ds-mono'}),
       el('div', {id: 'dbsurge-position', hidden: ''}, [
@@ -176,6 +178,8 @@
 
   function status(p) {
     var r = p.results;
+    if (r && r.process_exits) return {writing: 'ended: writing the results...', report: 'ended: building the report...',
+                                      done: 'ended: results written'}[r.state] || 'ended';
     if (r) return {writing: 'stopped: writing the results...', report: 'stopped: building the report...',
                    done: 'stopped: results written'}[r.state] || 'stopped';
     if (p.closing) return 'stopping: collecting the last accounts...';
@@ -323,13 +327,33 @@
       if (r.report_url) {
         line.appendChild(el('a', {id: 'dbsurge-report', href: r.report_url, target: '_blank', rel: 'noopener'},
                             ['report.html']));
-        line.appendChild(document.createTextNode(' (in the run directory)'));
+        // the link is served by the process; once `dbsurge run` has exited the file is still there
+        line.appendChild(document.createTextNode(r.process_exits ? ' (served until dbsurge run exits), on disk:'
+                                                                   : ' (in the run directory)'));
       } else {
         line.appendChild(document.createTextNode(r.state === 'done' ? 'report.html: not built (see the console)'
                                                                      : 'report.html: being built...'));
       }
     }
     setText('dbsurge-verdict', r.verdict || '');
+    var path = $('dbsurge-report-path');
+    path.hidden = !(r.process_exits && r.report_path);
+    setText('dbsurge-report-path', r.report_path || '');
+    var exits = $('dbsurge-exits');
+    exits.hidden = !(r.process_exits && r.state === 'done');
+    if (!exits.hidden && !gone) {
+      setText('dbsurge-exits', 'The plan has ended: dbsurge run exits (exit ' + r.exit_code + ') once this page has ' +
+                               'the results.');
+    }
+  }
+
+  // `dbsurge run --web` said it would exit after this page had the ending, and its next poll found nobody
+  var gone = false;
+  function processGone(r) {
+    gone = true;
+    setText('dbsurge-status', 'exited (exit ' + r.exit_code + ')');
+    setText('dbsurge-exits', 'The plan has ended and dbsurge run has exited (exit ' + r.exit_code + '): the ' +
+                             'results stay in the run directory.');
   }
 
   // -- the chart: planned vs achieved TPS, response-time percentiles and lag, per timeline second -------
@@ -759,7 +783,10 @@
     fetch(liveUrl(), {cache: 'no-store'})
       .then(function (r) { return r.json(); })
       .then(render)
-      .catch(function () { /* the master is busy or gone: try again */ })
+      .catch(function () {  // the master is busy or gone: try again
+        var r = last && last.plan.results;
+        if (r && r.process_exits && r.state === 'done') processGone(r);  // it said it would go, once shown this
+      })
       .then(function () {
         if (again === false) return;
         clearTimeout(timer);

@@ -62,7 +62,9 @@ def results_state(run) -> dict | None:
     """Where the finished run's results are: its directory, its verdict, its report (None before the end).
 
     ``state`` is ``writing`` (the ledger and tables), ``report`` (report.html being built) or ``done``;
-    ``report_url`` is set once report.html exists (served by ``GET /dbsurge/report``).
+    ``report_url`` is set once report.html exists (served by ``GET /dbsurge/report``), ``report_path`` is where it
+    is on disk; ``process_exits``: the process ends once the page has been sent this (`dbsurge run --web` at the
+    plan's end), so the page can say so when its next poll finds nobody.
     """
     if run.rundir is None or not run.ending.finished:
         return None
@@ -73,6 +75,8 @@ def results_state(run) -> dict | None:
         "verdict": results.get("verdict") if run.ending.finish_state in ("report", "done") else None,
         "exit_code": run.exit_code,
         "report_url": "./dbsurge/report" if run.ending.report_path is not None else None,
+        "report_path": str(run.ending.report_path) if run.ending.report_path is not None else None,
+        "process_exits": run.ending.process_exits,
     }
 
 
