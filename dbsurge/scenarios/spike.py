@@ -107,7 +107,10 @@ def spike_rows(stage_rows: list[dict], capacity: dict[str, str]) -> list[dict]:
         by_op = {r["operation"]: r for r in stage_rows if r["stage"] == stage}
         total = by_op.get("ALL", {})
         row = {"stage": stage, "arrival_rate_tps": opt_float(total.get("target_tps")),
-               "successful_tps": opt_float(total.get("achieved_tps")),
+               # the study's "successful TPS": what the database delivered in the stage, successes counted in the
+               # stage whose window holds their completion (stages.csv's delivered_tps); an older stages.csv
+               # without that column: the successes of the stage's arrivals
+               "successful_tps": opt_float(total.get("delivered_tps") or total.get("achieved_tps")),
                "failures": int(total.get("failures") or 0),
                # a stage nothing was sent in (a signal came first) has no failure rate, not one of 0%
                "failure_rate": opt_float(total.get("failure_rate")) if _sent(total) else None,
