@@ -140,3 +140,25 @@ SHOWN_1 = 5e-2 * (1 + 1e-6)
 def cell(text: str) -> float:
     """A number of a report table's cell (``1,234.5 docs/s``, ``0.812``)."""
     return float(text.replace(",", "").split()[0])
+
+
+def strict_locust_parser():
+    """Locust's parser with dbsurge's options and strict numbers, as `dbsurge run` and the web forms read them,
+    built without gevent's monkey-patching of this process.
+
+    LOCUST_SKIP_MONKEY_PATCH counts only at Locust's first import; left set, every Locust this process starts
+    later (the other tests' masters and workers inherit it) would run unpatched and never hear its peers."""
+    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
+    os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
+    try:
+        from locust.argument_parser import get_parser
+    finally:
+        if set_here:
+            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)
+    from dbsurge.config.option_types import strict_numbers
+    from dbsurge.config.options import add_options
+
+    parser = get_parser()
+    add_options(parser)
+    strict_numbers(parser)
+    return parser

@@ -16,7 +16,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runs import REPO
+from runs import REPO, strict_locust_parser
 
 from dbsurge.base.errors import UserError
 from dbsurge.config.checks import parse_checks
@@ -186,7 +186,7 @@ def test_ascii_int_takes_only_ascii_digits(text):
 def test_locust_parser_refuses_other_digits(flag, value):
     """Locust's own parser with dbsurge's options, as `dbsurge run` and the plugin build it: a value that is
     not ASCII digits (Arabic-Indic, fullwidth, 1_000, nan, inf, 1e400) is refused by the option's type."""
-    parser = _strict_locust_parser()
+    parser = strict_locust_parser()
     action = next(a for a in parser._actions if flag in a.option_strings)
     if value.isascii() and ASCII_NUMBER.fullmatch(value) and math.isfinite(float(value)):
         return  # a real number: the type may take it (range checks are validate's)
@@ -194,25 +194,6 @@ def test_locust_parser_refuses_other_digits(flag, value):
         action.type(value)
 
 
-def _strict_locust_parser():
-    # as `dbsurge run` reads its options: Locust's parser without gevent's monkey-patching of this process.
-    # The variable counts only at Locust's first import; left set, every Locust this process starts later
-    # (the other tests' masters and workers inherit it) would run unpatched and never hear its peers.
-    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
-    os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
-    try:
-        from locust.argument_parser import get_parser
-    finally:
-        if set_here:
-            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)
-
-    from dbsurge.config.option_types import strict_numbers
-    from dbsurge.config.options import add_options
-
-    parser = get_parser()
-    add_options(parser)
-    strict_numbers(parser)
-    return parser
 
 
 # -- every dbsurge option, as `dbsurge run` parses and checks it (no network, no files) --------------------------
@@ -570,7 +551,7 @@ def test_any_start_form_passes_the_checks_or_is_one_line(pairs, plan):
     from dbsurge.engine.validate import validate_locust_options, validate_options
     from dbsurge.ui.web_forms import check_swarm_form, form_extra_fields, option_actions
 
-    parser = _strict_locust_parser()
+    parser = strict_locust_parser()
     ns = parser.parse_args(["--target", "postgresql://u@127.0.0.1/x", "--rate", "5"])
     extra, multiple = form_extra_fields(parser)
     actions = option_actions(parser)

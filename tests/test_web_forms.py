@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,31 +21,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-from runs import REPO
+from runs import REPO, strict_locust_parser
 from werkzeug.datastructures import MultiDict
 
 from dbsurge.base.errors import UserError
 from dbsurge.base.json_input import DuplicateKey, load_json
 from dbsurge.embedded.servers import free_port
-
-
-def _parser():
-    """Locust's parser with dbsurge's options, as the plugin builds it (without gevent's patching of this process)."""
-    set_here = "LOCUST_SKIP_MONKEY_PATCH" not in os.environ
-    os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
-    try:
-        from locust.argument_parser import get_parser
-    finally:
-        if set_here:
-            os.environ.pop("LOCUST_SKIP_MONKEY_PATCH", None)
-    from dbsurge.config.option_types import strict_numbers
-    from dbsurge.config.options import add_options
-
-    parser = get_parser()
-    add_options(parser)
-    strict_numbers(parser)
-    return parser
-
 
 TARGET = "postgresql://u:secret@127.0.0.1:5432/x"
 
@@ -54,7 +34,7 @@ TARGET = "postgresql://u:secret@127.0.0.1:5432/x"
 def _check(pairs, *, plan=True, options=None):
     from dbsurge.ui.web_forms import check_swarm_form, form_extra_fields, option_actions
 
-    parser = _parser()
+    parser = strict_locust_parser()
     ns = parser.parse_args(["--target", TARGET, "--rate", "5"])
     for key, value in (options or {}).items():
         setattr(ns, key, value)
@@ -252,7 +232,7 @@ def test_check_swarm_form_reads_what_argparse_reads():
     """The form's values go through the command line's own actions (not a second set of rules)."""
     from dbsurge.ui.web_forms import option_actions
 
-    actions = option_actions(_parser())
+    actions = option_actions(strict_locust_parser())
     assert isinstance(actions["max_users"], argparse.Action) and actions["arrivals"].choices == ["uniform", "poisson"]
     assert actions["num_users"].option_strings[:1] == ["-u"]
 
