@@ -123,6 +123,14 @@ def _post(url: str, body: bytes, ctype: str = "application/x-www-form-urlencoded
         return e.code, json.loads(e.read())
 
 
+def _get_status(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def _wait_up(url: str, proc, timeout: float = 60) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -179,6 +187,10 @@ def test_a_web_run_refuses_bad_forms_and_starts_nothing(tmp_path, pg_uri):
         for body, ctype, words in BAD_RATES:
             status, answer = _post(base + "/dbsurge/rate", body, ctype)
             assert status == 400 and words in answer["error"], (body, status, answer)
+        for query in ("since=x", "since=-1", "since=1.5", "since=1&since=2", "since=%ff", "since=" + "9" * 20):
+            status, answer = _get_status(f"{base}/dbsurge/live?{query}")
+            assert status == 400 and "since must be a whole number" in answer["error"], (query, status, answer)
+        assert _get_status(f"{base}/dbsurge/live?since=12")[0] == 200
         time.sleep(3)  # a start that got through would have sent by now (time zero is 1 s after it)
         assert proc.poll() is None
         assert _orders(pg_uri) == before

@@ -87,7 +87,12 @@ def _add_endpoints(app, auth, run, page: PageWatch) -> None:
     @app.route("/dbsurge/live")
     @auth
     def dbsurge_live():
-        state = live_state(run, since=request.args.get("since"))
+        since = request.args.getlist("since")
+        if len(since) > 1 or (since and not (since[0].isascii() and since[0].isdigit() and len(since[0]) < 16)):
+            # the page sends the last whole second it has; anything else is a client's mistake, said, not ignored
+            return jsonify({"error": f"since must be a whole number of seconds (epoch), given once, not "
+                                     f"{clip(','.join(since))!r}"}), 400
+        state = live_state(run, since=since[0] if since else None)
         response = jsonify(state)
         page.polled(response, run.test, ending=(state["plan"]["results"] or {}).get("state") == "done")
         return response

@@ -84,7 +84,8 @@ def live_state(run, since: str | None = None) -> dict:
     """`plan_state` and the live figures (see the module docstring); figures are None before the first second.
 
     ``since`` (``GET /dbsurge/live?since=EPOCH_S``, the last second the page has): the series holds only
-    the seconds after it; anything but a whole number is ignored (the whole series).
+    the seconds after it (the endpoint refuses anything but a whole number, given once; here, to be safe, it
+    is ignored and the whole series sent).
     """
     agg = run.aggregator
     state = {"plan": plan_state(run), "now": None, "rows": [], "sparkline": None, "series": None}
