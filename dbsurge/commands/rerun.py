@@ -162,7 +162,7 @@ def rerun_main(argv: list[str]) -> int:
     """``dbsurge rerun``: rebuild the run's command from run.json and run it."""
     args, rest = _parser().parse_known_args(argv)
     run_dir = Path(args.run_dir)
-    check_run_dir(run_dir)  # a damaged run.json is one line naming it, not a traceback or a wrong command
+    check_run_dir(run_dir, warn_missing=False)  # a damaged run.json is one line naming it, not a traceback or a wrong command
     meta = load_meta(run_dir)
     target = args.target or default_target(meta)
     if not target:

@@ -144,8 +144,11 @@ def iter_events(run_dir: str | Path, containing: str | None = None) -> Iterator[
                 yield item
 
 
-def check_run_dir(run_dir: str | Path, *, while_written: bool = False) -> dict | None:
+def check_run_dir(run_dir: str | Path, *, while_written: bool = False, warn_missing: bool = True) -> dict | None:
     """Check every file of `run_dir` that dbsurge writes; returns run.json's object (None without one).
+
+    `warn_missing` (the default) warns of a finished run's missing timeline.csv or stages.csv, for the commands
+    that build a report or a table from them; ``dbsurge rerun`` reads run.json alone and passes False.
 
     A set of repetitions (``kind: repetitions``) has its repetitions' directories checked too. With
     `while_written` (``dbsurge scenario longrun --from`` during a run), a run that has not ended has only the
@@ -164,7 +167,8 @@ def check_run_dir(run_dir: str | Path, *, while_written: bool = False) -> dict |
     if growing:
         return meta
     _check_other_files(path)
-    _warn_missing(path, meta)
+    if warn_missing:
+        _warn_missing(path, meta)
     if isinstance(meta, dict) and isinstance(meta.get("results"), dict) and (path / SUMMARY_CSV).exists():
         check_results_agree(path / RUN_JSON, meta["results"], path / SUMMARY_CSV)
     if meta is not None and meta.get("kind") == "repetitions":
