@@ -761,8 +761,10 @@ class EmbeddedDynamo(EmbeddedMongo):
     Layout of `data_dir`: `dynamodb.log` and `dynamodb.pid` (pid, port, start time). moto keeps its
     tables in memory: they go when the server stops (a restart starts empty, unlike the other two).
     `throttle_rate` (requests per second) turns on the server's rate limit, which answers
-    ProvisionedThroughputExceededException beyond it (`dbsurge.embedded.dynamodb_server`). Its process handling
-    (pid file with start time, SIGTERM, port retry) is the secantus server's, hence the base class.
+    ProvisionedThroughputExceededException beyond it (`dbsurge.embedded.dynamodb_server`). ``auth=True`` makes it
+    check every request's SigV4 signature against moto's IAM users, as Amazon does: the one user's access key,
+    made at each start, is in `credentials_file` (an AWS shared credentials file; `credentials` reads it). Its
+    process handling (pid file with start time, SIGTERM, port retry) is the secantus server's, hence the base class.
     """
 
     kind = "dynamodb"
@@ -770,11 +772,25 @@ class EmbeddedDynamo(EmbeddedMongo):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, delete_on_stop: bool = False, host: str = "127.0.0.1",
-        throttle_rate: float | None = None, throttle_burst: float | None = None,
+        throttle_rate: float | None = None, throttle_burst: float | None = None, auth: bool = False,
     ) -> None:
         self.throttle_rate = throttle_rate
         self.throttle_burst = throttle_burst
+        self.auth = auth
         super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
+
+    @property
+    def credentials_file(self) -> Path:
+        """The AWS shared credentials file with the access key of an ``auth=True`` server (profile ``default``)."""
+        return self.data_dir / "credentials"
+
+    def credentials(self) -> tuple[str, str]:
+        """The access key id and secret access key an ``auth=True`` server checks signatures with."""
+        import configparser
+
+        parser = configparser.ConfigParser()
+        parser.read(self.credentials_file)
+        return parser["default"]["aws_access_key_id"], parser["default"]["aws_secret_access_key"]
 
     @property
     def uri(self) -> str:
@@ -784,12 +800,18 @@ class EmbeddedDynamo(EmbeddedMongo):
         import urllib.error
         import urllib.request
 
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/", data=b"{}", method="POST",
-            headers={"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
-                     # moto routes a request by the service in its credential scope; it checks no signature
-                     "Authorization": "AWS4-HMAC-SHA256 Credential=dbsurge/20260101/us-east-1/dynamodb/aws4_request, "
-                                      "SignedHeaders=host, Signature=0"})
+        url = f"http://127.0.0.1:{self.port}/"
+        headers = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
+                   # moto routes a request by the service in its credential scope; without auth it checks no signature
+                   "Authorization": "AWS4-HMAC-SHA256 Credential=dbsurge/20260101/us-east-1/dynamodb/aws4_request, "
+                                    "SignedHeaders=host, Signature=0"}
+        if self.auth:
+            # ready is: the key is written and the server takes a request it signs (authentication already on)
+            try:
+                headers = _sigv4_headers(url, b"{}", headers, *self.credentials())
+            except (OSError, KeyError):
+                return False
+        request = urllib.request.Request(url, data=b"{}", method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 return answer.status == 200 and b"TableNames" in answer.read()
@@ -809,6 +831,8 @@ class EmbeddedDynamo(EmbeddedMongo):
                 cmd += ["--throttle-rate", str(self.throttle_rate)]
             if self.throttle_burst:
                 cmd += ["--throttle-burst", str(self.throttle_burst)]
+            if self.auth:
+                cmd += ["--credentials-file", str(self.credentials_file)]
             try:
                 self._launch(cmd, START_TIMEOUT_S)
                 return
@@ -823,6 +847,18 @@ class EmbeddedDynamo(EmbeddedMongo):
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/dbsurge/throttle", timeout=5) as answer:
             return json.loads(answer.read())
+
+
+def _sigv4_headers(url: str, body: bytes, headers: dict[str, str], key_id: str, secret: str) -> dict[str, str]:
+    """`headers` with botocore's SigV4 signature of a DynamoDB POST of `body` to `url` (us-east-1)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    unsigned = {k: v for k, v in headers.items() if k != "Authorization"}
+    request = AWSRequest(method="POST", url=url, data=body, headers=unsigned)
+    SigV4Auth(Credentials(key_id, secret), "dynamodb", "us-east-1").add_auth(request)
+    return dict(request.headers.items())
 
 
 class EmbeddedCassandra(EmbeddedMongo):
