@@ -184,6 +184,7 @@ def moto_url() -> Iterator[str]:
 #: several times what their step takes (docs/testing.md). Whole modules where every test times something:
 SERIAL_MODULES = {
     "test_cql_hosts",  # a Cassandra JVM of its own (one at a time) under a run at a rate
+    "test_cql_tls",  # a Cassandra JVM of its own with client encryption (one JVM at a time)
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
     # the database killed or restarted, workers killed, leaving or cut: beside another test (-n 2), a restarted

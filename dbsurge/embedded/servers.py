@@ -873,6 +873,11 @@ class EmbeddedCassandra(EmbeddedMongo):
     cannot listen on 0.0.0.0). Its process handling (pid file with start mark, port retry) is the secantus
     server's, hence the base class; its stop is a JVM's: SIGTERM runs Cassandra's shutdown hook (a drain), and a
     server that is thrown away with its data is killed at once.
+
+    ``tls=True`` turns on client-to-node encryption with ``optional: false`` (its native port takes TLS only, as the
+    clouds' nodes do): a certificate for ``localhost`` signed by a CA of its own (`ca_file`, made once in `tls_dir`;
+    ``server_cert`` replaces it) in a PKCS12 keystore. `uri` then names ``localhost`` with ``tls=true`` and
+    ``tls_ca_file``.
     """
 
     kind = "cassandra"
@@ -881,21 +886,44 @@ class EmbeddedCassandra(EmbeddedMongo):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, heap: str | None = None, delete_on_stop: bool = False,
-        password_auth: bool = False, host: str = "127.0.0.1",
+        password_auth: bool = False, host: str = "127.0.0.1", tls: bool = False, server_cert: ServerCert | None = None,
     ) -> None:
         self.heap = heap or cassandra_jvm.default_heap()
         cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
         self.password_auth = password_auth
         self._check_host = host
-        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
+        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host, tls=tls, server_cert=server_cert)
 
     @property
     def uri(self) -> str:
+        if self.tls:
+            ca = f"&tls_ca_file={self.ca_file}" if self.ca_file is not None else ""
+            return f"cql://localhost:{self.port}/?tls=true{ca}"
         return f"cql://{self.host}:{self.port}"
 
     def ping(self, timeout: float = 2.0) -> bool:
         user = ("cassandra", "cassandra") if self.password_auth else (None, None)
-        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host)
+        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host, tls=self.tls)
+
+    def _keystore(self) -> tuple[Path, str] | None:
+        """The PKCS12 keystore and its password (made once, beside the certificate), or None without TLS."""
+        if not self.tls:
+            return None
+        import secrets
+
+        from dbsurge.embedded.certs import write_pkcs12
+
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        if self._server_cert is None:
+            assert self.ca_file is not None
+            if not self.ca_file.exists():
+                make_server_cert(make_ca(self.tls_dir, "dbsurge-embedded"), self.tls_dir, "server",
+                                 hosts=("localhost",), days=825)
+            cert, ca_file = ServerCert(self.tls_dir / "server.crt", self.tls_dir / "server.key"), self.ca_file
+        else:
+            cert, ca_file = self._server_cert, None
+        password = secrets.token_hex(16)  # the server's own: it is in its cassandra.yaml, nowhere else
+        return write_pkcs12(cert, self.tls_dir / "keystore.p12", password, ca_file=ca_file), password
 
     def _wait_ready(self, deadline: float) -> None:
         super()._wait_ready(max(deadline, time.monotonic() + self.start_timeout_s))
@@ -914,7 +942,7 @@ class EmbeddedCassandra(EmbeddedMongo):
         for attempt in range(3):
             storage_port = free_port()
             cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth,
-                                       address=self.host)
+                                       address=self.host, keystore=self._keystore())
             cmd = cassandra_jvm.jvm_command(java, lib, self.data_dir, self.heap)
             try:
                 self._launch(cmd, self.start_timeout_s, storage_port=storage_port)
