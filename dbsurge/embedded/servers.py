@@ -978,7 +978,7 @@ SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
 }
 USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all] [--tls]"
 #: The kinds that also run as a server taking TLS only (``--tls``), kept apart as ``<kind>-tls``.
-TLS_KINDS = ("postgres", "mongo")
+TLS_KINDS = ("postgres", "mongo", "cassandra")
 
 
 def embedded_home() -> Path:
@@ -1052,10 +1052,11 @@ def embedded_help() -> str:
         "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
         "  stop    stop a kept server (its data stays for the next start)",
         "  status  running, not answering or stopped, with the URI", "",
-        "--tls (postgres, mongo): a server of its own that takes TLS only, as the clouds' do: a certificate for",
-        "  localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&sslrootcert=...,",
-        "  tls=true&tlsCAFile=...), and for PostgreSQL hostssl rules only and a SCRAM-SHA-256 password kept in a",
-        "  passfile; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
+        "--tls (postgres, mongo, cassandra): a server of its own that takes TLS only, as the clouds' do: a",
+        "  certificate for localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&",
+        "  sslrootcert=..., tls=true&tlsCAFile=..., tls=true&tls_ca_file=...), for PostgreSQL hostssl rules only",
+        "  and a SCRAM-SHA-256 password kept in a passfile, for Cassandra client_encryption_options with",
+        "  optional: false; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
         "servers: postgres, mongo, dynamodb, cassandra or all (the default: start all starts the first three,",
         "stop all and status all include cassandra); $DBSURGE_HOME defaults to ~/.dbsurge", "",
         epilog("embedded"),
@@ -1072,7 +1073,7 @@ def embedded_main(argv: list[str]) -> int:
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
     if tls and (not rest or rest[0] not in TLS_KINDS):
-        raise UserError(f"--tls is for {' and '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
+        raise UserError(f"--tls is for {', '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
     # the TLS twins, in status and stop all only where one was started (the plain four are always listed)
     twins = [f"{k}-tls" for k in TLS_KINDS if f"{k}-tls" in _read_state() or (embedded_home() / f"{k}-tls").is_dir()]
     every = START_ALL if action == "start" else (*KINDS, *twins)
