@@ -51,7 +51,7 @@ import psutil
 from dbsurge.base.errors import TargetError, UserError
 from dbsurge.config.help_examples import epilog
 from dbsurge.embedded import cassandra_jvm
-from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert
+from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert, write_pkcs12
 from dbsurge.targets.cql import _driver
 
 if TYPE_CHECKING:
@@ -910,8 +910,6 @@ class EmbeddedCassandra(EmbeddedMongo):
         if not self.tls:
             return None
         import secrets
-
-        from dbsurge.embedded.certs import write_pkcs12
 
         self.tls_dir.mkdir(parents=True, exist_ok=True)
         if self._server_cert is None:
