@@ -184,6 +184,7 @@ def moto_url() -> Iterator[str]:
 #: several times what their step takes (docs/testing.md). Whole modules where every test times something:
 SERIAL_MODULES = {
     "test_cql_hosts",  # a Cassandra JVM of its own (one at a time) under a run at a rate
+    "test_cql_tls",  # a Cassandra JVM of its own with client encryption (one JVM at a time)
     "test_distributed",  # per-second counts after a share moves
     "test_exactly_once",  # database counts per second; masters that wait for --expect-workers
     # the database killed or restarted, workers killed, leaving or cut: beside another test (-n 2), a restarted
@@ -194,6 +195,7 @@ SERIAL_MODULES = {
 }
 #: ... and, by function name (every parametrization), the timing tests of mixed modules.
 SERIAL_TESTS = {
+    "test_readme_tls": {"test_the_readme_cassandra_twin_runs_as_written"},  # a Cassandra JVM (one at a time)
     "test_capacity_search": {  # a search to the machine's limit; the limit blamed on the generator or not (the
         "test_capacity_finds_a_rate_on_embedded_postgres",  # module's other tests run no engine: a fake step)
         "test_capacity_says_the_generator_was_the_limit",
@@ -242,6 +244,8 @@ CPU_BOUND = {
     "test_capacity_search": {"test_capacity_finds_a_rate_on_embedded_postgres", "test_capacity_says_the_generator_was_the_limit"},
     "test_cql_contract": "*",
     "test_cql_hosts": "*",
+    "test_cql_tls": "*",
+    "test_readme_tls": {"test_the_readme_cassandra_twin_runs_as_written"},
 }
 #: tests/suite.py: a file that appears when the rest of the suite has ended (unset: no such ordering, no waiting)
 _REST_DONE = os.environ.get("DBSURGE_TEST_SUITE_REST_DONE")

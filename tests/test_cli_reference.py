@@ -87,7 +87,7 @@ def test_help_and_readme_agree():
     known = run_help | _options_in(_help("load")) | _options_in(_help("scenario")) | _locust_flags()
     for name in ("spike", "idle", "cache", "rewarm", "longscan", "ycsb-load", "ycsb-run", "capacity", "longrun"):
         known |= _options_in(_help("scenario", name))
-    for args in (("rerun",), ("compare",), ("worker",), ("report",), ("cost",), ("collect",),
+    for args in (("rerun",), ("compare",), ("worker",), ("report",), ("cost",), ("collect",), ("embedded",),
                  *(("runners", verb) for verb in ("up", "status", "down", "verify"))):
         known |= _options_in(_help(*args))
     # shell lines for other tools (`aws secretsmanager create-secret --name ...`) are not dbsurge's

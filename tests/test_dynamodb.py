@@ -106,7 +106,12 @@ def test_classify_books_throttling_apart_from_server_errors() -> None:
     assert target.classify(_client_error("ThrottlingException")) == "throttled"
     assert target.classify(_client_error("ValidationException")) == "server:ValidationException"
     assert target.classify(_client_error("ResourceNotFoundException")) == "server:ResourceNotFoundException"
-    assert target.classify(_client_error("UnrecognizedClientException")) == "connect"
+    assert target.classify(_client_error("UnrecognizedClientException")) == "connect:UnrecognizedClientException"
+    # a server that answers in the XML form of AWS's query APIs: botocore's JSON parser sees the status as the code
+    xml = "<ErrorResponse><Errors><Error><Code>SignatureDoesNotMatch</Code></Error></Errors></ErrorResponse>"
+    refused = bce.ClientError({"Error": {"Code": "403", "Message": xml}, "ResponseMetadata": {"HTTPStatusCode": 403}},
+                              "GetItem")
+    assert target.classify(refused) == "connect:SignatureDoesNotMatch"
     assert target.classify(bce.EndpointConnectionError(endpoint_url="http://127.0.0.1:1")) == "connect"
     assert target.classify(bce.ConnectTimeoutError(endpoint_url="http://127.0.0.1:1")) == "connect"
     assert target.classify(bce.NoCredentialsError()) == "connect"

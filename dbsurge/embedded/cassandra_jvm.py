@@ -197,7 +197,7 @@ def jvm_command(java: str, lib: Path, run_dir: Path, heap: str = DEFAULT_HEAP) -
 
 
 def write_config(run_dir: Path, native_port: int, storage_port: int, *, password_auth: bool = False,
-                 address: str = "127.0.0.1") -> None:
+                 address: str = "127.0.0.1", keystore: tuple[Path, str] | None = None) -> None:
     """cassandra.yaml and logback.xml for one node on `address` (127.0.0.1 by default) with its data under `run_dir`.
 
     `address` is where both ports listen and what the node tells clients it is (system.local's rpc_address): the
@@ -206,6 +206,8 @@ def write_config(run_dir: Path, native_port: int, storage_port: int, *, password
     Sized for two cores and a 512 MiB heap: few request threads, one compactor, small memtables and caches.
     One token at 0: a single node owns the ring, and the start does not spend time allocating 16 of them.
     No automatic snapshots (a dropped or truncated table would be copied first), no hints (there is no other node).
+    `keystore` (a PKCS12 file and its password) turns on client-to-node encryption with ``optional: false``: the
+    native port takes TLS only, as the clouds' nodes do; no client certificate is asked for.
     """
     auth = ("authenticator: PasswordAuthenticator\nauthorizer: CassandraAuthorizer\nrole_manager: CassandraRoleManager\n"
             if password_auth else "authenticator: AllowAllAuthenticator\nauthorizer: AllowAllAuthorizer\n")
@@ -244,18 +246,38 @@ memtable_heap_space: 128MiB
 key_cache_size: 16MiB
 prepared_statements_cache_size: 8MiB
 """
+    if keystore is not None:
+        yaml += f"""client_encryption_options:
+  enabled: true
+  optional: false
+  keystore: {keystore[0]}
+  keystore_password: "{keystore[1]}"
+  store_type: PKCS12
+  require_client_auth: false
+  accepted_protocols: [TLSv1.2, TLSv1.3]
+"""
     (run_dir / "cassandra.yaml").write_text(yaml)
     (run_dir / "logback.xml").write_text(LOGBACK)
 
 
 def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: str | None = None,
-         host: str = "127.0.0.1") -> bool:
-    """True if the server on `host`:`port` answers ``SELECT release_version FROM system.local`` via the driver."""
+         host: str = "127.0.0.1", tls: bool = False) -> bool:
+    """True if the server on `host`:`port` answers ``SELECT release_version FROM system.local`` via the driver.
+
+    ``tls``: over TLS without verifying the certificate (readiness is not verification: the certificate may be
+    one a test made to be refused)."""
+    import ssl
+
     _driver()
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
 
-    kwargs = {"auth_provider": PlainTextAuthProvider(user, password or "")} if user else {}
+    kwargs: dict = {"auth_provider": PlainTextAuthProvider(user, password or "")} if user else {}
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        kwargs["ssl_context"] = context
     cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
                       **kwargs)
     try:

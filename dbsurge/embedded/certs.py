@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CertAuthority", "ServerCert", "make_ca", "make_server_cert"]
+__all__ = ["CertAuthority", "ServerCert", "make_ca", "make_server_cert", "write_pkcs12"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,26 @@ def make_server_cert(ca: CertAuthority, directory: Path, name: str = "server", *
         out.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption()))
     return ServerCert(cert_file=cert_file, key_file=key_file)
+
+
+def write_pkcs12(cert: ServerCert, path: Path, password: str, *, ca_file: Path | None = None) -> Path:
+    """`cert` and its key (and the CA of `ca_file`, for the chain) as a PKCS12 keystore at `path`, mode 0600.
+
+    What a Java server reads (Cassandra's ``keystore_type: PKCS12``). The keystore is encrypted with the legacy
+    PBE (SHA-1, 3DES) and a SHA-1 MAC, which every Java 11 and 17 reads; the password is the server's own.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    key = serialization.load_pem_private_key(Path(cert.key_file).read_bytes(), password=None)
+    leaf = x509.load_pem_x509_certificate(Path(cert.cert_file).read_bytes())
+    cas = [x509.load_pem_x509_certificate(Path(ca_file).read_bytes())] if ca_file else None
+    encryption = (serialization.PrivateFormat.PKCS12.encryption_builder().kdf_rounds(50000)
+                  .key_cert_algorithm(pkcs12.PBES.PBESv1SHA1And3KeyTripleDESCBC).hmac_hash(hashes.SHA1())
+                  .build(password.encode()))
+    data = pkcs12.serialize_key_and_certificates(b"server", key, leaf, cas, encryption)  # type: ignore[arg-type]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    return Path(path)

@@ -51,7 +51,7 @@ import psutil
 from dbsurge.base.errors import TargetError, UserError
 from dbsurge.config.help_examples import epilog
 from dbsurge.embedded import cassandra_jvm
-from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert
+from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert, write_pkcs12
 from dbsurge.targets.cql import _driver
 
 if TYPE_CHECKING:
@@ -761,8 +761,10 @@ class EmbeddedDynamo(EmbeddedMongo):
     Layout of `data_dir`: `dynamodb.log` and `dynamodb.pid` (pid, port, start time). moto keeps its
     tables in memory: they go when the server stops (a restart starts empty, unlike the other two).
     `throttle_rate` (requests per second) turns on the server's rate limit, which answers
-    ProvisionedThroughputExceededException beyond it (`dbsurge.embedded.dynamodb_server`). Its process handling
-    (pid file with start time, SIGTERM, port retry) is the secantus server's, hence the base class.
+    ProvisionedThroughputExceededException beyond it (`dbsurge.embedded.dynamodb_server`). ``auth=True`` makes it
+    check every request's SigV4 signature against moto's IAM users, as Amazon does: the one user's access key,
+    made at each start, is in `credentials_file` (an AWS shared credentials file; `credentials` reads it). Its
+    process handling (pid file with start time, SIGTERM, port retry) is the secantus server's, hence the base class.
     """
 
     kind = "dynamodb"
@@ -770,11 +772,25 @@ class EmbeddedDynamo(EmbeddedMongo):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, delete_on_stop: bool = False, host: str = "127.0.0.1",
-        throttle_rate: float | None = None, throttle_burst: float | None = None,
+        throttle_rate: float | None = None, throttle_burst: float | None = None, auth: bool = False,
     ) -> None:
         self.throttle_rate = throttle_rate
         self.throttle_burst = throttle_burst
+        self.auth = auth
         super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
+
+    @property
+    def credentials_file(self) -> Path:
+        """The AWS shared credentials file with the access key of an ``auth=True`` server (profile ``default``)."""
+        return self.data_dir / "credentials"
+
+    def credentials(self) -> tuple[str, str]:
+        """The access key id and secret access key an ``auth=True`` server checks signatures with."""
+        import configparser
+
+        parser = configparser.ConfigParser()
+        parser.read(self.credentials_file)
+        return parser["default"]["aws_access_key_id"], parser["default"]["aws_secret_access_key"]
 
     @property
     def uri(self) -> str:
@@ -784,12 +800,18 @@ class EmbeddedDynamo(EmbeddedMongo):
         import urllib.error
         import urllib.request
 
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/", data=b"{}", method="POST",
-            headers={"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
-                     # moto routes a request by the service in its credential scope; it checks no signature
-                     "Authorization": "AWS4-HMAC-SHA256 Credential=dbsurge/20260101/us-east-1/dynamodb/aws4_request, "
-                                      "SignedHeaders=host, Signature=0"})
+        url = f"http://127.0.0.1:{self.port}/"
+        headers = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
+                   # moto routes a request by the service in its credential scope; without auth it checks no signature
+                   "Authorization": "AWS4-HMAC-SHA256 Credential=dbsurge/20260101/us-east-1/dynamodb/aws4_request, "
+                                    "SignedHeaders=host, Signature=0"}
+        if self.auth:
+            # ready is: the key is written and the server takes a request it signs (authentication already on)
+            try:
+                headers = _sigv4_headers(url, b"{}", headers, *self.credentials())
+            except (OSError, KeyError):
+                return False
+        request = urllib.request.Request(url, data=b"{}", method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 return answer.status == 200 and b"TableNames" in answer.read()
@@ -809,6 +831,8 @@ class EmbeddedDynamo(EmbeddedMongo):
                 cmd += ["--throttle-rate", str(self.throttle_rate)]
             if self.throttle_burst:
                 cmd += ["--throttle-burst", str(self.throttle_burst)]
+            if self.auth:
+                cmd += ["--credentials-file", str(self.credentials_file)]
             try:
                 self._launch(cmd, START_TIMEOUT_S)
                 return
@@ -825,6 +849,18 @@ class EmbeddedDynamo(EmbeddedMongo):
             return json.loads(answer.read())
 
 
+def _sigv4_headers(url: str, body: bytes, headers: dict[str, str], key_id: str, secret: str) -> dict[str, str]:
+    """`headers` with botocore's SigV4 signature of a DynamoDB POST of `body` to `url` (us-east-1)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    unsigned = {k: v for k, v in headers.items() if k != "Authorization"}
+    request = AWSRequest(method="POST", url=url, data=body, headers=unsigned)
+    SigV4Auth(Credentials(key_id, secret), "dynamodb", "us-east-1").add_auth(request)
+    return dict(request.headers.items())
+
+
 class EmbeddedCassandra(EmbeddedMongo):
     """Apache Cassandra 5.0 on 127.0.0.1:`port` (CQL), its own JVM on Java 17; see `dbsurge.embedded.cassandra_jvm`.
 
@@ -837,6 +873,11 @@ class EmbeddedCassandra(EmbeddedMongo):
     cannot listen on 0.0.0.0). Its process handling (pid file with start mark, port retry) is the secantus
     server's, hence the base class; its stop is a JVM's: SIGTERM runs Cassandra's shutdown hook (a drain), and a
     server that is thrown away with its data is killed at once.
+
+    ``tls=True`` turns on client-to-node encryption with ``optional: false`` (its native port takes TLS only, as the
+    clouds' nodes do): a certificate for ``localhost`` signed by a CA of its own (`ca_file`, made once in `tls_dir`;
+    ``server_cert`` replaces it) in a PKCS12 keystore. `uri` then names ``localhost`` with ``tls=true`` and
+    ``tls_ca_file``.
     """
 
     kind = "cassandra"
@@ -845,21 +886,42 @@ class EmbeddedCassandra(EmbeddedMongo):
 
     def __init__(
         self, data_dir: Path, port: int | None = None, *, heap: str | None = None, delete_on_stop: bool = False,
-        password_auth: bool = False, host: str = "127.0.0.1",
+        password_auth: bool = False, host: str = "127.0.0.1", tls: bool = False, server_cert: ServerCert | None = None,
     ) -> None:
         self.heap = heap or cassandra_jvm.default_heap()
         cassandra_jvm.heap_mb(self.heap)  # a bad size fails before anything starts
         self.password_auth = password_auth
         self._check_host = host
-        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host)
+        super().__init__(data_dir, port, delete_on_stop=delete_on_stop, host=host, tls=tls, server_cert=server_cert)
 
     @property
     def uri(self) -> str:
+        if self.tls:
+            ca = f"&tls_ca_file={self.ca_file}" if self.ca_file is not None else ""
+            return f"cql://localhost:{self.port}/?tls=true{ca}"
         return f"cql://{self.host}:{self.port}"
 
     def ping(self, timeout: float = 2.0) -> bool:
         user = ("cassandra", "cassandra") if self.password_auth else (None, None)
-        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host)
+        return cassandra_jvm.ping(self.port, timeout, user=user[0], password=user[1], host=self.host, tls=self.tls)
+
+    def _keystore(self) -> tuple[Path, str] | None:
+        """The PKCS12 keystore and its password (made once, beside the certificate), or None without TLS."""
+        if not self.tls:
+            return None
+        import secrets
+
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        if self._server_cert is None:
+            assert self.ca_file is not None
+            if not self.ca_file.exists():
+                make_server_cert(make_ca(self.tls_dir, "dbsurge-embedded"), self.tls_dir, "server",
+                                 hosts=("localhost",), days=825)
+            cert, ca_file = ServerCert(self.tls_dir / "server.crt", self.tls_dir / "server.key"), self.ca_file
+        else:
+            cert, ca_file = self._server_cert, None
+        password = secrets.token_hex(16)  # the server's own: it is in its cassandra.yaml, nowhere else
+        return write_pkcs12(cert, self.tls_dir / "keystore.p12", password, ca_file=ca_file), password
 
     def _wait_ready(self, deadline: float) -> None:
         super()._wait_ready(max(deadline, time.monotonic() + self.start_timeout_s))
@@ -878,7 +940,7 @@ class EmbeddedCassandra(EmbeddedMongo):
         for attempt in range(3):
             storage_port = free_port()
             cassandra_jvm.write_config(self.data_dir, self.port, storage_port, password_auth=self.password_auth,
-                                       address=self.host)
+                                       address=self.host, keystore=self._keystore())
             cmd = cassandra_jvm.jvm_command(java, lib, self.data_dir, self.heap)
             try:
                 self._launch(cmd, self.start_timeout_s, storage_port=storage_port)
@@ -914,7 +976,7 @@ SERVER_CLASSES: dict[str, type[EmbeddedPostgres | EmbeddedMongo]] = {
 }
 USAGE = "usage: dbsurge embedded start|stop|status [postgres|mongo|dynamodb|cassandra|all] [--tls]"
 #: The kinds that also run as a server taking TLS only (``--tls``), kept apart as ``<kind>-tls``.
-TLS_KINDS = ("postgres", "mongo")
+TLS_KINDS = ("postgres", "mongo", "cassandra")
 
 
 def embedded_home() -> Path:
@@ -988,10 +1050,11 @@ def embedded_help() -> str:
         "  start   start and keep a server (its URI on stdout); its data stays in $DBSURGE_HOME/embedded/<kind>/",
         "  stop    stop a kept server (its data stays for the next start)",
         "  status  running, not answering or stopped, with the URI", "",
-        "--tls (postgres, mongo): a server of its own that takes TLS only, as the clouds' do: a certificate for",
-        "  localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&sslrootcert=...,",
-        "  tls=true&tlsCAFile=...), and for PostgreSQL hostssl rules only and a SCRAM-SHA-256 password kept in a",
-        "  passfile; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
+        "--tls (postgres, mongo, cassandra): a server of its own that takes TLS only, as the clouds' do: a",
+        "  certificate for localhost signed by a CA made for it (the URI names the CA file: sslmode=verify-full&",
+        "  sslrootcert=..., tls=true&tlsCAFile=..., tls=true&tls_ca_file=...), for PostgreSQL hostssl rules only",
+        "  and a SCRAM-SHA-256 password kept in a passfile, for Cassandra client_encryption_options with",
+        "  optional: false; PostgreSQL --tls needs one built with OpenSSL (Debian's postgresql package)", "",
         "servers: postgres, mongo, dynamodb, cassandra or all (the default: start all starts the first three,",
         "stop all and status all include cassandra); $DBSURGE_HOME defaults to ~/.dbsurge", "",
         epilog("embedded"),
@@ -1008,7 +1071,7 @@ def embedded_main(argv: list[str]) -> int:
     if action not in ("start", "stop", "status") or len(rest) > 1 or (rest and rest[0] not in (*KINDS, "all")):
         raise UserError(f"bad arguments {' '.join(argv)!r}; {USAGE}")
     if tls and (not rest or rest[0] not in TLS_KINDS):
-        raise UserError(f"--tls is for {' and '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
+        raise UserError(f"--tls is for {', '.join(TLS_KINDS)}: dbsurge embedded {action} postgres --tls")
     # the TLS twins, in status and stop all only where one was started (the plain four are always listed)
     twins = [f"{k}-tls" for k in TLS_KINDS if f"{k}-tls" in _read_state() or (embedded_home() / f"{k}-tls").is_dir()]
     every = START_ALL if action == "start" else (*KINDS, *twins)

@@ -25,7 +25,7 @@ import ssl
 import sys
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dbsurge.base.errors import TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_secrets
@@ -186,6 +186,9 @@ class CqlTarget(Target):
         self.display = clip(redact_uri(uri), DISPLAY_LIMIT)
         options = {k: str(v) for k, v in (options or {}).items()}
         check_options(self.kind, options, KNOWN_OPTIONS)
+        # Options may also come in the query string (cql://host/ks?tls=true&tls_ca_file=...); the options win.
+        options = {**dict(parse_qsl(urlsplit(uri).query)), **options}
+        check_options(self.kind, options, KNOWN_OPTIONS)
         self._secrets = uri_secrets(uri)
         for secret in self._secrets:
             register_secret(secret)
@@ -252,6 +255,7 @@ class CqlTarget(Target):
         if self.tls:
             context = ssl.create_default_context(cafile=self.tls_ca_file)
             kwargs["ssl_context"] = context
+            kwargs.update(named_endpoints(self.hosts, self.port))
         return kwargs
 
     def prepared(self, driver_session: Any, cql: str) -> Any:
@@ -429,9 +433,37 @@ class CqlTarget(Target):
             first = next(iter(errors.values()), None)
             if first is not None and "Authentication" in type(first).__name__:
                 return "authentication failed (wrong user name or password)"
-            why = f": {one_line(str(first), 120)}" if first is not None else ""
-            return f"no host reachable at {', '.join(self.hosts)} port {self.port}{why}"
+            text = str(first) if first is not None else ""
+            where = f"{', '.join(self.hosts)} port {self.port}"
+            if any(s in text.lower() for s in ("ssl", "tls", "certificate")):
+                return f"TLS error talking to {where}: {self._tls_cause(text)}"
+            if not self.tls and first is not None and self._speaks_tls():
+                return (f"the node at {where} takes TLS only (client_encryption_options, optional: false) and this "
+                        f"connection had TLS off: pass tls=true and tls_ca_file=CA_FILE")
+            why = f": {one_line(text, 120)}" if first is not None else ""
+            return f"no host reachable at {where}{why}"
         return redact_text(f"{name}: {one_line(str(exc), 160)}", self._secrets)
+
+    def _tls_cause(self, text: str) -> str:
+        """A failed handshake's cause in words (another CA, a host name the certificate does not carry, expired),
+        then OpenSSL's reason without its source line."""
+        detail = re.sub(r" \(_ssl\.c:\d+\)", "", one_line(text, 400)).rstrip(".")
+        detail = detail.rsplit("certificate verify failed: ", 1)[-1]
+        low = detail.lower()
+        ca = f"tls_ca_file={self.tls_ca_file}" if self.tls_ca_file else "the system's trust store"
+        if "has expired" in low:
+            return f"the server's certificate has expired ({detail})"
+        if "mismatch" in low or "not valid for" in low:
+            return f"the server's certificate does not name the host it was reached by ({detail})"
+        if "local issuer" in low or "self-signed" in low or "self signed" in low:
+            return f"the server's certificate is not signed by a CA in {ca} ({detail})"
+        return one_line(detail, 160)
+
+    def _speaks_tls(self) -> bool:
+        """True when the first host completes a TLS handshake (not verified): the node wants TLS, the client had none."""
+        version, _, _ = negotiation.probe_tls(self.hosts[0], self.port, ca_file=None, verify=False,
+                                              check_host_name=False, timeout_s=3.0)
+        return version is not None
 
     def describe(self) -> dict[str, Any]:
         """Secret-free settings for run.json."""
@@ -447,6 +479,69 @@ class CqlTarget(Target):
                 "server_release": self.server.get("release_version"),
                 "negotiated_protocol_version": self.server.get("protocol_version"),
                 "shard_aware": self.server.get("shard_aware")}
+
+
+def named_endpoints(hosts: tuple[str, ...], port: int) -> dict[str, Any]:
+    """``contact_points`` and ``endpoint_factory`` for the driver's ``Cluster`` that verify each node's certificate
+    against the name the URI gave for it.
+
+    The driver resolves a contact point's name to addresses and, with a context that checks host names, checks
+    the certificate against the address (its ``DefaultEndPoint``); the nodes it finds in ``system.peers`` and
+    ``system.local`` are addresses too. A certificate for ``localhost`` then fails at ``cql://localhost``, and one
+    that names only 127.0.0.1 passes at any name. Here a contact point given by name is an endpoint at each of its
+    addresses that asks for that name (``server_hostname``), and so is a node the driver finds at one of them; a
+    node given by address, or found at an address no name resolved to, is checked against its address.
+    """
+    import socket
+
+    from cassandra.connection import DefaultEndPoint, DefaultEndPointFactory
+
+    class NamedEndPoint(DefaultEndPoint):
+        """An address whose certificate must name `name` (the driver puts ``ssl_options`` into wrap_socket)."""
+
+        def __init__(self, name: str, address: str, port: int = DEFAULT_PORT) -> None:
+            super().__init__(address, port)
+            self.name = name
+
+        @property
+        def ssl_options(self) -> dict[str, str]:
+            return {"server_hostname": self.name}
+
+    class NamedEndPointFactory(DefaultEndPointFactory):
+        def __init__(self, names: dict[str, str], port: int) -> None:
+            super().__init__(port=port)
+            self.names = names
+
+        def create(self, row: Any) -> Any:
+            endpoint = super().create(row)
+            name = self.names.get(endpoint.address)
+            return NamedEndPoint(name, endpoint.address, endpoint.port) if name else endpoint
+
+    names: dict[str, str] = {}
+    points: list[Any] = []
+    for host in hosts:
+        if _is_address(host):
+            points.append(host)
+            continue
+        try:
+            addresses = sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+        except OSError:
+            points.append(host)  # the driver says it cannot resolve it
+            continue
+        for address in addresses:
+            names.setdefault(address, host)
+            points.append(NamedEndPoint(host, address, port))
+    return {"contact_points": points, "endpoint_factory": NamedEndPointFactory(names, port)}
+
+
+def _is_address(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        return False
 
 
 def _uri_keyspace(uri: str, options: dict[str, str], display: str) -> str | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,11 +74,31 @@ KNOWN_OPTIONS = frozenset(
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded", "Throttling"}
 )
-#: Codes of a request the server could not authenticate: the session cannot work at all (``connect``).
-AUTH_CODES = frozenset(
-    {"UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException",
-     "IncompleteSignatureException", "ExpiredTokenException", "InvalidClientTokenId"}
-)
+#: Codes of a request the server could not authenticate, and what each says of the credentials: the check ends
+#: the run in one line with it; an operation refused so mid-run (a key deleted or expired) fails as
+#: ``connect:<code>``, the ledger's kind of a server that refused the connection for a reason of its own.
+#: DynamoDB and Alternator answer the first five; the IAM forms (``SignatureDoesNotMatch``, ``InvalidClientTokenId``)
+#: come from servers that answer as AWS's query APIs do.
+AUTH_CODES: dict[str, str] = {
+    "InvalidSignatureException": "the signature does not match (wrong secret key?)",
+    "SignatureDoesNotMatch": "the signature does not match (wrong secret key?)",
+    "UnrecognizedClientException": "the access key id is not one the server knows (wrong access key id, a deleted "
+                                   "key, or another account's?)",
+    "InvalidClientTokenId": "the access key id is not one the server knows (wrong access key id, a deleted key, or "
+                            "another account's?)",
+    "ExpiredTokenException": "the session token has expired (get new temporary credentials)",
+    "MissingAuthenticationTokenException": "the request carried no signature",
+    "IncompleteSignatureException": "the signature is incomplete",
+}
+#: Where boto3 found the credentials (its provider's ``method``), for the line that says they were refused.
+CREDENTIAL_SOURCES = {
+    "env": "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in the environment",
+    "shared-credentials-file": "the shared credentials file",
+    "config-file": "the AWS config file",
+    "assume-role": "a role assumed from the AWS config file",
+    "sso": "AWS SSO",
+    "custom-process": "the profile's credential_process",
+}
 
 DEFAULT_REGION = "us-east-1"  # what the non-Amazon endpoints get when nothing names one; they ignore it
 DEFAULT_ALTERNATOR_PORT = 8000
@@ -231,6 +252,8 @@ class DynamoTarget(Target):
                               f"letters, digits, '_', '-' and '.' only")
         self._client_factory = client_factory
         self._boto_session: Any = None
+        #: True once a client signs with `PLACEHOLDER_KEY` (boto3 found no credentials for a local endpoint)
+        self.placeholder_credentials = False
 
     # ---- clients --------------------------------------------------------------------------------
 
@@ -251,6 +274,7 @@ class DynamoTarget(Target):
         credentials: dict[str, str] = {}
         if not self.amazon and _local_credentials(session) is None:
             credentials = {"aws_access_key_id": PLACEHOLDER_KEY, "aws_secret_access_key": PLACEHOLDER_KEY}
+            self.placeholder_credentials = True
         config = Config(
             connect_timeout=connect_timeout_s or self.connect_timeout_s,
             read_timeout=read_timeout_s or self.op_timeout_s,
@@ -320,7 +344,8 @@ class DynamoTarget(Target):
 
         ``throttled``: still throttled after the session's retries (`ThrottledError`, or a throttling code
         that reached here another way); ``connect``: the endpoint refused or could not be reached, a connect
-        timeout, no credentials, or a request the server could not authenticate; ``timeout``: no answer within
+        timeout, no credentials; ``connect:<code>``: a request the server could not authenticate
+        (``connect:UnrecognizedClientException`` for a key deleted mid-run, `AUTH_CODES`); ``timeout``: no answer within
         ``op_timeout`` (botocore's read timeout); ``disconnect``: the connection closed midway;
         ``server:<code>``: any other error code the server answered (``server:ValidationException``,
         ``server:ResourceNotFoundException``...); ``other``: the rest (a ``LookupError`` from the workload for
@@ -338,7 +363,7 @@ class DynamoTarget(Target):
             if code in THROTTLING_CODES:
                 return "throttled"
             if code in AUTH_CODES:
-                return "connect"
+                return f"connect:{code}"
             return f"server:{code}" if code else "other"
         if isinstance(exc, bce.ReadTimeoutError):
             return "timeout"
@@ -389,8 +414,18 @@ def _botocore_ca_bundle() -> str | None:
 
 
 def error_code(exc: BaseException) -> str:
-    """The error code of a botocore ``ClientError`` ("" if it has none)."""
-    return str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code") or "")
+    """The error code of a botocore ``ClientError`` ("" if it has none).
+
+    A server that answers a DynamoDB request in the XML form of AWS's query APIs (moto's IAM check does) gives
+    botocore's JSON parser no code but the HTTP status ("403"); the ``<Code>`` of its body is the code then.
+    """
+    error = (getattr(exc, "response", None) or {}).get("Error", {})
+    code = str(error.get("Code") or "")
+    if code.isdigit():
+        found = re.search(r"<Code>([A-Za-z.]+)</Code>", str(error.get("Message") or ""))
+        if found:
+            return found.group(1)
+    return code
 
 
 def error_message(exc: BaseException) -> str:
@@ -406,11 +441,12 @@ def explain_dynamo_error(exc: BaseException, target: DynamoTarget) -> str:
     if isinstance(exc, bce.NoCredentialsError):
         return "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or use a role"
     if isinstance(exc, bce.ProfileNotFound):
-        return f"AWS profile {target.profile!r} not found in the AWS config files"
+        profile = (getattr(exc, "kwargs", None) or {}).get("profile") or target.profile  # AWS_PROFILE's too
+        return f"AWS profile {profile!r} not found in the AWS config files"
     if isinstance(exc, bce.ClientError):
         code = error_code(exc)
         if code in AUTH_CODES:
-            return f"authentication failed ({code}): check the AWS credentials and the region"
+            return _refused_credentials(code, target)
         return f"ListTables failed: {code}: {error_message(exc)}"
     if isinstance(exc, bce.ConnectTimeoutError):
         return f"timeout: {where} did not accept a connection within {target.connect_timeout_s:g}s"
@@ -421,6 +457,20 @@ def explain_dynamo_error(exc: BaseException, target: DynamoTarget) -> str:
     if isinstance(exc, bce.ReadTimeoutError):
         return f"timeout: {where} did not answer ListTables in time"
     return f"{type(exc).__name__}: {one_line(str(exc), 160)}"
+
+
+def _refused_credentials(code: str, target: DynamoTarget) -> str:
+    """The line for credentials the server refused with `code`: why, and where boto3 found them."""
+    if target.placeholder_credentials:
+        return (f"the server checks AWS credentials ({code}) and none were found: set AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment")
+    source = ""
+    try:
+        method = target._boto_session.get_credentials().method  # cached by the session: no new lookup
+        source = f"; they came from {CREDENTIAL_SOURCES.get(method, method)}"
+    except Exception:  # noqa: BLE001, S110 - only for the message
+        pass
+    return f"the AWS credentials were refused: {AUTH_CODES[code]} ({code}{source})"
 
 
 def _choose_flavor(scheme: str, option: str | None) -> str:
