@@ -43,6 +43,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
 
+from dbsurge.base.backoff import Backoff
 from dbsurge.base.errors import TargetError, clip
 from dbsurge.base.redact import (
     install_log_redaction,
@@ -314,8 +315,7 @@ class PostgresSession(Session):
         self.retries = 0
         self.reconnects = 0
         self._max_attempts = target.retry_attempts
-        self._base_s = target.retry_base_ms / 1000.0
-        self._cap_s = target.retry_cap_ms / 1000.0
+        self._backoff = Backoff(target.retry_base_ms / 1000.0, target.retry_cap_ms / 1000.0)
         self._recycle_at = float("inf")
         self._deadline = OperationDeadline(self, target.op_timeout_s)
         self._conn: psycopg.Connection[Any] = self._open()
@@ -414,9 +414,9 @@ class PostgresSession(Session):
     def run_transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn(conn)`` inside one transaction and return its result.
 
-        On SQLSTATE 40001 the whole transaction is rolled back and run again after a backoff of
-        ``uniform(0, min(cap, base * 2**n))`` ("full jitter"), up to ``retry_attempts`` runs in all; each
-        rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
+        On SQLSTATE 40001 the whole transaction is rolled back and run again after the backoff of
+        `dbsurge.base.backoff` (``uniform(0, min(cap, base * 2**n))``, "full jitter", ``retry_base_ms`` and
+        ``retry_cap_ms``), up to ``retry_attempts`` runs in all; each rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
         (savepoints), which DSQL does not support.
         """
         deadline = self._deadline
@@ -433,7 +433,7 @@ class PostgresSession(Session):
                 except SerializationFailure:
                     if attempt >= self._max_attempts:
                         raise
-                    delay = random.uniform(0.0, min(self._cap_s, self._base_s * (1 << (attempt - 1))))
+                    delay = self._backoff.delay(attempt - 1)
                     attempt += 1
                     self.retries += 1
                     time.sleep(delay)  # looked up at call time: gevent's patched sleep under Locust
