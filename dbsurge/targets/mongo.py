@@ -42,6 +42,7 @@ from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_se
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,
+    OFF_WORDS,
     Session,
     Target,
     check_ca_file,
@@ -194,7 +195,7 @@ class MongoTarget(Target):
             options, "socket_timeout_ms", _uri_ms(uri_options, "sockettimeoutms", op_timeout_ms), minimum=1
         )
         raw_timeout = str(options.get("timeout_ms", "")).strip().lower()
-        self.timeout_ms = None if raw_timeout in ("none", "off", "0") else option_int(
+        self.timeout_ms = None if raw_timeout in OFF_WORDS else option_int(
             options, "timeout_ms", _uri_ms(uri_options, "timeoutms", op_timeout_ms), minimum=1
         )
         self.wait_queue_timeout_ms = option_int(
