@@ -199,6 +199,22 @@ def test_a_late_import_defers_a_third_party_library():
     assert needless == []
 
 
+def test_no_part_imports_another_part_s_private_name():
+    """A name with a leading underscore is its module's own; what another part uses has a public name (the CQL
+    driver's loader, the histogram's bucket values, the weight's number pattern were private and imported)."""
+    private = []
+    for module in sorted(MODULES):
+        for node in ast.walk(_tree(module)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _resolve(module, node)
+            if source not in MODULES or _part_of(source) == _part_of(module):
+                continue
+            private += [f"{module} <- {source}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert private == []
+
+
 def _all_imports(prefix: str) -> dict[str, set[str]]:
     return {m: _imports(m, top_level_only=False) for m in MODULES if m == prefix or m.startswith(prefix + ".")}
 

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from dbsurge.base.errors import UserError
-from dbsurge.targets.cql import _driver
+from dbsurge.targets.cql import load_driver
 
 #: The Cassandra release embedded-cassandra runs (DBSURGE_CASSANDRA_VERSION picks another from Maven Central).
 CASSANDRA_VERSION = "5.0.6"
@@ -251,7 +251,7 @@ prepared_statements_cache_size: 8MiB
 def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: str | None = None,
          host: str = "127.0.0.1") -> bool:
     """True if the server on `host`:`port` answers ``SELECT release_version FROM system.local`` via the driver."""
-    _driver()
+    load_driver()
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
 

@@ -45,7 +45,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from dbsurge.base.errors import UserError
 from dbsurge.measure.cells import NOT_SENT_REASONS, UNKNOWN_REASONS
-from dbsurge.measure.histogram import COUNTS_LEN, _value_from_index, decode_sparse
+from dbsurge.measure.histogram import COUNTS_LEN, decode_sparse, value_from_index
 
 #: Seconds the endpoint stays up after the run (``--prometheus-grace``): one scrape interval of most setups.
 DEFAULT_GRACE_S = 15.0
@@ -59,7 +59,7 @@ BUCKETS_S: tuple[float, ...] = (
 )
 _BOUNDS_US = np.array([round(b * 1e6) for b in BUCKETS_S], dtype=np.int64)
 # HdrHistogram counts index -> Prometheus bucket (len(BUCKETS_S) is +Inf)
-_INDEX_BUCKET = np.searchsorted(_BOUNDS_US, _value_from_index(np.arange(COUNTS_LEN)), side="left")
+_INDEX_BUCKET = np.searchsorted(_BOUNDS_US, value_from_index(np.arange(COUNTS_LEN)), side="left")
 
 #: The four latency histograms of a wire cell (`Cell.add_wire`'s order) and their metric names.
 HISTOGRAMS: tuple[tuple[int, str, str], ...] = (
