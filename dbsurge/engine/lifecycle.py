@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import gevent
+import psutil  # Locust's own dependency
 
 from dbsurge.base.versions import versions
 from dbsurge.config.option_names import config_files_in_use
@@ -178,8 +179,6 @@ def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
     process of the host (1.1 ms among 109 processes, 2.8 ms for the whole sample on a loaded 2-core
     machine), so ``pause()`` (a `Breather`) lets a local run's users run between the pieces.
     """
-    import psutil  # Locust's own dependency
-
     try:
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]

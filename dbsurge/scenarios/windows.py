@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
 from dbsurge.base.errors import UserError
 from dbsurge.measure.histogram import COUNTS_LEN, highest_equivalent_of, percentile_rank
@@ -93,8 +94,6 @@ def max_us(counts: np.ndarray) -> int:
 
 def decode_counts(encoded: str) -> np.ndarray:
     """One line's histogram as int64 counts in the engine's layout (`dbsurge.measure.histogram`)."""
-    from hdrh.histogram import HdrHistogram
-
     h = HdrHistogram.decode(encoded)
     counts = np.ctypeslib.as_array(h.counts, shape=(h.counts_len,)).astype(np.int64)
     if counts.size != COUNTS_LEN:

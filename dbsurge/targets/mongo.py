@@ -36,6 +36,7 @@ from pymongo.errors import (
     WaitQueueTimeoutError,
     WTimeoutError,
 )
+from pymongo.uri_parser import parse_uri
 
 from dbsurge.base.errors import TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_secrets
@@ -57,6 +58,11 @@ from dbsurge.targets import (
     option_op_timeout,
     register_binding,
 )
+
+try:  # the SRV-free part of parse_uri: it checks a mongodb+srv:// URI without a DNS lookup (pymongo 4.12+)
+    from pymongo.uri_parser_shared import _validate_uri
+except ImportError:  # pragma: no cover - an older pymongo: such a URI is refused in one line
+    _validate_uri = None
 
 KNOWN_OPTIONS = frozenset(
     {
@@ -231,11 +237,9 @@ class MongoTarget(Target):
         """Parse and validate the URI without network (no SRV lookup)."""
         try:
             if uri.lower().startswith("mongodb+srv://"):
-                from pymongo.uri_parser_shared import _validate_uri  # the SRV-free part of parse_uri
-
+                if _validate_uri is None:
+                    raise ImportError("this pymongo has no SRV-free URI parser (pymongo.uri_parser_shared, 4.12+)")
                 return _validate_uri(uri)
-            from pymongo.uri_parser import parse_uri
-
             return parse_uri(uri)
         except FileNotFoundError:
             raise TargetError(f"target {self.display}: missing CA file named by tlsCAFile in the URI") from None

@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from dbsurge.base.errors import UserError
@@ -283,7 +283,6 @@ class PrometheusExporter:
     def serve(self, host: str, port: int) -> None:
         """Listen on host:port (gevent's WSGI server: the master is a gevent process); UserError if it cannot."""
         from gevent.pywsgi import WSGIServer
-        from prometheus_client import make_wsgi_app
 
         server = WSGIServer((host, port), make_wsgi_app(self.registry), log=None, error_log=None)
         try:
@@ -327,8 +326,6 @@ def start_exporter(run: Any) -> PrometheusExporter | None:
 
 def scrape_text(exporter: PrometheusExporter) -> str:
     """The exposition text of the exporter's registry (tests, debugging)."""
-    from prometheus_client import generate_latest
-
     return generate_latest(exporter.registry).decode()
 
 
