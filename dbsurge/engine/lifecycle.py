@@ -31,6 +31,7 @@ from dbsurge.measure.aggregator import Aggregator
 from dbsurge.plan.stage_plan import Schedule, StagePlan, parse_duration
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
 from dbsurge.rundir.schema import METRICS
+from dbsurge.rundir.writer import jsonable
 
 log = logging.getLogger("dbsurge")
 
@@ -70,7 +71,7 @@ def begin_run(run: DbSurgeRun) -> None:
         seed=opts.seed, max_lag=opts.max_lag, role=run.role, workers=run.workers_at_start(),
         cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
         versions=versions(), config_files=config_files_in_use(getattr(opts, "config", None)),
-        options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
+        options=jsonable({k: v for k, v in vars(opts).items() if k != "target"}),
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
     for cid, why in (run.membership.refused.items() if run.membership else []):
@@ -159,10 +160,6 @@ def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
         st["start_utc"] = utc_iso(start_s + st["start_s"])
         st["end_utc"] = utc_iso(start_s + st["start_s"] + st["duration_s"]) if st["duration_s"] else None
     return d
-
-
-def _jsonable(v) -> bool:
-    return v is None or isinstance(v, (str, int, float, bool, list))
 
 
 #: Seconds between two ``resources`` events (`_sample_resources`): a 12-hour run gets 720 lines.

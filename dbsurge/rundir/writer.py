@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from dbsurge.base.errors import EXIT_INCOMPLETE
 from dbsurge.base.json_input import load_json
@@ -66,6 +67,19 @@ def redact_obj(obj):
     if isinstance(obj, str) and "://" in obj:
         return redact_uri(obj)
     return obj
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as what run.json can hold: dicts (their keys as text), lists (tuples too), text, numbers, booleans and
+    None as they are, anything else as its text. The one conversion for an engine run's options and a scenario's
+    options, settings and results: a value nobody converted would otherwise be dropped by one and kept by the other."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
 
 
 def _json_text(meta: dict) -> str:
