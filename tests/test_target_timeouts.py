@@ -22,12 +22,11 @@ from ledger_checks import ledger
 from pymongo.errors import DuplicateKeyError
 from runs import dbsurge, explain, only_run_dir
 
-from dbsurge.base.errors import PlanError, TargetError
+from dbsurge.base.errors import OperationTimeout, PlanError, TargetError
 from dbsurge.base.redact import register_secret
 from dbsurge.embedded.servers import free_port
 from dbsurge.plan.stage_plan import parse_duration
 from dbsurge.targets import OFF_WORDS, ConnectError, describe_failure, open_target, read_op_timeout
-from dbsurge.targets.postgres import OperationTimeout
 
 
 def _fails(fn, *args):

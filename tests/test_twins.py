@@ -24,7 +24,7 @@ def _definitions(name: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("name", ["jsonable"])
+@pytest.mark.parametrize("name", ["jsonable", "OperationTimeout"])
 def test_defined_once(name):
     assert len(_definitions(name)) == 1, _definitions(name)
 
@@ -36,3 +36,17 @@ def test_jsonable_keeps_what_json_holds_and_gives_the_rest_as_text():
     out = jsonable(value)
     assert out == {"a": [1, 2.5, None, True], "3": {"p": "/tmp/x"}, "s": "{'only'}", "t": "text"}
     assert json.loads(json.dumps(out)) == out
+
+
+def test_one_operation_timeout_says_whether_its_connection_can_be_trusted():
+    """load/user.py and targets/postgres.py had a class each by that name, and `isinstance` checked the wrong one
+    by its import; the one class says who ended the operation, and every binding calls it a timeout."""
+    from dbsurge.base.errors import OperationTimeout
+    from dbsurge.targets import generic_kind, postgres  # not load.user: it imports Locust, which patches with gevent
+
+    assert postgres.OperationTimeout is OperationTimeout
+    user_source = (REPO / "dbsurge" / "load" / "user.py").read_text()
+    assert "from dbsurge.base.errors import OperationTimeout" in user_source and "exc.interrupted" in user_source
+    assert not issubclass(OperationTimeout, OSError)  # psycopg's waits turn an OSError into "socket closed"
+    assert OperationTimeout("bound").interrupted and not OperationTimeout("own", interrupted=False).interrupted
+    assert generic_kind(OperationTimeout("x")) == "timeout"

@@ -29,6 +29,7 @@ from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
 from dbsurge.base.backoff import Backoff
+from dbsurge.base.errors import OperationTimeout
 from dbsurge.load.refusals import ConnectFailure, as_connect_error, describe, refusal_code
 from dbsurge.measure.timing import time_call
 from dbsurge.plan.arrivals import operation_mix_weights
@@ -103,10 +104,6 @@ TIMEOUT_MARGIN_S = 1.0
 #: cap. The cap is also how late a user may notice that the database is back, so it is short: an outage
 #: looks at most about a second longer than it was (with 5 s, a 3.5 s restart showed as 8.7 s of failures).
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 1.0
-
-
-class OperationTimeout(Exception):
-    """An operation outlived the user's bound (the driver's own timeouts did not fire)."""
 
 
 def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, inlined on purpose (every call costs every operation)
@@ -270,8 +267,9 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             if exc is not None or fire_ok:
                 fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                      response_length=0, exception=exc, context=None)
-            if isinstance(exc, OperationTimeout):
-                # the driver was interrupted mid-protocol: this connection cannot be trusted again
+            if isinstance(exc, OperationTimeout) and exc.interrupted:
+                # the driver was interrupted mid-protocol: this connection cannot be trusted again (a session's own
+                # deadline, PostgreSQL's op_timeout, closed its connection already and reconnects by itself)
                 _close_quietly(session)
                 session = None
             elif kind_name == "connect":

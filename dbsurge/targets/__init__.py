@@ -25,7 +25,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.base.errors import ConnectError, TargetError, clip
+from dbsurge.base.errors import ConnectError, OperationTimeout, TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 from dbsurge.config.options import EMBEDDED_TARGETS, TARGET_SCHEMES
 from dbsurge.plan.stage_plan import read_duration
@@ -33,6 +33,7 @@ from dbsurge.plan.stage_plan import read_duration
 __all__ = [
     "FAILURE_KINDS",
     "ConnectError",
+    "OperationTimeout",
     "Session",
     "Target",
     "TargetError",
@@ -172,7 +173,7 @@ def generic_kind(exc: BaseException) -> str | None:
     """``connect`` or ``timeout`` for the failures every binding shares, else None."""
     if isinstance(exc, ConnectError):
         return "connect"
-    if isinstance(exc, TimeoutError) or _is_gevent_timeout(exc):
+    if isinstance(exc, (TimeoutError, OperationTimeout)) or _is_gevent_timeout(exc):
         return "timeout"
     return None
 

@@ -44,7 +44,7 @@ from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
 
 from dbsurge.base.backoff import Backoff
-from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.errors import OperationTimeout, TargetError, clip
 from dbsurge.base.redact import (
     install_log_redaction,
     redact_text,
@@ -207,10 +207,6 @@ class DsqlTokenProvider:
         return client.generate_db_connect_auth_token(Hostname=host, Region=region, ExpiresIn=self.expires_in)
 
 
-class OperationTimeout(psycopg.OperationalError):
-    """An operation did not finish within the target's ``op_timeout``; its connection was closed."""
-
-
 class PostgresConnectError(ConnectError, psycopg.OperationalError):
     """A session could not connect or reconnect; the psycopg error (if any) is the ``__cause__``."""
 
@@ -271,7 +267,7 @@ class OperationDeadline:
     def expire(self) -> OperationTimeout:
         """Close the session's connection (it reconnects on the next operation); the error to raise."""
         self.session._drop_connection()
-        return OperationTimeout(f"no answer within op_timeout={self.seconds:g}s (connection closed)")
+        return OperationTimeout(f"no answer within op_timeout={self.seconds:g}s (connection closed)", interrupted=False)
 
 
 def _bounded_wait(gen: Any, fileno: int, interval: float = 0.0, timeout: float | None = None) -> Any:
@@ -858,7 +854,7 @@ class PostgresTarget(Target):
         try:
             session.execute("select 1").fetchone()
             self._negotiated = self._negotiation(session)
-        except psycopg.Error as exc:
+        except (psycopg.Error, OperationTimeout) as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
         finally:
             session.close()
@@ -922,7 +918,7 @@ class PostgresTarget(Target):
                 "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')"
                 "::int, (select count(*) from pg_stat_activity where backend_type = 'client backend')").fetchone()
             return int(row[0]), int(row[1])
-        except (psycopg.Error, TypeError, ValueError):  # DSQL and others may not have them: not checked
+        except (psycopg.Error, OperationTimeout, TypeError, ValueError):  # DSQL and others may not have them
             return None, None
         finally:
             session.close()
