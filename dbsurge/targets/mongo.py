@@ -247,7 +247,9 @@ class MongoTarget(Target):
             raise TargetError(f"bad target URI '{clip(self.display)}': "
                               f"{redact_text(one_line(str(exc), 150), self._secrets)}") from None
 
-    def _client(self, **overrides: Any) -> MongoClient[Any]:
+    def new_client(self, **overrides: Any) -> MongoClient[Any]:
+        """A new client with this target's URI and options (TLS, CA file, timeouts), ``overrides`` on top: the
+        sessions', the check's and the database sampler's, so each gets what the user set."""
         return MongoClient(self._uri, **{**self._client_kwargs, **overrides})
 
     @classmethod
@@ -264,7 +266,7 @@ class MongoTarget(Target):
     def connect(self) -> MongoSession:
         """A new session with its own `MongoClient` for one Locust user."""
         try:
-            return MongoSession(self._client(), self.database)
+            return MongoSession(self.new_client(), self.database)
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
 
@@ -273,7 +275,7 @@ class MongoTarget(Target):
         client = None
         try:
             # Without timeoutMS, which would replace serverSelectionTimeoutMS as the wait for a server.
-            client = self._client(timeoutMS=None)
+            client = self.new_client(timeoutMS=None)
             client.admin.command("ping")
             self._negotiated = self._negotiation(client)
         except PyMongoError as exc:
@@ -350,7 +352,7 @@ class MongoTarget(Target):
         as it counts them; (None, None) where serverStatus is not allowed or not served."""
         client = None
         try:
-            client = self._client(timeoutMS=None)
+            client = self.new_client(timeoutMS=None)
             conns = client.admin.command("serverStatus").get("connections") or {}
             current, available = int(conns["current"]), int(conns["available"])
             if available <= 0:  # a server that does not count them (secantusdb says 0): not checked

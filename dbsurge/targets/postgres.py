@@ -710,6 +710,7 @@ class PostgresTarget(Target):
         if options.get("database"):
             params["dbname"] = options["database"]
         params.setdefault("application_name", "dbsurge")
+        self.application_name = str(params["application_name"])
         if self.flavor == "dsql":
             params.setdefault("user", "admin")
             params.setdefault("dbname", "postgres")
@@ -792,10 +793,13 @@ class PostgresTarget(Target):
 
     # Connections
 
-    def new_connection(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection with this target's settings (and a fresh token on DSQL)."""
+    def new_connection(self, *, application_name: str | None = None) -> psycopg.Connection[Any]:
+        """A new autocommit connection with this target's settings (and a fresh token on DSQL): the sessions' and
+        the database sampler's, which names itself with ``application_name`` (the target's own otherwise)."""
         gevent_wait.install()
         extra: dict[str, Any] = {}
+        if application_name is not None:
+            extra["application_name"] = application_name
         if self._token_provider is not None:
             extra["password"] = self._new_token()
         conn = psycopg.Connection.connect(
