@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from dbsurge.collectors.billing import (
     RUNNER_SERVICE,
     SERVICE_OF_UNIT,
@@ -158,8 +159,6 @@ def _now() -> float:
 
 
 def _concat(existing, fetched):  # type: ignore[no-untyped-def]
-    import pandas as pd
-
     return fetched if existing.empty else pd.concat([existing, fetched], ignore_index=True)
 
 

@@ -44,6 +44,7 @@ from dbsurge.collectors.rundata import append_event, format_utc
 
 from dbsurge.rundir.schema import METRICS, MONGO_SERVER_STATUS, PG_STAT_DATABASE
 from dbsurge.rundir.writer import CsvAppender
+from dbsurge.targets import Target, open_target
 
 log = logging.getLogger("dbsurge.collectors.samplers")
 
@@ -96,7 +97,7 @@ class _Sampler:
 
     def __init__(
         self,
-        uri: str,
+        target: Target | str,
         run_dir: str | Path,
         interval_s: float = 1.0,
         *,
@@ -105,7 +106,8 @@ class _Sampler:
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
-        self.uri = uri
+        # the run's own target (a URI is opened here): its options, TLS and credentials, and DSQL's IAM token
+        self.target = open_target(target) if isinstance(target, str) else target
         self.run_dir = Path(run_dir)
         self.interval_s = float(interval_s)
         self.clock = clock
@@ -238,9 +240,9 @@ class PostgresSampler(_Sampler):
     source = "pg_sampler"
 
     def _connect(self) -> Any:
-        import psycopg
-
-        return psycopg.connect(self.uri, autocommit=True, connect_timeout=3, application_name="dbsurge-sampler")
+        # through the target's own connect: its options (connect_timeout, sslmode, statement_timeout, ...) and, on
+        # DSQL, a fresh IAM token; a raw psycopg.connect on the URI had neither. Named apart from the users.
+        return self.target.new_connection(application_name=f"{self.target.application_name}-sampler")
 
     def _read(self, conn: Any) -> dict:
         row = conn.execute(_PG_QUERY).fetchone()
@@ -271,10 +273,8 @@ class MongoSampler(_Sampler):
     source = "mongo_sampler"
 
     def _connect(self) -> Any:
-        import pymongo
-
-        return pymongo.MongoClient(
-            self.uri,
+        # through the target's own client: its TLS, CA file and credentials options, as the users get them
+        return self.target.new_client(
             maxPoolSize=1,
             appname="dbsurge-sampler",
             serverSelectionTimeoutMS=3000,

@@ -67,7 +67,7 @@ def start_side_collectors(run) -> list:
             from dbsurge.collectors import samplers
 
             cls = getattr(samplers, sampler_name)
-            sampler = cls(run.config.target_uri, run.rundir.path, events=events)
+            sampler = cls(run.target, run.rundir.path, events=events)  # the run's target, options and all
             sampler.start()
             started.append(sampler)
         except Exception as e:

@@ -266,6 +266,17 @@ def test_bad_postgres_ca_file(tmp_path):
     assert_one_line(proc, "missing CA file sslrootcert=", tmp_path / "results")
 
 
+@pytest.mark.parametrize("text, words", [("1min", "expected e.g. 30s, 2m, 1h or 250ms"),
+                                         ("off", "operations must have a time bound, it cannot be turned off")])
+@pytest.mark.parametrize("how", ["--op-timeout", "--target-option"])
+def test_op_timeout_is_read_alike_on_the_command_line_and_as_a_target_option(tmp_path, text, words, how):
+    """``--target-option op_timeout=1min`` passed (and went on to connect) where ``--op-timeout 1min`` was refused."""
+    given = ["--op-timeout", text] if how == "--op-timeout" else ["--target-option", f"op_timeout={text}"]
+    proc = dbsurge("run", "--workload", "orders", "--target", NO_PG, *given, "--duration", "2s", cwd=tmp_path,
+                   timeout=60)
+    assert_one_line(proc, f"'{text}': {words}", tmp_path / "results")
+
+
 def test_check_on_unknown_operation_fails_before_load(tmp_path, pg_uri):
     """Today's --check on a misspelt operation failed only after the whole run."""
     proc = dbsurge("run", "--workload", "orders", "--target", pg_uri, "--check", "nope.p99<5ms", "--duration", "30s",

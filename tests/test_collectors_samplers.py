@@ -163,3 +163,26 @@ def test_samples_are_appended_and_flushed_row_by_row(tmp_path):
     row = dict(zip(PG_COLUMNS, lines[2].split(",")))
     assert row["buffer_hit_ratio"] == str(round(100 * 10 / 11, 4)) and row["commits_per_s"] == "1.0"
     sampler.stop()
+
+
+def test_the_postgres_sampler_connects_through_the_targets_own_connect(pg_server, tmp_path):
+    """The sampler opened its own psycopg.connect on the raw URI: none of the target's options, and on DSQL no IAM
+    token (the URI holds no password). It connects through PostgresTarget's connect now, named apart from the
+    users: the target's application_name with ``-sampler``, its connect_timeout and statement_timeout."""
+    import psycopg
+
+    from dbsurge.targets import open_target
+
+    target = open_target(pg_server.uri, {"application_name": "shop-bench", "connect_timeout": "7",
+                                         "statement_timeout": "4s"})
+    sampler = PostgresSampler(target, tmp_path, interval_s=1.0)
+    try:
+        assert sampler.sample_once() is not None
+        assert sampler._conn.info.get_parameters()["connect_timeout"] == "7"
+        with psycopg.connect(pg_server.uri, autocommit=True) as conn:
+            seen = conn.execute("select application_name from pg_stat_activity where pid = %s",
+                                (sampler._conn.info.backend_pid,)).fetchone()
+        assert seen == ("shop-bench-sampler",)
+        assert sampler._conn.execute("show statement_timeout").fetchone() == ("4s",)
+    finally:
+        sampler.stop()

@@ -22,11 +22,11 @@ from ledger_checks import ledger
 from pymongo.errors import DuplicateKeyError
 from runs import dbsurge, explain, only_run_dir
 
-from dbsurge.base.errors import TargetError
+from dbsurge.base.errors import OperationTimeout, PlanError, TargetError
 from dbsurge.base.redact import register_secret
 from dbsurge.embedded.servers import free_port
-from dbsurge.targets import ConnectError, describe_failure, open_target
-from dbsurge.targets.postgres import OperationTimeout
+from dbsurge.plan.stage_plan import parse_duration
+from dbsurge.targets import OFF_WORDS, ConnectError, describe_failure, open_target, read_op_timeout
 
 
 def _fails(fn, *args):
@@ -76,6 +76,44 @@ def test_time_bounds_defaults_and_overrides():
             open_target(uri, {"op_timeout": "none"})
     with pytest.raises(TargetError, match="keepalives_count='many'"):
         open_target("postgresql://u@h/db", {"keepalives_count": "many"})
+
+
+#: Durations the command line takes and refuses; a target option reads the same grammar (case and "min" included).
+DURATIONS = ("30s", "500ms", "1.5s", "2m", "1h", "30", "0.25", ".5", "1e3", "1min", "5S", "1.5 s", "soon", "-1s",
+             "0s", "1e400", "9000h", "٥s")
+
+
+@pytest.mark.parametrize("text", DURATIONS)
+def test_a_target_option_reads_durations_as_the_command_line_does(text):
+    """One duration grammar: ``--target-option op_timeout=1min`` used to pass where ``--op-timeout 1min`` was refused
+    (the options had a parser of their own, with ``min`` and any case); the two read every text alike."""
+    try:
+        expected = parse_duration(text)
+    except PlanError:
+        expected = None
+    for option in ("op_timeout", "connect_timeout", "statement_timeout", "max_connection_age"):
+        try:
+            target = open_target("postgresql://u@db.example.com/app", {option: text})
+        except TargetError as exc:
+            assert expected is None or expected == 0, (option, text, str(exc))
+            assert str(exc).startswith(f"target option {option}='") and "\n" not in str(exc)
+            continue
+        assert expected, (option, text)
+        if option == "op_timeout":
+            assert target.op_timeout_s == expected
+        elif option == "max_connection_age":
+            assert target.max_connection_age == expected
+
+
+def test_op_timeout_cannot_be_off_on_the_command_line_nor_in_a_target_option():
+    """The words that turn a duration option off (``statement_timeout=none``) are refused for op_timeout, both ways,
+    with the same reason."""
+    assert open_target("postgresql://u@h/db", {"statement_timeout": "off"}).statement_timeout_ms is None
+    for word in sorted(OFF_WORDS):
+        value, problem = read_op_timeout(word)
+        assert value == 0.0 and "cannot be turned off" in problem
+        with pytest.raises(TargetError, match=f"op_timeout='{word}': operations must have a time bound"):
+            open_target("postgresql://u@h/db", {"op_timeout": word})
 
 
 def test_describe_failure_is_one_redacted_line():

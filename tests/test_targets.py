@@ -101,7 +101,7 @@ def test_docdb_defaults(tmp_path):
         ("postgresql://u:hunter22@h/db?bogus=1", None, 'invalid URI query parameter: "bogus"'),
         ("postgresql://u@h/db", {"isolation": "snapshot"}, "isolation='snapshot'"),
         ("postgresql://u@h/db", {"retry_attempts": "many"}, "expected an integer"),
-        ("postgresql://u@h/db", {"max_connection_age": "soon"}, "expected a duration"),
+        ("postgresql://u@h/db", {"max_connection_age": "soon"}, "expected e.g. 30s, 2m, 1h or 250ms"),
         ("postgresql://u@h/db", {"colour": "blue"}, "unknown postgres target option colour"),
         ("postgresql://u@h/db", {"sslrootcert": "/nonexistent/ca.pem"}, "missing CA file"),
         ("postgresql://u@h/db", {"flavor": "oracle"}, "expected postgres, aurora or dsql"),

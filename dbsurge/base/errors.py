@@ -27,6 +27,21 @@ EXIT_SIGNAL = {2: 130, 15: 143}  # SIGINT, SIGTERM
 EXIT_STOPPED = 4
 
 
+class OperationTimeout(Exception):
+    """An operation outlived its time bound, and was ended; classified as ``timeout`` by every binding.
+
+    ``interrupted`` says what became of the connection: True when a bound outside the driver threw this into the
+    operation mid-protocol (the user's last-resort bound, a connect bound), so that the connection cannot be trusted
+    again and its owner throws it away; False when the session's own deadline ended the operation and closed its
+    connection itself (PostgreSQL's `op_timeout`), reconnecting at the next operation. Not a `TimeoutError`: that is
+    an `OSError`, which psycopg's waits turn into "connection socket closed" when it is thrown into them.
+    """
+
+    def __init__(self, message: object = "", *, interrupted: bool = True) -> None:
+        super().__init__(message)
+        self.interrupted = interrupted
+
+
 class UserError(ValueError):
     """A problem in the user's input or environment, explained in one line."""
 

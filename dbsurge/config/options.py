@@ -28,8 +28,9 @@ TARGET_HELP = f"database URI ({SCHEMES_TEXT}) or {EMBEDDED_TEXT} (started and st
 #: What a command without a target says.
 NO_TARGET = f"no target: pass --target URI (or {EMBEDDED_TEXT}), or set DBSURGE_TARGET"
 
-# ASCII digits only: float() alone also takes "nan", "inf", "1_0" and Arabic-Indic or fullwidth digits.
-_WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: An operation weight (and the web form's): ASCII digits only, since float() alone also takes "nan", "inf", "1_0"
+#: and Arabic-Indic or fullwidth digits.
+WEIGHT_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 DEFAULTS = {
     "target": None,
@@ -274,7 +275,7 @@ def parse_operation_weights(items: Iterable[str] | None) -> dict[str, float]:
         if not item:
             continue
         name, _, weight = (x.strip() for x in item.partition("="))
-        if not name or (weight and not _WEIGHT.fullmatch(weight)):
+        if not name or (weight and not WEIGHT_NUMBER.fullmatch(weight)):
             raise UserError(f"bad --operation '{clip(item)}': expected NAME or NAME=WEIGHT with a weight of 0 or more, "
                             f"e.g. product_lookup=3")
         value = float(weight) if weight else 1.0

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from dbsurge.base.errors import UserError
-from dbsurge.targets.cql import _driver
+from dbsurge.targets.cql import load_driver
 
 #: The Cassandra release embedded-cassandra runs (DBSURGE_CASSANDRA_VERSION picks another from Maven Central).
 CASSANDRA_VERSION = "5.0.6"
@@ -268,7 +268,7 @@ def ping(port: int, timeout: float = 2.0, *, user: str | None = None, password: 
     one a test made to be refused)."""
     import ssl
 
-    _driver()
+    load_driver()
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
 

@@ -52,7 +52,7 @@ from dbsurge.base.errors import TargetError, UserError
 from dbsurge.config.help_examples import epilog
 from dbsurge.embedded import cassandra_jvm
 from dbsurge.embedded.certs import ServerCert, make_ca, make_server_cert, write_pkcs12
-from dbsurge.targets.cql import _driver
+from dbsurge.targets.cql import load_driver
 
 if TYPE_CHECKING:
     import pwd
@@ -929,7 +929,7 @@ class EmbeddedCassandra(EmbeddedMongo):
     def start(self) -> None:
         """Fetch the jars once, start the JVM (unless it already runs on this directory), wait for a real query."""
         try:
-            _driver()
+            load_driver()
         except TargetError:
             raise UserError("embedded-cassandra needs scylla-driver: pip install 'dbsurge[cql]'") from None
         java = cassandra_jvm.find_java()

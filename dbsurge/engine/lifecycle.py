@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import gevent
+import psutil  # Locust's own dependency
 
 from dbsurge.base.versions import versions
 from dbsurge.config.option_names import config_files_in_use
@@ -30,6 +31,7 @@ from dbsurge.measure.aggregator import Aggregator
 from dbsurge.plan.stage_plan import Schedule, StagePlan, parse_duration
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
 from dbsurge.rundir.schema import METRICS
+from dbsurge.rundir.writer import jsonable
 
 log = logging.getLogger("dbsurge")
 
@@ -69,7 +71,7 @@ def begin_run(run: DbSurgeRun) -> None:
         seed=opts.seed, max_lag=opts.max_lag, role=run.role, workers=run.workers_at_start(),
         cloudwatch=opts.cloudwatch or [], runners=opts.runner or [], region=opts.cloudwatch_region,
         versions=versions(), config_files=config_files_in_use(getattr(opts, "config", None)),
-        options={k: v for k, v in vars(opts).items() if k not in ("target",) and _jsonable(v)},
+        options=jsonable({k: v for k, v in vars(opts).items() if k != "target"}),
     )
     run.rundir.event("run_start", at=start_s, run_id=run_id)
     for cid, why in (run.membership.refused.items() if run.membership else []):
@@ -160,10 +162,6 @@ def _plan_meta(plan: StagePlan | None, start_s: float) -> dict | None:
     return d
 
 
-def _jsonable(v) -> bool:
-    return v is None or isinstance(v, (str, int, float, bool, list))
-
-
 #: Seconds between two ``resources`` events (`_sample_resources`): a 12-hour run gets 720 lines.
 RESOURCE_EVERY_S = 60
 
@@ -178,8 +176,6 @@ def _sample_resources(run: DbSurgeRun, pause: Callable[[], None]) -> None:
     process of the host (1.1 ms among 109 processes, 2.8 ms for the whole sample on a loaded 2-core
     machine), so ``pause()`` (a `Breather`) lets a local run's users run between the pieces.
     """
-    import psutil  # Locust's own dependency
-
     try:
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 
+import psutil  # Locust's own dependency
+
 from dbsurge.base.errors import UserError
 from dbsurge.base.redact import redact_text
 from dbsurge.config import credentials
@@ -41,8 +43,6 @@ def end_forked_workers() -> None:
     its checks would leave them waiting 60 s for its heartbeat. They have sent nothing yet; other children
     (an embedded server) run another command line and are left alone."""
     try:
-        import psutil  # Locust's own dependency
-
         me = psutil.Process()
         command = me.cmdline()
         for child in me.children():

@@ -22,6 +22,7 @@ import sys
 import time
 
 import gevent
+from locust.rpc import Message
 
 from dbsurge import __version__
 from dbsurge.base.errors import UserError
@@ -231,8 +232,6 @@ def _on_refused_message(environment, msg, **_kw):
 def _evict(run: DbSurgeRun, cid: str) -> None:
     """Tell a refused worker to quit and forget it, so Locust dispatches it no users: a worker with another
     locustfile would crash on a user class it lacks (``KeyError: 'OrdersUser'``), and one of ours idles."""
-    from locust.rpc import Message
-
     runner = run.environment.runner
     node = runner.clients.get(cid)
     try:

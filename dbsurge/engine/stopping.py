@@ -34,6 +34,7 @@ import sys
 import time
 
 import gevent
+from gevent import monkey
 
 from dbsurge.base.errors import EXIT_INCOMPLETE, EXIT_SIGNAL
 from dbsurge.engine.finish import finish_run
@@ -304,8 +305,6 @@ def _exit_now(run, signum: int) -> None:
 
 def _exit_within(run, signum: int, seconds: float) -> None:
     """A native thread (not a greenlet: the loop may be held) that ends the process after ``seconds``."""
-    from gevent import monkey
-
     start_thread = monkey.get_original("_thread", "start_new_thread")
     sleep = monkey.get_original("time", "sleep")
 

@@ -36,6 +36,7 @@ from dbsurge.config.size_limits import check_processes, check_users
 from dbsurge.engine.membership import is_loopback
 from dbsurge.plan.stage_plan import MAX_DURATION_S, MAX_TPS, format_duration, parse_duration
 from dbsurge.rundir.schema import LOCUST_CSV_SUFFIXES
+from dbsurge.targets import read_op_timeout
 from dbsurge.workloads import WORKLOADS, get_workload, parse_workload_options
 
 # A run id is a directory name under --results-dir, never a path: no '/', no '..', no hidden name.
@@ -274,9 +275,9 @@ def check_offline(opts: argparse.Namespace, workload: str | None = None) -> dict
             parse_duration(value)
     if getattr(opts, "cloudwatch", None):  # the syntax before the target is even contacted
         parse_presets(opts.cloudwatch)
-    op_timeout = parse_duration(opts.op_timeout)
-    if not (0 < op_timeout < math.inf):
-        raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': expected a positive duration such as 30s")
+    _, problem = read_op_timeout(opts.op_timeout)  # the target option op_timeout's own rule
+    if problem:
+        raise UserError(f"bad --op-timeout '{clip(opts.op_timeout)}': {problem}")
     check_output(opts)  # last: the others need no file system
     return parsed
 

@@ -28,6 +28,8 @@ from gevent import GreenletExit, get_hub, getcurrent
 from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
 
+from dbsurge.base.backoff import Backoff
+from dbsurge.base.errors import OperationTimeout
 from dbsurge.load.refusals import ConnectFailure, as_connect_error, describe, refusal_code
 from dbsurge.measure.timing import time_call
 from dbsurge.plan.arrivals import operation_mix_weights
@@ -98,19 +100,18 @@ def end_the_last_tests_users(runner) -> int:
 
 #: How far past the target's op_timeout_s the user's own bound fires (the driver should fail first).
 TIMEOUT_MARGIN_S = 1.0
-#: Reconnect backoff: doubling from the first to the longest wait, with jitter. The longest wait is
-#: also how late a user may notice that the database is back, so it is short: an outage looks at
-#: most about a second longer than it was (with 5 s, a 3.5 s restart showed as 8.7 s of failures).
+#: Reconnect backoff (`dbsurge.base.backoff`, full jitter): the longest wait doubles from the first to the
+#: cap. The cap is also how late a user may notice that the database is back, so it is short: an outage
+#: looks at most about a second longer than it was (with 5 s, a 3.5 s restart showed as 8.7 s of failures).
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 1.0
-
-
-class OperationTimeout(Exception):
-    """An operation outlived the user's bound (the driver's own timeouts did not fire)."""
 
 
 def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, inlined on purpose (every call costs every operation)
     number = next(_user_numbers)
-    rng = random.Random(run.options.seed * 7919 + number * 104729 + (run.pacer.index if run.pacer else 0))
+    user_seed = run.options.seed * 7919 + number * 104729 + (run.pacer.index if run.pacer else 0)
+    rng = random.Random(user_seed)
+    # its own generator: a reconnect's wait does not move the workload's draws
+    reconnect = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, random.Random(f"dbsurge:reconnect:{user_seed}"))
     workload = run.workload(user.workload)
     weights = operation_mix_weights(run.config.operation_weights, workload.operations)
     # under a plan, arrival k runs operation mix.of(k): the user must use the pacer's order of names
@@ -147,7 +148,7 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     fns: list = []
     retry_connect_at = 0
     last_connect_error: BaseException | None = None
-    backoff_s = BACKOFF_FIRST_S
+    connect_failures = 0  # in a row: the next wait's place in the backoff
 
     def fail(k: int, stage: int, intended: int, start: int, exc: BaseException) -> None:
         kind = classify(exc)
@@ -183,7 +184,8 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
     except (Exception, OperationTimeout) as e:  # the first slot fails the same way, then retries with backoff
         session = None
         last_connect_error = as_connect_error(e)
-        retry_connect_at = clock() + int(backoff_s * 1e9)
+        retry_connect_at = clock() + int(reconnect.delay(connect_failures) * 1e9)
+        connect_failures += 1
 
     # The operation bound: one libev timer per user, armed with `again` before each operation and
     # stopped after it. ev_timer_again counts its `repeat` (the whole bound) from now; a stopped timer
@@ -233,14 +235,14 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                     continue
                 try:
                     session, fns = open_session()
-                    backoff_s = BACKOFF_FIRST_S
+                    connect_failures = 0
                 except GreenletExit:
                     raise
                 except (Exception, OperationTimeout) as e:
                     session = None
                     last_connect_error = as_connect_error(e)
-                    retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
-                    backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                    retry_connect_at = clock() + int(reconnect.delay(connect_failures) * 1e9)
+                    connect_failures += 1
                     if pacer is None or pacer.done(slot):
                         fail(k, stage, intended, start, last_connect_error)
                     continue
@@ -265,8 +267,9 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
             if exc is not None or fire_ok:
                 fire(request_type=request_type, name=names[k], response_time=(end - intended) / 1e6,
                      response_length=0, exception=exc, context=None)
-            if isinstance(exc, OperationTimeout):
-                # the driver was interrupted mid-protocol: this connection cannot be trusted again
+            if isinstance(exc, OperationTimeout) and exc.interrupted:
+                # the driver was interrupted mid-protocol: this connection cannot be trusted again (a session's own
+                # deadline, PostgreSQL's op_timeout, closed its connection already and reconnects by itself)
                 _close_quietly(session)
                 session = None
             elif kind_name == "connect":
@@ -276,8 +279,8 @@ def _operation_loop(user: DbUser, run) -> None:  # noqa: C901 - the hot loop, in
                 _close_quietly(session)
                 session = None
                 last_connect_error = as_connect_error(exc)
-                retry_connect_at = clock() + int(backoff_s * random.uniform(0.5, 1.0) * 1e9)
-                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                retry_connect_at = clock() + int(reconnect.delay(connect_failures) * 1e9)
+                connect_failures += 1
     finally:
         bound.close()
         if session is not None:

@@ -82,7 +82,8 @@ def _clz64(v: np.ndarray) -> np.ndarray:
     return 64 - exp.astype(np.int64)
 
 
-def _value_from_index(index: np.ndarray) -> np.ndarray:
+def value_from_index(index: np.ndarray) -> np.ndarray:
+    """The lowest value (microseconds) of each bucket index, HdrHistogram's ``get_value_from_index`` on arrays."""
     index = np.asarray(index, dtype=np.int64)
     bucket = (index >> _SUB_HALF_MAG) - 1
     sub = (index & (_SUB_HALF_COUNT - 1)) + _SUB_HALF_COUNT

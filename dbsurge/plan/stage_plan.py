@@ -50,16 +50,17 @@ def parse_duration(text: str) -> float:
     """Parse ``90s``, ``2m``, ``1.5h``, ``250ms`` or a bare number of seconds into seconds.
 
     Raises `PlanError` for anything else, a negative or non-finite value (nan, inf, 1e400) and
-    durations longer than `MAX_DURATION_S`.
+    durations longer than `MAX_DURATION_S`. This is dbsurge's one duration grammar: the command line's
+    durations, a plan's stages, the scenarios' options and the target options' durations all read it.
     """
-    value, problem = _read_duration(text)
+    value, problem = read_duration(text)
     if problem:
         raise PlanError(f"bad duration '{clip(str(text).strip())}': {problem}")
     return value
 
 
-def _read_duration(text: str) -> tuple[float, str]:
-    """(seconds, "") or (0, what is wrong)."""
+def read_duration(text: str) -> tuple[float, str]:
+    """(seconds, "") or (0, what is wrong), for a caller that words its own error (`parse_duration`'s grammar)."""
     text = str(text).strip()
     if _BARE_NUMBER.fullmatch(text):
         value = float(text)
@@ -190,7 +191,7 @@ class StagePlan:
             if "@" not in part:
                 raise PlanError(f"bad stage '{clip(part)}': expected DURATION@RATE, e.g. 2m@20% or 30s@500tps")
             dur_text, rate_text = (x.strip() for x in part.split("@", 1))
-            duration, problem = _read_duration(dur_text)
+            duration, problem = read_duration(dur_text)
             if problem:
                 raise PlanError(f"bad duration '{clip(dur_text)}' in stage '{clip(part)}': {problem}")
             if duration <= 0:

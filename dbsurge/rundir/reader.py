@@ -45,6 +45,7 @@ from typing import Any
 from dbsurge.base.errors import UserError, clip
 from dbsurge.base.json_input import load_json
 from dbsurge.config.size_limits import FileRefused, read_bounded
+from dbsurge.rundir.hlog import parse_line
 from dbsurge.rundir.schema import (
     COUNT_COLUMNS,
     CSV_FILES,
@@ -471,14 +472,13 @@ def check_hlog(path: Path) -> int:
     """An HdrHistogram interval log (``rundir.RunDirectory.hlog_interval``): returns its number of intervals."""
     count = 0
     for n, line in _whole_lines(path):
-        if line.startswith(("#", '"StartTimestamp"')):
+        try:
+            interval = parse_line(line)  # the windows' parser: the two agree on every line
+        except ValueError as exc:
+            raise _damaged(path, f"line {n} {exc}: '{clip(line, 40)}'") from None
+        if interval is None:
             continue
-        fields = line.split(",")
-        if fields[0].startswith("Tag="):
-            fields = fields[1:]
-        if len(fields) != 4 or not all(_NUMBER.fullmatch(f) and math.isfinite(float(f)) for f in fields[:3]):
-            raise _damaged(path, f"line {n} is not an interval (start,length,max,histogram): '{clip(line, 40)}'")
-        problem = _histogram_problem(fields[3])
+        problem = _histogram_problem(interval.histogram)
         if problem:
             raise _damaged(path, f"line {n}: the histogram {problem}")
         count += 1

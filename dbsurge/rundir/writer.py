@@ -25,13 +25,15 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dbsurge.base.errors import EXIT_INCOMPLETE
 from dbsurge.base.json_input import load_json
 from dbsurge.base.redact import redact_uri
 from dbsurge.base.utc import utc_iso
+from dbsurge.rundir.hlog import header, interval_line
 from dbsurge.rundir.schema import (
     EVENTS,
     INTERVALS,
@@ -66,6 +68,19 @@ def redact_obj(obj):
     if isinstance(obj, str) and "://" in obj:
         return redact_uri(obj)
     return obj
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as what run.json can hold: dicts (their keys as text), lists (tuples too), text, numbers, booleans and
+    None as they are, anything else as its text. The one conversion for an engine run's options and a scenario's
+    options, settings and results: a value nobody converted would otherwise be dropped by one and kept by the other."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
 
 
 def _json_text(meta: dict) -> str:
@@ -163,7 +178,7 @@ def metrics_path(run_dir: str | Path, name: str) -> Path:
 
 
 def new_run_id(label: str = "run") -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{label}-{secrets.token_hex(2)}"
 
 
@@ -272,20 +287,16 @@ class RunDirectory:
                       base_s: float) -> None:
         """One line of the HdrHistogram interval log (values in microseconds, max in milliseconds).
 
-        Written here rather than with `hdrh.log.HistogramLogWriter`: that writer has no ``Tag=``
+        Its lines are `dbsurge.rundir.hlog`'s, which the checker and the windows parse. Written by dbsurge rather
+        than with `hdrh.log.HistogramLogWriter`: that writer has no ``Tag=``
         (one tag per operation is how this log keeps operations apart, log format 1.3), and its
         ``output_start_time`` fails (it formats milliseconds as seconds with a method datetime lacks).
         """
         if self._hlog is None:
             self._hlog = open(self.path / INTERVALS, "a", buffering=1)  # noqa: SIM115 - open for the run; see close
             if self._hlog.tell() == 0:
-                self._hlog.write("#[Histogram log format version 1.3]\n")
-                self._hlog.write(f"#[StartTime: {base_s:.3f} (seconds since epoch), {utc_iso(base_s)}]\n")
-                self._hlog.write(f"#[BaseTime: {base_s:.3f} (seconds since epoch)]\n")
-                self._hlog.write("#[values in microseconds; response time from the intended start]\n")
-                self._hlog.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
-        enc = encoded.decode() if isinstance(encoded, bytes) else encoded
-        self._hlog.write(f"Tag={tag},{start_s - base_s:.3f},{length_s:.3f},{max_ms:.3f},{enc}\n")
+                self._hlog.write(header(base_s))
+        self._hlog.write(interval_line(tag, start_s - base_s, length_s, max_ms, encoded))
 
     def write_csv(self, name: str, columns: list[str], rows: list[dict]) -> Path:
         """Write the CSV ``name`` whole, atomically."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dbsurge.base.errors import UserError
 from dbsurge.collectors.cloudwatch import cloudwatch_collector  # noqa: F401 - the scenarios' import
 from dbsurge.collectors.merge import capacity_frames, infer_period_s, series_label, stage_capacity, stage_capacity_texts
@@ -25,8 +27,6 @@ from dbsurge.rundir.schema import CLOUDWATCH, METRICS
 
 def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, margin_s: float = 120.0) -> str:
     """Fetch the window into ``metrics/cloudwatch.csv``; returns a sentence for the output."""
-    import pandas as pd
-
     try:
         fetched = collector.fetch(start_s - margin_s, end_s + margin_s)
     except UserError as e:
@@ -41,8 +41,6 @@ def fetch_capacity(run_dir: Path, collector: Any, start_s: float, end_s: float, 
 
 def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
     """Each capacity series' value for the period that holds ``epoch_s`` (Average, else Maximum/Sum)."""
-    import pandas as pd
-
     path = Path(run_dir) / METRICS / CLOUDWATCH
     if not path.is_file():
         return {}
@@ -63,8 +61,6 @@ def capacity_at(run_dir: Path, epoch_s: float) -> dict[str, float]:
 
 def metric_at(run_dir: Path, metric: str, epoch_s: float, stat: str = "Average") -> dict[str, float]:
     """One CloudWatch metric's value (per preset id) for the period that holds ``epoch_s``."""
-    import pandas as pd
-
     if not (Path(run_dir) / METRICS / CLOUDWATCH).is_file():
         return {}
     frame = read_cloudwatch(Path(run_dir))

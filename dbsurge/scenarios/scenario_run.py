@@ -24,7 +24,7 @@ from typing import Any
 from dbsurge.base.versions import versions
 from dbsurge.embedded.servers import resolve_embedded
 from dbsurge.rundir import RunDirectory, new_run_id, utc_iso
-from dbsurge.rundir.writer import CsvAppender
+from dbsurge.rundir.writer import CsvAppender, jsonable
 from dbsurge.scenarios.arguments import apply_defaults, parse_key_values, require_target
 from dbsurge.scenarios.cold_start import EMBEDDED_KINDS, start_own_embedded
 from dbsurge.scenarios.files import csv_cell, floats, iter_rows, opt_float, read_meta, read_rows
@@ -116,7 +116,7 @@ class ScenarioRun:
             target=target, target_display=self.target.display if self.target is not None else None,
             negotiated=self.target.negotiated() if self.target is not None else None,
             embedded=self._embedded_meta(), workload=workload, workload_options=workload_options,
-            options=_options_meta(self.args), settings=_jsonable(self.settings), plan=None,
+            options=_options_meta(self.args), settings=jsonable(self.settings), plan=None,
             cloudwatch=list(getattr(self.args, "cloudwatch", None) or []), versions=versions(), **fields,
         )
         self.rundir.event("run_start", at=self.started_s, scenario=self.scenario)
@@ -169,7 +169,7 @@ class ScenarioRun:
         self.meta(ended_utc=utc_iso(ended), duration_s=round(ended - (self.started_s or ended), 3))
         self.event("run_end", at=ended)
         report = report_of_run(self.path)
-        self.meta(results=_jsonable({**(results or {}), "table": report.tables[0].csv_rows if report.tables else []}))
+        self.meta(results=jsonable({**(results or {}), "table": report.tables[0].csv_rows if report.tables else []}))
         return show_report(self.path, report, self.scenario)
 
     def interrupted(self, signum: int, code: int) -> None:
@@ -217,14 +217,4 @@ def _options_meta(args: argparse.Namespace) -> dict:
     out = {k: v for k, v in vars(args).items() if k not in ("target_option", "workload_option")}
     out["target_options"] = parse_key_values(args.target_option, "--target-option")
     out["workload_options"] = parse_key_values(args.workload_option, "--workload-option")
-    return _jsonable(out)
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
+    return jsonable(out)

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
 from dbsurge.base.errors import UserError
 from dbsurge.measure.histogram import COUNTS_LEN, highest_equivalent_of, percentile_rank
 from dbsurge.plan.stage_plan import parse_duration
+from dbsurge.rundir.hlog import base_time, parse_line
 from dbsurge.rundir.schema import INTERVALS, LONGRUN_STATE
 from dbsurge.rundir.writer import write_text
 
@@ -93,8 +95,6 @@ def max_us(counts: np.ndarray) -> int:
 
 def decode_counts(encoded: str) -> np.ndarray:
     """One line's histogram as int64 counts in the engine's layout (`dbsurge.measure.histogram`)."""
-    from hdrh.histogram import HdrHistogram
-
     h = HdrHistogram.decode(encoded)
     counts = np.ctypeslib.as_array(h.counts, shape=(h.counts_len,)).astype(np.int64)
     if counts.size != COUNTS_LEN:
@@ -233,23 +233,26 @@ class HlogWindows:
                     break
                 self.offset += len(raw)
                 line = raw.decode("ascii", "replace").strip()
-                if line.startswith("#[BaseTime:"):
-                    self.base_s = float(line.split()[1])
-                if line.startswith("Tag="):
-                    self._add_line(line)
+                base = base_time(line)
+                if base is not None:
+                    self.base_s = base
+                if self._add_line(line):
                     new += 1
         self.lines += new
         return new
 
-    def _add_line(self, line: str) -> None:
-        """One ``Tag=op,start,length,max,histogram`` line into every window length."""
-        parts = line.split(",")
-        if len(parts) != 5:
-            raise UserError(f"{INTERVALS}: a line that is not Tag=op,start,length,max,histogram: '{line[:40]}'")
-        op = parts[0][4:]
+    def _add_line(self, line: str) -> bool:
+        """One interval line (`hlog.parse_line`, as the checker reads it) into every window length; False for a
+        header line. An untagged interval is refused, as the checker refuses it, never skipped."""
         try:
-            start, length = float(parts[1]), float(parts[2])
-            counts = decode_counts(parts[4])
+            interval = parse_line(line)
+        except ValueError as e:
+            raise UserError(f"{INTERVALS}: a line that {e}: '{line[:40]}'") from None
+        if interval is None:
+            return False
+        op, start, length = interval.tag, interval.start_s, interval.length_s
+        try:
+            counts = decode_counts(interval.histogram)
         except (ValueError, TypeError) as e:
             raise UserError(f"{INTERVALS}: a line that does not decode ({e}): '{line[:40]}'") from None
         if op not in self.operations:
@@ -258,6 +261,7 @@ class HlogWindows:
             if math.isnan(w.grid.t0):  # the plan starts a fraction into the log's first second
                 w.grid.t0 = -((-start) % 1.0)
             w.add(op, start, length, counts)
+        return True
 
     def close_all(self) -> None:
         """The run has ended: every window is final."""

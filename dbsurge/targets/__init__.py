@@ -25,13 +25,15 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dbsurge.base.errors import ConnectError, TargetError, clip
+from dbsurge.base.errors import ConnectError, OperationTimeout, TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_uri_secrets, uri_password
 from dbsurge.config.options import EMBEDDED_TARGETS, TARGET_SCHEMES
+from dbsurge.plan.stage_plan import read_duration
 
 __all__ = [
     "FAILURE_KINDS",
     "ConnectError",
+    "OperationTimeout",
     "Session",
     "Target",
     "TargetError",
@@ -171,7 +173,7 @@ def generic_kind(exc: BaseException) -> str | None:
     """``connect`` or ``timeout`` for the failures every binding shares, else None."""
     if isinstance(exc, ConnectError):
         return "connect"
-    if isinstance(exc, TimeoutError) or _is_gevent_timeout(exc):
+    if isinstance(exc, (TimeoutError, OperationTimeout)) or _is_gevent_timeout(exc):
         return "timeout"
     return None
 
@@ -347,42 +349,53 @@ def option_int(options: dict[str, str], name: str, default: int | None, minimum:
     return value
 
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _INT = re.compile(r"[+-]?[0-9]+")
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _MAX_INT = 2**31 - 1  # the drivers' options (pool sizes, timeouts in ms) are 32-bit
-_MAX_SECONDS = 365 * 86400.0
+
+#: The words that turn a duration option off (None), for the options that can be off (``statement_timeout``,
+#: ``max_connection_age``, ...). ``op_timeout`` cannot: `read_op_timeout` refuses them.
+OFF_WORDS = frozenset({"none", "off", "never", "0"})
 
 
 def option_seconds(options: dict[str, str], name: str, default: float | None) -> float | None:
-    """A duration option in seconds: ``30``, ``1.5s``, ``500ms``, ``55m``, ``1h``; ``none``/``0``: off (None)."""
+    """A duration option in seconds, in the command line's one grammar (`dbsurge.plan.stage_plan.read_duration`:
+    ``30``, ``1.5s``, ``500ms``, ``55m``, ``1h``); one of `OFF_WORDS`: off (None)."""
     raw = options.get(name)
     if raw is None or str(raw).strip() == "":
         return default
-    text = str(raw).strip().lower()
-    if text in ("none", "off", "never", "0"):
+    text = str(raw).strip()
+    if text.lower() in OFF_WORDS:
         return None
-    number, unit = text, "s"
-    for suffix in sorted(_DURATION_UNITS, key=len, reverse=True):
-        if text.endswith(suffix):
-            number, unit = text[: -len(suffix)], suffix
-            break
-    if not _NUMBER.fullmatch(number.strip()):  # float() would also take nan, inf and non-ASCII digits
-        raise TargetError(f"target option {name}='{clip(raw)}': expected a duration such as 30s, 500ms or 55m")
-    value = float(number) * _DURATION_UNITS[unit]
+    value, problem = read_duration(text)
+    if problem:
+        raise TargetError(f"target option {name}='{clip(raw)}': {problem}")
     if value <= 0:
         raise TargetError(f"target option {name}='{clip(raw)}': must be positive")
-    if not value <= _MAX_SECONDS:  # inf from a 400-digit number
-        raise TargetError(f"target option {name}='{clip(raw)}': too long, at most a year")
     return value
 
 
+def read_op_timeout(text: str) -> tuple[float, str]:
+    """(seconds, "") or (0, what is wrong) for an operation timeout, the same for ``--op-timeout`` and the target
+    option ``op_timeout``: a positive duration of the one grammar, never off (every operation has a time bound)."""
+    text = str(text).strip()
+    if text.lower() in OFF_WORDS:
+        return 0.0, "operations must have a time bound, it cannot be turned off: e.g. 30s or 500ms"
+    value, problem = read_duration(text)
+    if problem:
+        return 0.0, problem
+    if not value > 0:
+        return 0.0, "must be positive, e.g. 30s or 500ms"
+    return value, ""
+
+
 def option_op_timeout(options: dict[str, str], default: float) -> float:
-    """The ``op_timeout`` option (a positive duration; it cannot be turned off), else `default`."""
+    """The ``op_timeout`` option (`read_op_timeout`: a positive duration; it cannot be turned off), else `default`."""
     raw = options.get("op_timeout")
-    value = option_seconds(options, "op_timeout", default)
-    if value is None:
-        raise TargetError(f"target option op_timeout={raw!r}: operations must have a time bound, e.g. 30s or 500ms")
+    if raw is None or str(raw).strip() == "":
+        return default
+    value, problem = read_op_timeout(raw)
+    if problem:
+        raise TargetError(f"target option op_timeout='{clip(raw)}': {problem}")
     return value
 
 

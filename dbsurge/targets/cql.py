@@ -100,7 +100,9 @@ def quiet_driver_tracebacks() -> None:
             logger.addFilter(_OneLineDriverLogs())
 
 
-def _driver() -> Any:
+def load_driver() -> Any:
+    """The CQL driver's package (``cassandra``, from scylla-driver), its tracebacks made one line; a `TargetError`
+    saying what to install when it is missing. The embedded Cassandra checks for it the same way."""
     try:
         import cassandra
     except ImportError:
@@ -114,7 +116,7 @@ def consistency_level(name: str, option: str, allowed: tuple[str, ...]) -> int:
     key = name.strip().upper()
     if key not in allowed:
         raise TargetError(f"target option {option}='{clip(name)}': expected one of {', '.join(allowed)}")
-    return getattr(_driver().ConsistencyLevel, key)
+    return getattr(load_driver().ConsistencyLevel, key)
 
 
 def choose_connection_class(reactor: str) -> Any:
@@ -225,7 +227,7 @@ class CqlTarget(Target):
 
     def cluster_kwargs(self, *, connect_timeout_s: float | None = None) -> dict[str, Any]:
         """The keyword arguments of the driver's ``Cluster`` for this target (the password included)."""
-        _driver()
+        load_driver()
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
         from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -307,7 +309,7 @@ class CqlTarget(Target):
 
     def check(self) -> None:
         """Connect once (its own short-lived cluster) and read ``system.local``; one-line `TargetError`."""
-        _driver()
+        load_driver()
         from cassandra.cluster import Cluster
 
         cluster = None
@@ -386,7 +388,7 @@ class CqlTarget(Target):
         kind = generic_kind(exc)
         if kind is not None:
             return kind
-        cassandra = _driver()
+        cassandra = load_driver()
         from cassandra.cluster import NoHostAvailable
         from cassandra.connection import ConnectionException
         from cassandra.protocol import OverloadedErrorMessage

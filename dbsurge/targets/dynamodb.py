@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from dbsurge.base.backoff import Backoff
 from dbsurge.base.errors import TargetError, clip
 from dbsurge.base.redact import install_log_redaction, redact_uri
 from dbsurge.targets import (
@@ -132,18 +133,17 @@ class DynamoSession(Session):
         self.consistent_read = target.consistent_read
         self.retries = 0
         self._attempts = target.throttle_retries + 1
-        self._backoff_s = target.throttle_backoff_s
+        self._backoff = Backoff(target.throttle_backoff_s, THROTTLE_BACKOFF_CAP_S, rng)
         self._budget_s = target.op_timeout_s
         self._sleep = sleep
-        self._rng = rng or random.Random()
         self._closed = False
 
     def call(self, method: Callable[..., dict[str, Any]], /, **request: Any) -> dict[str, Any]:
         """``method(**request)``, retried while the server throttles it; `ThrottledError` when retries run out.
 
-        The backoff is "full jitter" (a uniform wait up to base * 2**attempt, capped): it spreads the
-        retries of many users instead of sending them back in step. A retry that would end past the
-        operation's time budget is not made.
+        The backoff is `dbsurge.base.backoff`'s "full jitter" (a uniform wait up to base * 2**attempt,
+        capped at `THROTTLE_BACKOFF_CAP_S`): it spreads the retries of many users instead of sending them
+        back in step. A retry that would end past the operation's time budget is not made.
         """
         from botocore.exceptions import ClientError
 
@@ -155,7 +155,7 @@ class DynamoSession(Session):
                 code = error_code(exc)
                 if code not in THROTTLING_CODES:
                     raise
-                wait = self._rng.uniform(0, min(THROTTLE_BACKOFF_CAP_S, self._backoff_s * 2**attempt))
+                wait = self._backoff.delay(attempt)
                 last = attempt == self._attempts - 1
                 if last or time.monotonic() - started + wait >= self._budget_s:
                     raise ThrottledError(code, attempt + 1, error_message(exc)) from exc

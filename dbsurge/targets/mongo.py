@@ -36,12 +36,14 @@ from pymongo.errors import (
     WaitQueueTimeoutError,
     WTimeoutError,
 )
+from pymongo.uri_parser import parse_uri
 
 from dbsurge.base.errors import TargetError, clip
 from dbsurge.base.redact import redact_text, redact_uri, register_secret, uri_secrets
 from dbsurge.targets import (
     DEFAULT_OP_TIMEOUT_S,
     DISPLAY_LIMIT,
+    OFF_WORDS,
     Session,
     Target,
     check_ca_file,
@@ -56,6 +58,11 @@ from dbsurge.targets import (
     option_op_timeout,
     register_binding,
 )
+
+try:  # the SRV-free part of parse_uri: it checks a mongodb+srv:// URI without a DNS lookup (pymongo 4.12+)
+    from pymongo.uri_parser_shared import _validate_uri
+except ImportError:  # pragma: no cover - an older pymongo: such a URI is refused in one line
+    _validate_uri = None
 
 KNOWN_OPTIONS = frozenset(
     {
@@ -194,7 +201,7 @@ class MongoTarget(Target):
             options, "socket_timeout_ms", _uri_ms(uri_options, "sockettimeoutms", op_timeout_ms), minimum=1
         )
         raw_timeout = str(options.get("timeout_ms", "")).strip().lower()
-        self.timeout_ms = None if raw_timeout in ("none", "off", "0") else option_int(
+        self.timeout_ms = None if raw_timeout in OFF_WORDS else option_int(
             options, "timeout_ms", _uri_ms(uri_options, "timeoutms", op_timeout_ms), minimum=1
         )
         self.wait_queue_timeout_ms = option_int(
@@ -230,11 +237,9 @@ class MongoTarget(Target):
         """Parse and validate the URI without network (no SRV lookup)."""
         try:
             if uri.lower().startswith("mongodb+srv://"):
-                from pymongo.uri_parser_shared import _validate_uri  # the SRV-free part of parse_uri
-
+                if _validate_uri is None:
+                    raise ImportError("this pymongo has no SRV-free URI parser (pymongo.uri_parser_shared, 4.12+)")
                 return _validate_uri(uri)
-            from pymongo.uri_parser import parse_uri
-
             return parse_uri(uri)
         except FileNotFoundError:
             raise TargetError(f"target {self.display}: missing CA file named by tlsCAFile in the URI") from None
@@ -242,7 +247,9 @@ class MongoTarget(Target):
             raise TargetError(f"bad target URI '{clip(self.display)}': "
                               f"{redact_text(one_line(str(exc), 150), self._secrets)}") from None
 
-    def _client(self, **overrides: Any) -> MongoClient[Any]:
+    def new_client(self, **overrides: Any) -> MongoClient[Any]:
+        """A new client with this target's URI and options (TLS, CA file, timeouts), ``overrides`` on top: the
+        sessions', the check's and the database sampler's, so each gets what the user set."""
         return MongoClient(self._uri, **{**self._client_kwargs, **overrides})
 
     @classmethod
@@ -259,7 +266,7 @@ class MongoTarget(Target):
     def connect(self) -> MongoSession:
         """A new session with its own `MongoClient` for one Locust user."""
         try:
-            return MongoSession(self._client(), self.database)
+            return MongoSession(self.new_client(), self.database)
         except PyMongoError as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc)}") from None
 
@@ -268,7 +275,7 @@ class MongoTarget(Target):
         client = None
         try:
             # Without timeoutMS, which would replace serverSelectionTimeoutMS as the wait for a server.
-            client = self._client(timeoutMS=None)
+            client = self.new_client(timeoutMS=None)
             client.admin.command("ping")
             self._negotiated = self._negotiation(client)
         except PyMongoError as exc:
@@ -345,7 +352,7 @@ class MongoTarget(Target):
         as it counts them; (None, None) where serverStatus is not allowed or not served."""
         client = None
         try:
-            client = self._client(timeoutMS=None)
+            client = self.new_client(timeoutMS=None)
             conns = client.admin.command("serverStatus").get("connections") or {}
             current, available = int(conns["current"]), int(conns["available"])
             if available <= 0:  # a server that does not count them (secantusdb says 0): not checked

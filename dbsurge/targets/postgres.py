@@ -43,7 +43,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import SerializationFailure, error_from_result
 from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
 
-from dbsurge.base.errors import TargetError, clip
+from dbsurge.base.backoff import Backoff
+from dbsurge.base.errors import OperationTimeout, TargetError, clip
 from dbsurge.base.redact import (
     install_log_redaction,
     redact_text,
@@ -206,10 +207,6 @@ class DsqlTokenProvider:
         return client.generate_db_connect_auth_token(Hostname=host, Region=region, ExpiresIn=self.expires_in)
 
 
-class OperationTimeout(psycopg.OperationalError):
-    """An operation did not finish within the target's ``op_timeout``; its connection was closed."""
-
-
 class PostgresConnectError(ConnectError, psycopg.OperationalError):
     """A session could not connect or reconnect; the psycopg error (if any) is the ``__cause__``."""
 
@@ -270,7 +267,7 @@ class OperationDeadline:
     def expire(self) -> OperationTimeout:
         """Close the session's connection (it reconnects on the next operation); the error to raise."""
         self.session._drop_connection()
-        return OperationTimeout(f"no answer within op_timeout={self.seconds:g}s (connection closed)")
+        return OperationTimeout(f"no answer within op_timeout={self.seconds:g}s (connection closed)", interrupted=False)
 
 
 def _bounded_wait(gen: Any, fileno: int, interval: float = 0.0, timeout: float | None = None) -> Any:
@@ -314,8 +311,7 @@ class PostgresSession(Session):
         self.retries = 0
         self.reconnects = 0
         self._max_attempts = target.retry_attempts
-        self._base_s = target.retry_base_ms / 1000.0
-        self._cap_s = target.retry_cap_ms / 1000.0
+        self._backoff = Backoff(target.retry_base_ms / 1000.0, target.retry_cap_ms / 1000.0)
         self._recycle_at = float("inf")
         self._deadline = OperationDeadline(self, target.op_timeout_s)
         self._conn: psycopg.Connection[Any] = self._open()
@@ -414,9 +410,9 @@ class PostgresSession(Session):
     def run_transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn(conn)`` inside one transaction and return its result.
 
-        On SQLSTATE 40001 the whole transaction is rolled back and run again after a backoff of
-        ``uniform(0, min(cap, base * 2**n))`` ("full jitter"), up to ``retry_attempts`` runs in all; each
-        rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
+        On SQLSTATE 40001 the whole transaction is rolled back and run again after the backoff of
+        `dbsurge.base.backoff` (``uniform(0, min(cap, base * 2**n))``, "full jitter", ``retry_base_ms`` and
+        ``retry_cap_ms``), up to ``retry_attempts`` runs in all; each rerun adds one to `retries`. The last conflict is raised. `fn` must not open nested transactions
         (savepoints), which DSQL does not support.
         """
         deadline = self._deadline
@@ -433,7 +429,7 @@ class PostgresSession(Session):
                 except SerializationFailure:
                     if attempt >= self._max_attempts:
                         raise
-                    delay = random.uniform(0.0, min(self._cap_s, self._base_s * (1 << (attempt - 1))))
+                    delay = self._backoff.delay(attempt - 1)
                     attempt += 1
                     self.retries += 1
                     time.sleep(delay)  # looked up at call time: gevent's patched sleep under Locust
@@ -714,6 +710,7 @@ class PostgresTarget(Target):
         if options.get("database"):
             params["dbname"] = options["database"]
         params.setdefault("application_name", "dbsurge")
+        self.application_name = str(params["application_name"])
         if self.flavor == "dsql":
             params.setdefault("user", "admin")
             params.setdefault("dbname", "postgres")
@@ -796,10 +793,13 @@ class PostgresTarget(Target):
 
     # Connections
 
-    def new_connection(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection with this target's settings (and a fresh token on DSQL)."""
+    def new_connection(self, *, application_name: str | None = None) -> psycopg.Connection[Any]:
+        """A new autocommit connection with this target's settings (and a fresh token on DSQL): the sessions' and
+        the database sampler's, which names itself with ``application_name`` (the target's own otherwise)."""
         gevent_wait.install()
         extra: dict[str, Any] = {}
+        if application_name is not None:
+            extra["application_name"] = application_name
         if self._token_provider is not None:
             extra["password"] = self._new_token()
         conn = psycopg.Connection.connect(
@@ -858,7 +858,7 @@ class PostgresTarget(Target):
         try:
             session.execute("select 1").fetchone()
             self._negotiated = self._negotiation(session)
-        except psycopg.Error as exc:
+        except (psycopg.Error, OperationTimeout) as exc:
             raise TargetError(f"target {self.display}: {self._explain(exc, monotonic() - started)}") from None
         finally:
             session.close()
@@ -922,7 +922,7 @@ class PostgresTarget(Target):
                 "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')"
                 "::int, (select count(*) from pg_stat_activity where backend_type = 'client backend')").fetchone()
             return int(row[0]), int(row[1])
-        except (psycopg.Error, TypeError, ValueError):  # DSQL and others may not have them: not checked
+        except (psycopg.Error, OperationTimeout, TypeError, ValueError):  # DSQL and others may not have them
             return None, None
         finally:
             session.close()

@@ -40,12 +40,12 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from dbsurge.base.errors import UserError
 from dbsurge.measure.cells import NOT_SENT_REASONS, UNKNOWN_REASONS
-from dbsurge.measure.histogram import COUNTS_LEN, _value_from_index, decode_sparse
+from dbsurge.measure.histogram import COUNTS_LEN, decode_sparse, value_from_index
 
 #: Seconds the endpoint stays up after the run (``--prometheus-grace``): one scrape interval of most setups.
 DEFAULT_GRACE_S = 15.0
@@ -59,7 +59,7 @@ BUCKETS_S: tuple[float, ...] = (
 )
 _BOUNDS_US = np.array([round(b * 1e6) for b in BUCKETS_S], dtype=np.int64)
 # HdrHistogram counts index -> Prometheus bucket (len(BUCKETS_S) is +Inf)
-_INDEX_BUCKET = np.searchsorted(_BOUNDS_US, _value_from_index(np.arange(COUNTS_LEN)), side="left")
+_INDEX_BUCKET = np.searchsorted(_BOUNDS_US, value_from_index(np.arange(COUNTS_LEN)), side="left")
 
 #: The four latency histograms of a wire cell (`Cell.add_wire`'s order) and their metric names.
 HISTOGRAMS: tuple[tuple[int, str, str], ...] = (
@@ -283,7 +283,6 @@ class PrometheusExporter:
     def serve(self, host: str, port: int) -> None:
         """Listen on host:port (gevent's WSGI server: the master is a gevent process); UserError if it cannot."""
         from gevent.pywsgi import WSGIServer
-        from prometheus_client import make_wsgi_app
 
         server = WSGIServer((host, port), make_wsgi_app(self.registry), log=None, error_log=None)
         try:
@@ -327,8 +326,6 @@ def start_exporter(run: Any) -> PrometheusExporter | None:
 
 def scrape_text(exporter: PrometheusExporter) -> str:
     """The exposition text of the exporter's registry (tests, debugging)."""
-    from prometheus_client import generate_latest
-
     return generate_latest(exporter.registry).decode()
 
 

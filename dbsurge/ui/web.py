@@ -44,7 +44,7 @@ from flask import Response, jsonify, request
 from dbsurge.base.errors import UserError, clip
 from dbsurge.base.json_input import DuplicateKey, load_json
 from dbsurge.base.redact import MASK, redact_uri
-from dbsurge.config.options import _WEIGHT
+from dbsurge.config.options import WEIGHT_NUMBER
 from dbsurge.engine.membership import is_loopback
 from dbsurge.rundir.schema import REPORT_HTML
 from dbsurge.ui.web_forms import PLAN_OPTIONS, check_swarm_form, duplicate_field, form_extra_fields, option_actions
@@ -451,7 +451,7 @@ def _rate_number(value, name: str) -> float | None:
         raise UserError(f"{name} must be a number, not {clip(json.dumps(value))}")
     if isinstance(value, str):
         text = value.strip()
-        if not _WEIGHT.fullmatch(text):
+        if not WEIGHT_NUMBER.fullmatch(text):
             raise UserError(f"{name} must be a number of 0 or more such as 800 or 2.5, not {clip(repr(value))}")
         value = float(text)
     f = float(value)  # an int beyond a float's range raises OverflowError

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dbsurge.base.backoff import Backoff
 from dbsurge.workloads.base import LOAD_CHUNK, LoadProgress, pg_executor
 
 # (block_random, first, stop) -> rows for record numbers first..stop-1, first key in each row.
@@ -48,6 +49,9 @@ def block_rows(label: str, seed: int, block: int, first: int, stop: int, make: M
 # ---------------------------------------------------------------------------------------------
 # PostgreSQL
 
+#: The set-up's retries of a statement DSQL refuses with 40001 (10 ms, doubling, at most 2 s a wait).
+SETUP_BACKOFF = Backoff(0.01, 2.0)
+
 
 def insert_missing(label: str, seed: int, *, make: MakeRows, start: int, stop: int, batch_size: int, progress: Any,
                    insert: Callable[[list[Any]], None], present: Callable[[list[Any]], set[Any]] | None) -> int:
@@ -69,7 +73,7 @@ def insert_missing(label: str, seed: int, *, make: MakeRows, start: int, stop: i
 
 
 def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, attempts: int = 8) -> Any:
-    """Run one autocommit statement, retrying SQLSTATE 40001 with backoff; returns the cursor.
+    """Run one autocommit statement, retrying SQLSTATE 40001 after `SETUP_BACKOFF`'s waits; returns the cursor.
 
     Aurora DSQL answers 40001 to a statement as well as to a commit, for instance to the first
     statements on a table right after its CREATE ("schema has been updated by another transaction").
@@ -82,7 +86,7 @@ def pg_execute(session: Any, sql: str, params: Sequence[Any] | None = None, *, a
         except psycopg.errors.SerializationFailure:
             if attempt == attempts - 1:
                 raise
-            time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+            time.sleep(SETUP_BACKOFF.delay(attempt))
     raise AssertionError("unreachable")
 
 

@@ -16,11 +16,11 @@ The table is created on demand (``PAY_PER_REQUEST``: on-demand capacity, what th
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dbsurge.base.backoff import Backoff
 from dbsurge.base.errors import WorkloadError
 from dbsurge.targets.dynamodb import ThrottledError
 from dbsurge.workloads.loading import insert_missing
@@ -33,6 +33,10 @@ BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
 TABLE_ACTIVE_TIMEOUT_S = 120.0
 SETUP_ATTEMPTS = 30  # of a set-up request the server keeps throttling (each after the session's own retries)
+#: Waits between those set-up attempts (50 ms, doubling, at most 1 s), and between the sends of a batch's
+#: unprocessed items (25 ms, the AWS SDKs' DynamoDB base, doubling, at most 1 s).
+SETUP_BACKOFF = Backoff(0.05, 1.0)
+UNPROCESSED_BACKOFF = Backoff(0.025, 1.0)
 
 
 def patient_call(session: Any) -> Callable[..., dict[str, Any]]:
@@ -44,7 +48,7 @@ def patient_call(session: Any) -> Callable[..., dict[str, Any]]:
             except ThrottledError:
                 if attempt == SETUP_ATTEMPTS - 1:
                     raise
-                time.sleep(random.uniform(0.5, 1.0) * min(1.0, 0.05 * 2**attempt))
+                time.sleep(SETUP_BACKOFF.delay(attempt))
         raise AssertionError("unreachable")
 
     return call
@@ -141,7 +145,7 @@ def batch_write(workload: Any, session: Any, items: list[dict[str, Any]], *, att
         if not pending:
             return
         session.retries += 1
-        time.sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))
+        time.sleep(UNPROCESSED_BACKOFF.delay(attempt))
     raise RuntimeError(f"BatchWriteItem: {len(pending.get(table, []))} items still unprocessed after "
                        f"{attempts} attempts")
 
