@@ -369,7 +369,9 @@ class CqlTarget(Target):
         try:
             import cassandra
 
-            return f"scylla-driver {cassandra.__version__}"
+            # RateLimitReached is ScyllaDB's: scylla-driver has it, DataStax's cassandra-driver does not
+            name = "scylla-driver" if hasattr(cassandra, "RateLimitReached") else "cassandra-driver"
+            return f"{name} {cassandra.__version__}"
         except ImportError:
             return None
 
@@ -395,7 +397,8 @@ class CqlTarget(Target):
 
         if isinstance(exc, cassandra.OperationTimedOut):
             return "timeout"
-        if isinstance(exc, cassandra.RateLimitReached):
+        rate_limited = getattr(cassandra, "RateLimitReached", None)  # scylla-driver's; not in cassandra-driver
+        if rate_limited is not None and isinstance(exc, rate_limited):
             return "throttled"
         if isinstance(exc, (NoHostAvailable, cassandra.AuthenticationFailed)):
             return self._classify_no_host(exc)  # authentication failed: no hosts' errors, so connect
