@@ -32,6 +32,23 @@ def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> sub
                             text=True, env={**os.environ, **(env or {})})
 
 
+def _command_started(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait until the child runs dbsurge's own code: its first line catches SIGTERM (`cli.EARLY_SIGNALS`), which
+    /proc shows as bit 15 of SigCgt. A signal before that lands in Python's own start-up (site's import: "Fatal
+    Python error: init_import_site"), which no program can handle: on a starved machine a child was still there
+    0.2 s after its fork."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.005)
+
+
 def _finish(proc: subprocess.Popen, cwd: Path, timeout: float = 90) -> tuple[int, str, str]:
     try:
         code = proc.wait(timeout=timeout)
@@ -103,6 +120,7 @@ def assert_finalised(run: Path, code: int, tables: bool = True) -> dict:
 def test_a_signal_at_any_moment_ends_in_one_verdict(tmp_path, pg_uri, sig, expected, after_s):
     """From the parent's start-up to the load: one line or the interrupted tables, exit 130/143, nothing half-made."""
     proc = _start(_args(pg_uri, 50, 8, "--operation", "product_lookup"), tmp_path)
+    _command_started(proc)  # the moments count from the command's first line, not from Python's own start-up
     time.sleep(after_s)
     proc.send_signal(sig)
     code, out, err = _finish(proc, tmp_path, timeout=60)
