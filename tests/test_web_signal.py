@@ -183,7 +183,7 @@ def test_the_page_is_sent_the_ending_before_the_process_exits(tmp_path, pg_uri):
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out[-3000:]
     port = base.rsplit(":", 1)[1]
-    assert len([line for line in out.splitlines() if f"dbsurge: web UI at http://127.0.0.1:{port}/" in line]) == 1, \
+    assert len([line for line in out.splitlines() if f"web UI at http://127.0.0.1:{port}/" in line]) == 1, \
         out[:2000]
     ending = last_live["plan"]["results"]
     run = only_run_dir(results)

@@ -254,7 +254,7 @@ def say_where_the_ui_is(web_ui, base_path: str = "") -> str | None:
     host = server.server_host if hasattr(server, "server_host") else web_ui.host
     url = ui_address(host, server.server_port, tls=bool(getattr(web_ui, "tls_cert", None)), base_path=base_path)
     every = " (listening on every interface)" if not web_ui.host or web_ui.host in ("*", "0.0.0.0", "::") else ""
-    log.info("dbsurge: web UI at %s%s", url, every)
+    log.info("web UI at %s%s", url, every)  # an INFO line prints no logger name: "12:00:01Z web UI at ..."
     return url
 
 
